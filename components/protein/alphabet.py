@@ -1,0 +1,27 @@
+"""The 20-letter amino-acid alphabet every step shares (order fixes the model's output columns)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+ALPHABET = "ACDEFGHIKLMNPQRSTVWY"
+NUM_AA = len(ALPHABET)
+AA_TO_INDEX = {aa: i for i, aa in enumerate(ALPHABET)}
+
+THREE_TO_ONE = {
+    "ALA": "A", "CYS": "C", "ASP": "D", "GLU": "E", "PHE": "F", "GLY": "G", "HIS": "H",
+    "ILE": "I", "LYS": "K", "LEU": "L", "MET": "M", "ASN": "N", "PRO": "P", "GLN": "Q",
+    "ARG": "R", "SER": "S", "THR": "T", "VAL": "V", "TRP": "W", "TYR": "Y",
+}
+
+
+def encode(seq: str) -> np.ndarray:
+    """Indices into ALPHABET; raises KeyError naming the first letter outside it."""
+    try:
+        return np.fromiter((AA_TO_INDEX[c] for c in seq), dtype=np.int64, count=len(seq))
+    except KeyError as err:
+        raise KeyError(f"letter {err.args[0]!r} is not one of the 20 standard amino acids") from None
+
+
+def decode(indices) -> str:
+    return "".join(ALPHABET[int(i)] for i in indices)

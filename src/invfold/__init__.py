@@ -1,0 +1,3 @@
+"""invfold: declarative Kubeflow pipelines for protein inverse-folding models."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+import sys
+
+from invfold.cli import main
+
+sys.exit(main())

@@ -1,0 +1,72 @@
+"""The distribution ships every package and data file, and the CLI reaches every step."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+PACKAGE_DIRS = PYPROJECT["tool"]["setuptools"]["package-dir"]
+
+
+def package_on_disk(folder: Path) -> str:
+    """Map a folder to its import name through package-dir (longest prefix wins)."""
+    rel = folder.relative_to(ROOT).as_posix()
+    for name, base in sorted(PACKAGE_DIRS.items(), key=lambda kv: -len(kv[1])):
+        if rel == base or rel.startswith(base + "/"):
+            rest = rel[len(base):].strip("/")
+            return name + ("." + rest.replace("/", ".") if rest else "")
+    raise AssertionError(f"{rel} is not under any package-dir")
+
+
+def test_package_list_matches_the_tree():
+    on_disk = set()
+    for base in PACKAGE_DIRS.values():
+        for init in (ROOT / base).rglob("__init__.py"):
+            on_disk.add(package_on_disk(init.parent))
+    assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == on_disk
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+         "-w", str(out), str(ROOT)],
+        check=True,
+    )
+    (whl,) = out.glob("invfold-*.whl")
+    return whl
+
+
+def test_wheel_carries_sample_data_schemas_and_compiled_pipeline(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for expected in (
+        "invfold/data/sample_chain_set.jsonl.gz",
+        "invfold/data/sample_chain_set_splits.json",
+        "invfold/pipelines/invfold_pipeline.yaml",
+        "invfold/components/protein/record.py",
+        "invfold/cli.py",
+    ):
+        assert expected in names, f"{expected} missing from {wheel.name}"
+    assert any(n.startswith("invfold/components/launch/schemas/") and n.endswith(".json") for n in names)
+    assert not any(n.startswith(("components/", "pipelines/", "tests/")) for n in names)
+
+
+def test_cli_lists_every_step():
+    out = subprocess.run([sys.executable, "-m", "invfold", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    for command in ("prep", "train", "evaluate", "export", "design", "run", "compile", "submit"):
+        assert command in out
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make run" in readme
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
