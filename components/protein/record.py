@@ -49,12 +49,12 @@ def infer_residue_index(coords: np.ndarray, gap: int = 1) -> np.ndarray:
     Pairs with a missing C or N are not called breaks: the mask already says they are unobserved.
     """
     n = coords.shape[0]
-    steps = np.ones(max(n - 1, 0), dtype=np.int32)
+    index = np.zeros(n, dtype=np.int32)
     if n > 1:
-        dist = np.linalg.norm(coords[1:, 0] - coords[:-1, 2], axis=-1)
-        with np.errstate(invalid="ignore"):
-            steps += (dist > PEPTIDE_BREAK_ANGSTROM).astype(np.int32) * gap
-    return np.concatenate([[0], np.cumsum(steps)]).astype(np.int32)
+        delta = coords[1:, 0] - coords[:-1, 2]
+        squared = np.einsum("ij,ij->i", delta, delta)  # NaN compares False: no break called
+        np.cumsum(1 + (squared > PEPTIDE_BREAK_ANGSTROM**2) * gap, out=index[1:])
+    return index
 
 
 def chain_breaks(residue_index: np.ndarray) -> np.ndarray:

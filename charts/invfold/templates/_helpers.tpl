@@ -1,0 +1,98 @@
+{{- define "invfold.labels" -}}
+app.kubernetes.io/part-of: invfold
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "invfold.image" -}}
+{{- $root := index . 0 -}}{{- $name := index . 1 -}}{{- $tag := index . 2 -}}
+{{ $root.Values.images.registry }}/{{ $name }}:{{ $tag | default $root.Values.images.tag }}
+{{- end -}}
+
+{{- define "invfold.mlflowName" -}}{{ .Release.Name }}-mlflow{{- end -}}
+{{- define "invfold.postgresName" -}}{{ .Release.Name }}-postgresql{{- end -}}
+{{- define "invfold.postgresSecret" -}}{{ .Values.postgresql.existingSecret | default (include "invfold.postgresName" .) }}{{- end -}}
+{{- define "invfold.trackingUri" -}}http://{{ include "invfold.mlflowName" . }}.{{ .Release.Namespace }}.svc.cluster.local:{{ .Values.mlflow.port }}{{- end -}}
+
+{{/* Pod-level security context: non-root, RuntimeDefault seccomp. */}}
+{{- define "invfold.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .Values.securityContext.runAsUser }}
+runAsGroup: {{ .Values.securityContext.runAsGroup }}
+fsGroup: {{ .Values.securityContext.runAsGroup }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "invfold.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
+
+{{/* A trainer pod template: (list root image sshd command). */}}
+{{- define "invfold.trainerPod" }}
+{{- $root := index . 0 }}{{- $r := $root.Values.runtimes }}{{- $image := index . 1 }}{{- $sshd := index . 2 }}{{- $command := index . 3 }}
+metadata:
+  labels:
+    app.kubernetes.io/part-of: invfold
+    app.kubernetes.io/instance: {{ $root.Release.Name }}
+    invfold.dev/role: trainer
+spec:
+  terminationGracePeriodSeconds: {{ $r.terminationGracePeriodSeconds }}
+  {{- if $root.Values.priorityClasses.create }}
+  priorityClassName: {{ $root.Values.priorityClasses.training }}
+  {{- end }}
+  automountServiceAccountToken: false
+  securityContext: {{- include "invfold.podSecurityContext" $root | nindent 4 }}
+  {{- if $r.gpu.enabled }}
+  nodeSelector: {{- toYaml $r.gpu.nodeSelector | nindent 4 }}
+  tolerations: {{- toYaml $r.gpu.tolerations | nindent 4 }}
+  {{- end }}
+  containers:
+    - name: node
+      image: {{ $image }}
+      imagePullPolicy: {{ $root.Values.images.pullPolicy }}
+      command: {{- toJson $command | nindent 8 }}
+      env:
+        - {name: HOME, value: /home/invfold}
+        {{- if $r.gpu.enabled }}
+        - {name: TORCH_NCCL_ASYNC_ERROR_HANDLING, value: "1"}
+        - {name: NCCL_DEBUG, value: WARN}
+        {{- end }}
+      ports:
+        {{- if $sshd }}
+        - {name: sshd, containerPort: 2222, protocol: TCP}
+        {{- else }}
+        - {name: rendezvous, containerPort: 29500, protocol: TCP}
+        {{- end }}
+      {{- if $sshd }}
+      readinessProbe:
+        tcpSocket: {port: 2222}
+        initialDelaySeconds: 2
+        periodSeconds: 5
+      {{- end }}
+      resources:
+        requests:
+          {{- toYaml $r.resources.requests | nindent 10 }}
+          {{- if $r.gpu.enabled }}
+          nvidia.com/gpu: {{ $r.gpu.perNode | quote }}
+          {{- end }}
+        limits:
+          {{- toYaml $r.resources.limits | nindent 10 }}
+          {{- if $r.gpu.enabled }}
+          nvidia.com/gpu: {{ $r.gpu.perNode | quote }}
+          {{- end }}
+      securityContext: {{- include "invfold.containerSecurityContext" $root | nindent 8 }}
+      volumeMounts:
+        - {name: tmp, mountPath: /tmp}
+        - {name: dshm, mountPath: /dev/shm}
+  volumes:
+    - name: tmp
+      emptyDir: {}
+    - name: dshm
+      emptyDir: {medium: Memory, sizeLimit: {{ $r.sharedMemory }}}
+{{- end }}

@@ -1,0 +1,270 @@
+"""`evaluate(EvaluateConfig) -> metrics`: how well a trained model designs sequences.
+
+Scores the test set once (perplexity teacher-forced; recovery of designed sequences, see
+metrics.py) and derives every subset from those per-protein scores: the automatic ones (short
+chains L <= 100, single-chain) and each subset dataset of the prepared data whose chains are in
+the test set (others are scored on their own). Writes metrics.json, confusion.json, PNG plots,
+report.md and report.html (plots embedded, so the file stands alone in the Kubeflow UI).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from invfold.components.model.io import load_model
+from invfold.components.prep.shards import open_prepared
+from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA
+
+from .metrics import DatasetScores, score_dataset
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "validation", "test")
+LENGTH_BINS = (0, 100, 200, 300, 400, 10**9)
+
+
+@dataclass
+class EvaluateConfig:
+    """model_path: model.pt from training. data: prepared folder. out: local output folder.
+    datasets: what to report besides the automatic test subsets (default: test plus every subset
+    dataset in the prepared data). seed: autoregressive decoding orders. short_max_length: the
+    "short" subset's bound (CATH's test_split_L100 uses 100)."""
+
+    model_path: str
+    data: str
+    out: str
+    datasets: list[str] | None = None
+    seed: int = 0
+    tokens_per_batch: int = 6000
+    short_max_length: int = 100
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        self.model_path, self.data, self.out = str(self.model_path), str(self.data), str(self.out)
+        if not self.model_path or not self.data or not self.out:
+            raise ValueError("EvaluateConfig: model_path, data and out must be given")
+        if self.tokens_per_batch < 1 or self.short_max_length < 1:
+            raise ValueError("EvaluateConfig: tokens_per_batch and short_max_length must be positive")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"EvaluateConfig.threads: expected a positive int, got {self.threads!r}")
+
+
+def most_frequent_letter(dataset) -> str:
+    counts: Counter = Counter()
+    for i in range(len(dataset)):
+        counts.update(dataset[i].seq)
+    counts = Counter({k: v for k, v in counts.items() if k in AA_TO_INDEX})
+    return counts.most_common(1)[0][0]
+
+
+def constant_recovery(dataset, rows: list[int], letter: str) -> float:
+    """Median per-protein recovery of designing `letter` everywhere (observed residues only)."""
+    values = []
+    for i in rows:
+        record = dataset[i]
+        mask = np.asarray(record.mask, dtype=bool)
+        if mask.any():
+            values.append(float((np.frombuffer(record.seq.encode(), "S1")[mask] == letter.encode()).mean()))
+    return float(np.median(values)) if values else float("nan")
+
+
+def _subset(scores: DatasetScores, rows: list[int]) -> DatasetScores:
+    keep = np.zeros(len(scores.nll), dtype=bool)
+    keep[rows] = True
+    return DatasetScores(np.where(keep, scores.nll, 0), np.where(keep, scores.count, 0),
+                         np.where(keep, scores.correct, 0))
+
+
+def evaluate(cfg: EvaluateConfig) -> dict:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    os.makedirs(cfg.out, exist_ok=True)
+    model = load_model(cfg.model_path)
+    data = open_prepared(cfg.data)
+    if "test" not in data.datasets:
+        raise ValueError(f"{cfg.data}: no 'test' dataset to evaluate on (has {data.datasets})")
+    requested = cfg.datasets or ["test"] + [d for d in data.datasets if d not in SPLITS]
+    missing = [d for d in requested if d not in data.datasets]
+    if missing:
+        raise ValueError(f"{cfg.data}: no dataset(s) {missing} (has {data.datasets})")
+
+    test = data.open("test")
+    test_rows = list(range(len(test)))
+    scores = score_dataset(model, test, test_rows, cfg.tokens_per_batch, cfg.seed, keep_designed=True)
+    records = [test[i] for i in test_rows]
+    name_to_row = {r.name: i for i, r in enumerate(records)}
+    letter = most_frequent_letter(data.open("train")) if "train" in data.datasets else None
+
+    subsets: dict[str, tuple[object, list[int], DatasetScores]] = {
+        "test": (test, test_rows, scores),
+        f"test_short_L{cfg.short_max_length}": (
+            test, [i for i, r in enumerate(records) if len(r) <= cfg.short_max_length], None),
+        "test_single_chain": (test, [i for i, r in enumerate(records) if r.num_chains == 1], None),
+    }
+    for name in requested:
+        if name == "test":
+            continue
+        dataset = data.open(name)
+        names = [dataset[i].name for i in range(len(dataset))]
+        if all(n in name_to_row for n in names):
+            subsets[name] = (test, [name_to_row[n] for n in names], None)
+        else:
+            rows = list(range(len(dataset)))
+            subsets[name] = (dataset, rows, score_dataset(model, dataset, rows, cfg.tokens_per_batch, cfg.seed))
+
+    results, baseline = {}, {}
+    for name, (dataset, rows, own) in subsets.items():
+        subset_scores = own if own is not None else _subset(scores, rows)
+        results[name] = subset_scores.summary()
+        if letter is not None:
+            baseline[name] = constant_recovery(dataset, rows, letter)
+
+    confusion = np.zeros((NUM_AA, NUM_AA), dtype=np.int64)
+    by_length: dict[int, list[float]] = {}
+    for i, record in enumerate(records):
+        designed = scores.designed[i]
+        mask = np.asarray(record.mask, dtype=bool) & np.array([c in AA_TO_INDEX for c in record.seq])
+        native = np.array([AA_TO_INDEX.get(c, 0) for c in record.seq])
+        np.add.at(confusion, (native[mask], designed[mask]), 1)
+        if scores.count[i] > 0:
+            bin_index = int(np.searchsorted(LENGTH_BINS, len(record), side="right") - 1)
+            by_length.setdefault(bin_index, []).append(scores.correct[i] / scores.count[i])
+    length_rows = [{"bin": _bin_label(b), "proteins": len(v), "recovery": float(np.median(v))}
+                   for b, v in sorted(by_length.items())]
+
+    metrics = {
+        "model": cfg.model_path, "model_config": model.cfg.to_dict(), "data": cfg.data,
+        "data_digest": data.digest, "seed": cfg.seed,
+        "decoding": "greedy autoregressive, seeded random order" if model.cfg.autoregressive else "one-shot argmax",
+        "datasets": results,
+        "baseline": {"letter": letter, "recovery": baseline} if letter else None,
+        "recovery_by_length": length_rows,
+    }
+    confusion_doc = {"labels": list(ALPHABET), "rows": "native", "columns": "designed",
+                     "matrix": confusion.tolist()}
+    with open(os.path.join(cfg.out, "metrics.json"), "w") as fh:
+        json.dump(metrics, fh, indent=2)
+        fh.write("\n")
+    with open(os.path.join(cfg.out, "confusion.json"), "w") as fh:
+        json.dump(confusion_doc, fh)
+        fh.write("\n")
+    plots = _plots(cfg.out, confusion, length_rows)
+    _reports(cfg.out, metrics, plots)
+    log.info("test: perplexity %.3f, median recovery %.3f (constant '%s': %s)",
+             results["test"].get("perplexity", float("nan")), results["test"].get("recovery", float("nan")),
+             letter, baseline.get("test"))
+    return metrics
+
+
+def _bin_label(index: int) -> str:
+    low, high = LENGTH_BINS[index], LENGTH_BINS[index + 1]
+    return f"{low}-{high - 1}" if high < 10**9 else f">={low}"
+
+
+def _plots(out: str, confusion: np.ndarray, length_rows: list[dict]) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    paths = {"confusion": os.path.join(out, "confusion.png"),
+             "recovery_by_length": os.path.join(out, "recovery_by_length.png")}
+    rows = confusion.sum(1, keepdims=True)
+    normalized = np.divide(confusion, rows, out=np.zeros(confusion.shape), where=rows > 0)
+    fig, ax = plt.subplots(figsize=(6.5, 5.5))
+    image = ax.imshow(normalized, cmap="viridis", vmin=0, vmax=max(normalized.max(), 1e-9))
+    ax.set_xticks(range(NUM_AA), list(ALPHABET))
+    ax.set_yticks(range(NUM_AA), list(ALPHABET))
+    ax.set_xlabel("designed")
+    ax.set_ylabel("native")
+    ax.set_title("Confusion (row-normalised), test set")
+    fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(paths["confusion"], dpi=100)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    labels = [r["bin"] for r in length_rows]
+    ax.bar(range(len(labels)), [r["recovery"] for r in length_rows], color="tab:blue")
+    ax.set_xticks(range(len(labels)), [f"{lab}\n(n={r['proteins']})" for lab, r in zip(labels, length_rows)])
+    ax.set_xlabel("chain length")
+    ax.set_ylabel("median recovery")
+    ax.set_ylim(0, 1)
+    ax.set_title("Recovery by length, test set")
+    fig.tight_layout()
+    fig.savefig(paths["recovery_by_length"], dpi=100)
+    plt.close(fig)
+    return paths
+
+
+def _fmt(value) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _reports(out: str, metrics: dict, plots: dict[str, str]) -> None:
+    baseline = metrics["baseline"] or {"letter": None, "recovery": {}}
+    header = "| dataset | proteins | residues | perplexity | median recovery | constant predictor |"
+    lines = ["# Evaluation report", "",
+             f"Model `{os.path.basename(metrics['model'])}` ({metrics['model_config']['decoding']}), "
+             f"data digest `{metrics['data_digest']}`; designs: {metrics['decoding']}; seed {metrics['seed']}.",
+             f"Constant predictor: the train split's most frequent residue "
+             f"`{baseline['letter']}` everywhere.", "", header, "|---|---|---|---|---|---|"]
+    for name, m in metrics["datasets"].items():
+        lines.append(f"| {name} | {m.get('proteins', 0)} | {m.get('residues', 0)} | "
+                     f"{_fmt(m.get('perplexity', '-'))} | {_fmt(m.get('recovery', '-'))} | "
+                     f"{_fmt(baseline['recovery'].get(name, '-'))} |")
+    lines += ["", "## Recovery by length (test)", "", "| length | proteins | median recovery |", "|---|---|---|"]
+    lines += [f"| {r['bin']} | {r['proteins']} | {r['recovery']:.3f} |" for r in metrics["recovery_by_length"]]
+    lines += ["", "![confusion](confusion.png)", "", "![recovery by length](recovery_by_length.png)", ""]
+    markdown = "\n".join(lines)
+    with open(os.path.join(out, "report.md"), "w") as fh:
+        fh.write(markdown)
+
+    import html
+
+    body = []
+    for line in lines:
+        if line.startswith("# "):
+            body.append(f"<h1>{html.escape(line[2:])}</h1>")
+        elif line.startswith("## "):
+            body.append(f"<h2>{html.escape(line[3:])}</h2>")
+        elif line.startswith("|---"):
+            continue
+        elif line.startswith("|"):
+            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
+            tag = "th" if line in (header, "| length | proteins | median recovery |") else "td"
+            body.append("<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>")
+        elif line.startswith("![") and "(" in line:
+            name = line[line.index("(") + 1:-1]
+            key = "confusion" if name.startswith("confusion") else "recovery_by_length"
+            with open(plots[key], "rb") as fh:
+                encoded = base64.b64encode(fh.read()).decode()
+            body.append(f'<img alt="{key}" src="data:image/png;base64,{encoded}"/>')
+        elif line:
+            body.append(f"<p>{html.escape(line)}</p>")
+    # group consecutive table rows into tables
+    rendered, in_table = [], False
+    for item in body:
+        if item.startswith("<tr>") and not in_table:
+            rendered.append("<table>")
+            in_table = True
+        elif not item.startswith("<tr>") and in_table:
+            rendered.append("</table>")
+            in_table = False
+        rendered.append(item)
+    if in_table:
+        rendered.append("</table>")
+    page = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>invfold evaluation</title>"
+            "<style>body{font-family:sans-serif;max-width:60em;margin:1em auto}"
+            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em}</style>"
+            "</head><body>" + "\n".join(rendered) + "</body></html>\n")
+    with open(os.path.join(out, "report.html"), "w") as fh:
+        fh.write(page)

@@ -1,0 +1,71 @@
+"""KFP components of export-and-register (work in invfold.pipelines.steps).
+
+compare_op: the candidate against the registration threshold and the `champion` of the
+registered model on the same test data (the recorded figure only when the dataset digests
+match, else the champion evaluated again). register_op, under dsl.If: ONNX export with its
+parity gate, MLflow logging with signature and input example, registration, both figures
+tagged on the new version, and the `champion` alias moved to it."""
+
+from kfp import dsl
+from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+
+from invfold.pipelines.settings import runtime_image
+
+
+@dsl.component(base_image=runtime_image(), install_kfp_package=False)
+def compare_op(prepared: Input[Dataset], evaluation: Input[Artifact], pipeline_run_id: str, tracking_uri: str,
+               experiment: str, model_name: str, threshold: float, comparison: Output[Artifact]) -> bool:
+    """Decide whether the candidate is registered: it must reach the threshold and beat the champion.
+
+    Args:
+        prepared: The prepared data (to re-evaluate a champion recorded on other data).
+        evaluation: The candidate's evaluation folder.
+        pipeline_run_id: KFP run id (MLflow parent-run key).
+        tracking_uri: MLflow tracking URI ('' = MLFLOW_TRACKING_URI of the pod).
+        experiment: MLflow experiment name.
+        model_name: Registered model name.
+        threshold: Minimum test median recovery to register.
+        comparison: Both figures, how the champion's was obtained, and the decision (JSON).
+
+    Returns:
+        Whether to register the candidate.
+    """
+    import json
+
+    from invfold.pipelines.steps import compare_step
+
+    result = compare_step(prepared_path=prepared.path, evaluation_path=evaluation.path, pipeline_run_id=pipeline_run_id,
+                     tracking_uri=tracking_uri, experiment=experiment, model_name=model_name, threshold=threshold)
+    with open(comparison.path, "w") as fh:
+        json.dump(result, fh, indent=2)
+    comparison.metadata.update(result)
+    return result["register"]
+
+
+@dsl.component(base_image=runtime_image(), install_kfp_package=False)
+def register_op(prepared: Input[Dataset], model: Input[Model], comparison: Input[Artifact], pipeline_run_id: str,
+                tracking_uri: str, experiment: str, model_name: str, onnx_model: Output[Model],
+                metrics: Output[Metrics]):
+    """Export ONNX (parity-gated), register it in MLflow and make it the champion.
+
+    Args:
+        prepared: The prepared data (parity chains and the input example).
+        model: The trained model folder.
+        comparison: The compare step's figures (tagged on the new version).
+        pipeline_run_id: KFP run id (MLflow parent-run key).
+        tracking_uri: MLflow tracking URI ('' = MLFLOW_TRACKING_URI of the pod).
+        experiment: MLflow experiment name.
+        model_name: Registered model name.
+        onnx_model: model.onnx and its parity report.
+        metrics: Parity and size figures.
+    """
+    import json
+
+    from invfold.pipelines.steps import register_step
+
+    out = register_step(prepared_path=prepared.path, model_path=model.path, onnx_dir=onnx_model.path,
+                   comparison=json.load(open(comparison.path)), pipeline_run_id=pipeline_run_id, tracking_uri=tracking_uri,
+                   experiment=experiment, model_name=model_name)
+    for key, value in out["metrics"].items():
+        metrics.log_metric(key, value)
+    onnx_model.metadata.update(out["metadata"])

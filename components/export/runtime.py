@@ -1,0 +1,67 @@
+"""onnxruntime sessions and the model's ONNX input/output contract, shared by export, design
+and the benchmark so all three run the graph the same way."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+# ONNX metadata_props keys written by export (what design needs to drive the graph).
+META_CONFIG = "invfold.model_config"
+META_ALPHABET = "invfold.alphabet"
+INPUT_NAMES = ("X", "S", "mask", "residue_index", "decoding_order")
+OUTPUT_NAMES = ("logits",)
+# name -> (dtype, shape); B and L are dynamic.
+CONTRACT = {
+    "X": ("float32", ["B", "L", 4, 3], "backbone N, CA, C, O coordinates in Angstrom; 0 where unobserved"),
+    "S": ("int64", ["B", "L"], "sequence as indices into ALPHABET (ACDEFGHIKLMNPQRSTVWY); read only by "
+          "autoregressive models, and only at positions decoded earlier"),
+    "mask": ("float32", ["B", "L"], "1 = observed residue (all four backbone atoms), 0 = unobserved or padding"),
+    "residue_index": ("int64", ["B", "L"], "residue numbering; a jump > 1 is a chain break; padding "
+                      "continues the numbering far away (+1000)"),
+    "decoding_order": ("float32", ["B", "L"], "residue j is visible to residue i iff order[j] < order[i] "
+                       "(argsort ascending = decoding order); ignored by one-shot models"),
+    "logits": ("float32", ["B", "L", 20], "unnormalized log-probabilities over ALPHABET"),
+}
+
+
+def session(path: str | os.PathLike, threads: int | None = None):
+    """A CPU session with all graph optimizations, `threads` intra-op threads (default: the
+    OMP_NUM_THREADS setting, else onnxruntime's choice) and sequential execution."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if threads is None and os.environ.get("OMP_NUM_THREADS", "").isdigit():
+        threads = int(os.environ["OMP_NUM_THREADS"])
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def feeds(X, S, mask, residue_index, decoding_order) -> dict[str, np.ndarray]:
+    """Numpy inputs in the contract's dtypes from tensors or arrays."""
+    def arr(value, dtype):
+        if hasattr(value, "detach"):
+            value = value.detach().cpu().numpy()
+        return np.ascontiguousarray(value, dtype=dtype)
+
+    return {"X": arr(X, np.float32), "S": arr(S, np.int64), "mask": arr(mask, np.float32),
+            "residue_index": arr(residue_index, np.int64),
+            "decoding_order": arr(decoding_order, np.float32)}
+
+
+def model_config_of(sess):
+    """The ModelConfig stored in an exported graph's metadata."""
+    from ..model.config import ModelConfig
+
+    props = sess.get_modelmeta().custom_metadata_map
+    if META_CONFIG not in props:
+        raise ValueError(f"the ONNX model has no {META_CONFIG!r} metadata: it was not written by "
+                         "invfold export")
+    return ModelConfig.from_dict(json.loads(props[META_CONFIG]))

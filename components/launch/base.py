@@ -1,0 +1,81 @@
+"""One interface for starting a training job: local processes or a Kubeflow Trainer TrainJob.
+
+The train step asks `select_launcher()` for the backend that fits where it runs (inside a
+Kubernetes pod: a TrainJob; anywhere else: processes on this machine) and calls `run()`; both
+return when the job has ended and raise `LaunchError` with the job's own reason when it failed.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from invfold.components.train.config import TrainConfig
+
+
+class LaunchError(RuntimeError):
+    """The training job failed; the message carries the job's own reason."""
+
+
+@dataclass
+class Resources:
+    """How many machines and processes a job gets. nodes: training nodes; procs_per_node:
+    processes per node (on a GPU node, one per GPU); gpus_per_node: 0 trains on CPU."""
+
+    nodes: int = 1
+    procs_per_node: int = 2
+    gpus_per_node: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "procs_per_node"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Resources.{name}: expected a positive int, got {value!r}")
+        if not isinstance(self.gpus_per_node, int) or isinstance(self.gpus_per_node, bool) \
+                or self.gpus_per_node < 0:
+            raise ValueError(f"Resources.gpus_per_node: expected an int >= 0, got {self.gpus_per_node!r}")
+        if self.gpus_per_node and self.procs_per_node > self.gpus_per_node:
+            raise ValueError(f"Resources: {self.procs_per_node} processes per node need as many GPUs, "
+                             f"got gpus_per_node={self.gpus_per_node}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.procs_per_node
+
+
+@dataclass
+class LaunchResult:
+    """Where the finished job left its outputs (a local folder) and what ran it."""
+
+    out: str
+    backend: str
+    job_name: str | None = None
+    details: dict = field(default_factory=dict)
+
+
+class Launcher(ABC):
+    name: str
+
+    @abstractmethod
+    def run(self, cfg: TrainConfig, resources: Resources) -> LaunchResult:
+        """Run the job to its end; raise LaunchError with the reason when it fails."""
+
+
+def on_kubernetes(env: Mapping[str, str] = os.environ) -> bool:
+    """True inside a pod (the kubelet sets KUBERNETES_SERVICE_HOST in every container)."""
+    return bool(env.get("KUBERNETES_SERVICE_HOST"))
+
+
+def select_launcher(env: Mapping[str, str] = os.environ, **cluster_options) -> Launcher:
+    """The Kubernetes backend inside a pod, local processes elsewhere. cluster_options go to
+    ClusterOptions (ignored locally)."""
+    if on_kubernetes(env):
+        from .kubernetes import KubernetesLauncher
+        from .trainjob import ClusterOptions
+
+        return KubernetesLauncher(ClusterOptions(**cluster_options))
+    from .local import LocalLauncher
+
+    return LocalLauncher()

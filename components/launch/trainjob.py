@@ -1,0 +1,187 @@
+"""The TrainJob (Kubeflow Trainer v2, trainer.kubeflow.org/v1alpha1) the train step creates.
+
+Hand-over through object storage (fsspec URIs): the job reads the prepared data from its URI,
+writes checkpoints to `checkpoint_dir` (a URI keyed by the pipeline run, so a retried step
+resumes) and, on rank 0 at the end, copies its output folder to `output_uri`, from where the
+step fetches it. Storage credentials come from a named Secret through `secretKeyRef` env entries
+(referenced, never copied); MLFLOW_* variables of the step are forwarded. GPU node pools are
+reached with `resourcesPerNode` (nvidia.com/gpu) and `runtimePatches` (nodeSelector,
+tolerations) on every replicated job of the runtime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from invfold.components.train.config import TrainConfig
+
+from .base import Resources
+
+GROUP = "trainer.kubeflow.org"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+PLURAL = "trainjobs"
+RUNTIME_PREFIX = "invfold-"
+PATCH_MANAGER = "invfold.dev/launcher"
+ENTRY_MODULE = "invfold.components.launch.trainjob_entry"
+# Replicated jobs of the runtimes in k8s/ (the MPI runtimes add a launcher).
+TRAINER_CONTAINER = "node"
+REPLICATED_JOBS = {"ddp": ("node",), "deepspeed": ("launcher", "node"), "horovod": ("launcher", "node")}
+FORWARDED_ENV = re.compile(r"^(MLFLOW_(?!TRACKING_PASSWORD|TRACKING_TOKEN|TRACKING_USERNAME)\w+)$")
+SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass
+class ClusterOptions:
+    """Cluster settings of the train step.
+
+    storage_root: object-storage URI (s3://, gs://, ...) under which each job writes its outputs
+        (`<root>/runs/<run>/<job>`); required on a cluster.
+    storage_secret: name of a Secret with the storage keys `secret_keys` (None: the pods' own
+        identity, e.g. workload identity). storage_endpoint: S3-compatible endpoint URL (MinIO).
+    image: training image (None: the runtime's own). node_selector / tolerations: GPU node pool.
+    workspace_pvc / workspace_mount: a ReadWriteMany claim mounted into every training pod (for
+        DeepSpeed, whose checkpoints are local files: point checkpoint_root under the mount).
+    timeout_s: delete the job and fail after this long. poll_s: status poll interval.
+    owner_pod_name / owner_pod_uid: the step's pod (downward API env POD_NAME / POD_UID); the
+        TrainJob's owner, so Kubernetes deletes it with the pod.
+    """
+
+    namespace: str | None = None
+    storage_root: str = ""
+    storage_secret: str | None = None
+    secret_keys: tuple[str, ...] = SECRET_KEYS
+    storage_endpoint: str | None = None
+    image: str | None = None
+    runtime_prefix: str = RUNTIME_PREFIX
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict] = field(default_factory=list)
+    workspace_pvc: str | None = None
+    workspace_mount: str = "/workspace"
+    timeout_s: float = 7 * 24 * 3600.0
+    poll_s: float = 10.0
+    owner_pod_name: str | None = None
+    owner_pod_uid: str | None = None
+    pipeline_run_id: str = ""
+
+    def __post_init__(self) -> None:
+        if self.owner_pod_name is None:
+            self.owner_pod_name = os.environ.get("POD_NAME") or None
+        if self.owner_pod_uid is None:
+            self.owner_pod_uid = os.environ.get("POD_UID") or None
+        if self.namespace is None and os.path.exists(SERVICE_ACCOUNT_NAMESPACE):
+            with open(SERVICE_ACCOUNT_NAMESPACE) as fh:
+                self.namespace = fh.read().strip()
+        self.secret_keys = tuple(self.secret_keys)
+        self.tolerations = list(self.tolerations or [])
+        self.node_selector = dict(self.node_selector or {})
+        if not self.timeout_s > 0 or not self.poll_s > 0:
+            raise ValueError(f"ClusterOptions: timeout_s and poll_s must be > 0, got {self.timeout_s}, {self.poll_s}")
+        if self.storage_root and "://" not in self.storage_root:
+            raise ValueError(f"ClusterOptions.storage_root: expected an object-storage URI "
+                             f"(s3://bucket/prefix), got {self.storage_root!r}")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.node_selector.items()):
+            raise ValueError(f"ClusterOptions.node_selector: expected string keys and values, got {self.node_selector!r}")
+        if not all(isinstance(t, dict) for t in self.tolerations):
+            raise ValueError(f"ClusterOptions.tolerations: expected a list of objects, got {self.tolerations!r}")
+
+
+def job_name(strategy: str, pipeline_run_id: str = "") -> str:
+    """A fresh RFC 1035 name (<= 63 characters) tied to the pipeline run: a retried step makes a
+    new job (the previous one may still be terminating) that resumes the same checkpoints."""
+    run = hashlib.sha256(pipeline_run_id.encode()).hexdigest()[:8] if pipeline_run_id else "adhoc"
+    return f"invfold-{strategy}-{run}-{secrets.token_hex(3)}"
+
+
+def runtime_name(strategy: str, prefix: str = RUNTIME_PREFIX) -> str:
+    return f"{prefix}{strategy}"
+
+
+def _env(options: ClusterOptions, environ: Mapping[str, str]) -> list[dict]:
+    env = [{"name": k, "value": v} for k, v in sorted(environ.items()) if FORWARDED_ENV.match(k) and v]
+    if options.storage_endpoint:
+        env.append({"name": "AWS_ENDPOINT_URL", "value": options.storage_endpoint})
+    if options.storage_secret:
+        env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": options.storage_secret, "key": key}}}
+                for key in options.secret_keys]
+    return env
+
+
+def _command(cfg: TrainConfig, resources: Resources, output_uri: str, env: list[dict]) -> tuple[list[str], list[str]]:
+    """(command, args): both set, so neither the runtime's command nor its args survive."""
+    entry = [ENTRY_MODULE, "--config-json", json.dumps(cfg.to_dict(), sort_keys=True), "--output", output_uri]
+    if cfg.strategy == "ddp":
+        # The torch runtime sets PET_NNODES / PET_NPROC_PER_NODE / PET_NODE_RANK / PET_MASTER_*.
+        return ["torchrun"], ["--module", *entry]
+    exports = [arg for item in env for arg in ("-x", item["name"])] + ["-x", "OMP_NUM_THREADS"]
+    return ["mpirun"], ["--hostfile", "/etc/mpi/hostfile", "-np", str(resources.world_size),
+                        "--bind-to", "none", *exports, "python", "-m", *entry]
+
+
+def _runtime_patches(strategy: str, options: ClusterOptions) -> list[dict]:
+    pod_spec: dict = {}
+    if options.node_selector:
+        pod_spec["nodeSelector"] = dict(options.node_selector)
+    if options.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in options.tolerations]
+    if options.workspace_pvc:
+        pod_spec["volumes"] = [{"name": "invfold-workspace",
+                                "persistentVolumeClaim": {"claimName": options.workspace_pvc}}]
+        pod_spec["containers"] = [{"name": TRAINER_CONTAINER, "volumeMounts": [
+            {"name": "invfold-workspace", "mountPath": options.workspace_mount}]}]
+    if not pod_spec:
+        return []
+    replicated = [{"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}}
+                  for name in REPLICATED_JOBS[strategy]]
+    return [{"manager": PATCH_MANAGER,
+             "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": replicated}}}}]
+
+
+def build_trainjob(name: str, cfg: TrainConfig, resources: Resources, options: ClusterOptions,
+                   output_uri: str, environ: Mapping[str, str] = os.environ) -> dict:
+    """The TrainJob manifest (a plain dict, validated by schema.validate_trainjob)."""
+    if not NAME.match(name) or len(name) > 63:
+        raise ValueError(f"TrainJob name {name!r}: expected an RFC 1035 label of at most 63 characters")
+    env = _env(options, environ)
+    command, args = _command(cfg, resources, output_uri, env)
+    trainer: dict = {
+        "numNodes": resources.nodes,
+        "numProcPerNode": resources.procs_per_node,
+        "command": command,
+        "args": args,
+        "env": env,
+    }
+    if resources.gpus_per_node:
+        gpus = str(resources.gpus_per_node)
+        trainer["resourcesPerNode"] = {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}}
+    if options.image:
+        trainer["image"] = options.image
+    metadata: dict = {
+        "name": name,
+        "labels": {"app.kubernetes.io/part-of": "invfold", "app.kubernetes.io/component": "train",
+                   "invfold.dev/strategy": cfg.strategy},
+    }
+    if options.pipeline_run_id:
+        metadata["annotations"] = {"invfold.dev/pipeline-run-id": options.pipeline_run_id}
+    if options.namespace:
+        metadata["namespace"] = options.namespace
+    if options.owner_pod_name and options.owner_pod_uid:
+        metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": options.owner_pod_name,
+                                        "uid": options.owner_pod_uid, "blockOwnerDeletion": False}]
+    spec: dict = {
+        "runtimeRef": {"apiGroup": GROUP, "kind": "ClusterTrainingRuntime",
+                       "name": runtime_name(cfg.strategy, options.runtime_prefix)},
+        "trainer": trainer,
+    }
+    patches = _runtime_patches(cfg.strategy, options)
+    if patches:
+        spec["runtimePatches"] = patches
+    return {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata, "spec": spec}

@@ -1,0 +1,146 @@
+"""Backbone featurization as pure tensor ops (exportable with a dynamic length).
+
+Everything here works on [B, L, ...] tensors with a neighbour list E_idx [B, L, K]; no dense
+[B, L, L] tensor is built except the one CA distance matrix the k-nearest-neighbour search needs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+# ProteinMPNN's ideal virtual C-beta from N, CA, C.
+CB_A, CB_B, CB_C = -0.58273431, 0.56802827, -0.54067466
+RBF_MIN, RBF_MAX = 2.0, 22.0
+# Distance given to masked pairs so they sort after every real neighbour (finite: no inf*0).
+FAR = 1.0e6
+
+
+def virtual_cb(X: torch.Tensor) -> torch.Tensor:
+    n, ca, c = X[..., 0, :], X[..., 1, :], X[..., 2, :]
+    b = ca - n
+    cc = c - ca
+    return CB_A * torch.cross(b, cc, dim=-1) + CB_B * b + CB_C * cc + ca
+
+
+def backbone_atoms(X: torch.Tensor) -> torch.Tensor:
+    """[B, L, 5, 3]: N, CA, C, O and the virtual CB."""
+    return torch.cat([X, virtual_cb(X).unsqueeze(-2)], dim=-2)
+
+
+def gather_nodes(x: torch.Tensor, E_idx: torch.Tensor) -> torch.Tensor:
+    """x [B, L, C] at neighbours E_idx [B, N, K] -> [B, N, K, C].
+
+    One row lookup (index_select, ONNX Gather) into x flattened to [B * L, C]: much faster than
+    torch.gather with an index expanded over C, in eager and in onnxruntime alike.
+    """
+    b, n, k = E_idx.shape
+    length, channels = x.shape[1], x.shape[2]
+    offsets = torch.arange(b, device=E_idx.device).reshape(b, 1, 1) * length
+    rows = (E_idx + offsets).reshape(b * n * k)
+    return x.reshape(b * length, channels).index_select(0, rows).reshape(b, n, k, channels)
+
+
+def segment_ids(residue_index: torch.Tensor) -> torch.Tensor:
+    """[B, L] int: increases by one after every chain break (numbering jump > 1)."""
+    breaks = torch.abs(residue_index[:, 1:] - residue_index[:, :-1]) > 1
+    zero = torch.zeros_like(residue_index[:, :1])
+    return torch.cat([zero, torch.cumsum(breaks.to(residue_index.dtype), dim=1)], dim=1)
+
+
+def knn_graph(CA: torch.Tensor, mask: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """k nearest observed residues by CA distance, self included.
+
+    Returns E_idx [B, L, k] (long) and nb_mask [B, L, k] (float, 1 = a real observed neighbour).
+    Chains shorter than k get extra masked entries: k far-away dummy columns are appended before
+    the top-k, so no Python branch on the length is needed.
+    """
+    b, length = mask.shape
+    diff = CA.unsqueeze(2) - CA.unsqueeze(1)
+    D = torch.sqrt((diff * diff).sum(-1) + 1e-6)
+    pair = (mask.unsqueeze(2) * mask.unsqueeze(1)) > 0
+    D = torch.where(pair, D, torch.full_like(D, FAR))
+    D = torch.cat([D, torch.full_like(D[:, :, :1], 2 * FAR).expand(b, length, k)], dim=2)
+    _, E_idx = torch.topk(D, k, dim=-1, largest=False, sorted=False)
+    real = E_idx < length
+    E_idx = torch.where(real, E_idx, torch.zeros_like(E_idx))
+    nb_mask = gather_nodes(mask.unsqueeze(-1), E_idx).squeeze(-1) * real.to(mask.dtype)
+    nb_mask = nb_mask * mask.unsqueeze(-1)
+    return E_idx, nb_mask
+
+
+def rbf_features(atoms: torch.Tensor, E_idx: torch.Tensor, num_rbf: int) -> torch.Tensor:
+    """RBF-encoded distances of all 25 atom pairs (i atom a, neighbour atom b) at once.
+
+    atoms [B, L, 5, 3] -> [B, L, K, 25 * num_rbf].
+    """
+    b, length = atoms.shape[:2]
+    nb = gather_nodes(atoms.reshape(b, length, 15), E_idx)
+    nb = nb.reshape(b, length, E_idx.shape[2], 1, 5, 3)
+    diff = atoms.reshape(b, length, 1, 5, 1, 3) - nb
+    d = torch.sqrt((diff * diff).sum(-1) + 1e-6)  # [B, L, K, 5, 5]
+    sigma = (RBF_MAX - RBF_MIN) / num_rbf
+    mu = torch.linspace(RBF_MIN / sigma, RBF_MAX / sigma, num_rbf, device=atoms.device, dtype=atoms.dtype)
+    z = d.unsqueeze(-1) * (1.0 / sigma) - mu  # (d - mu) / sigma with mu pre-scaled
+    # capping z^2 keeps exp() out of denormal floats (~8x slower on CPU); exp(-60) ~ 1e-26
+    return torch.exp(-(z * z).clamp(max=60.0)).reshape(b, length, E_idx.shape[2], 25 * num_rbf)
+
+
+def relative_position_buckets(residue_index: torch.Tensor, E_idx: torch.Tensor,
+                              max_relative: int) -> torch.Tensor:
+    """[B, L, K] long in [0, 2 * max_relative + 1]: clipped offset, or the last bucket across a
+    chain break (pairs in different segments)."""
+    seg = segment_ids(residue_index)
+    ridx_nb = gather_nodes(residue_index.unsqueeze(-1), E_idx).squeeze(-1)
+    seg_nb = gather_nodes(seg.unsqueeze(-1), E_idx).squeeze(-1)
+    offset = torch.clamp(ridx_nb - residue_index.unsqueeze(-1), -max_relative, max_relative)
+    bucket = offset + max_relative
+    return torch.where(seg_nb == seg.unsqueeze(-1), bucket, torch.full_like(bucket, 2 * max_relative + 1))
+
+
+def local_frames(X: torch.Tensor) -> torch.Tensor:
+    """[B, L, 3, 3] orthonormal frames (columns e1, e2, e3) from N, CA, C."""
+    n, ca, c = X[..., 0, :], X[..., 1, :], X[..., 2, :]
+    e1 = F.normalize(c - ca, dim=-1)
+    u2 = n - ca
+    e2 = F.normalize(u2 - (u2 * e1).sum(-1, keepdim=True) * e1, dim=-1)
+    e3 = torch.cross(e1, e2, dim=-1)
+    return torch.stack([e1, e2, e3], dim=-1)
+
+
+def orientation_features(X: torch.Tensor, atoms: torch.Tensor, E_idx: torch.Tensor) -> torch.Tensor:
+    """Per edge: unit directions from CA_i to the neighbour's 5 atoms in i's frame (15) and the
+    relative rotation R_i^T R_j (9) -> [B, L, K, 24]."""
+    b, length, k = E_idx.shape
+    R = local_frames(X)
+    nb_atoms = gather_nodes(atoms.reshape(b, length, 15), E_idx).reshape(b, length, k * 5, 3)
+    v = F.normalize(nb_atoms - X[:, :, 1:2, :], dim=-1)
+    directions = torch.matmul(v, R).reshape(b, length, k, 15)
+    R_nb = gather_nodes(R.reshape(b, length, 9), E_idx).reshape(b, length, k, 3, 3)
+    rel = torch.matmul(R.transpose(-1, -2).unsqueeze(2), R_nb).reshape(b, length, k, 9)
+    return torch.cat([directions, rel], dim=-1)
+
+
+def dihedral_features(X: torch.Tensor, mask: torch.Tensor, residue_index: torch.Tensor) -> torch.Tensor:
+    """cos/sin of phi, psi, omega -> [B, L, 6]; zero where a dihedral would cross a chain break
+    or touch an unobserved residue (so masked coordinates never leak into their neighbours)."""
+    b, length = mask.shape
+    # N0 CA0 C0 N1 ... with one zero atom before and two after: dihedral s then spans original
+    # atoms s-1..s+2, so residue i holds phi_i, psi_i, omega_i at s = 3i, 3i+1, 3i+2 (terminal
+    # values touch the zero atoms and are masked below). Padding instead of shifting keeps every
+    # slice non-empty at L = 1, which onnxruntime's slice fusion needs.
+    atoms = X[:, :, :3, :].reshape(b, 3 * length, 3)
+    chain = torch.cat([torch.zeros_like(atoms[:, :1]), atoms, torch.zeros_like(atoms[:, :2])], dim=1)
+    U = F.normalize(chain[:, 1:] - chain[:, :-1], dim=-1)
+    u2, u1, u0 = U[:, :-2], U[:, 1:-1], U[:, 2:]
+    n2 = F.normalize(torch.cross(u2, u1, dim=-1), dim=-1)
+    n1 = F.normalize(torch.cross(u1, u0, dim=-1), dim=-1)
+    cos = (n2 * n1).sum(-1).reshape(b, length, 3)
+    sin = (torch.cross(n2, n1, dim=-1) * u1).sum(-1).reshape(b, length, 3)
+    seg = segment_ids(residue_index)
+    zero = torch.zeros_like(mask[:, :1])
+    same_prev = torch.cat([zero, (seg[:, 1:] == seg[:, :-1]).to(mask.dtype)], dim=1)
+    prev_ok = mask * torch.cat([zero, mask[:, :-1]], dim=1) * same_prev
+    next_ok = mask * torch.cat([mask[:, 1:], zero], dim=1) * torch.cat([same_prev[:, 1:], zero], dim=1)
+    valid = torch.stack([prev_ok, next_ok, next_ok], dim=-1)
+    return torch.cat([cos * valid, sin * valid], dim=-1)

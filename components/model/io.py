@@ -1,0 +1,73 @@
+"""Saving and loading a model as one torch file: {"format", "config", "state_dict"}.
+
+Loading uses torch.load(weights_only=True): the file holds only tensors and plain containers,
+so a checkpoint from elsewhere cannot run code. Paths may be local or fsspec URIs.
+"""
+
+from __future__ import annotations
+
+import io as _io
+import os
+
+import torch
+
+from .config import ModelConfig
+from .network import InverseFoldingModel
+
+FORMAT = "invfold.model/1"
+
+
+def _open(path: str, mode: str):
+    import fsspec
+
+    return fsspec.open(path, mode).open()
+
+
+def model_payload(model: InverseFoldingModel) -> dict:
+    """What save_model writes (fp32 CPU tensors), e.g. for embedding in a training checkpoint."""
+    state = {k: v.detach().to("cpu", torch.float32) if v.is_floating_point() else v.detach().cpu()
+             for k, v in model.state_dict().items()}
+    return {"format": FORMAT, "config": model.cfg.to_dict(), "state_dict": state}
+
+
+def model_from_payload(payload: dict, source: str = "<memory>") -> InverseFoldingModel:
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
+        raise ValueError(f"{source}: not an invfold model file (format {found!r}, "
+                         f"expected {FORMAT!r})")
+    try:
+        cfg = ModelConfig.from_dict(payload["config"])
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{source}: invalid model config: {err}") from None
+    model = InverseFoldingModel(cfg)
+    model.load_state_dict(payload["state_dict"])
+    model.eval()
+    return model
+
+
+def save_model(path: str | os.PathLike, model: InverseFoldingModel) -> None:
+    """Write atomically for local paths (temp file + rename)."""
+    buffer = _io.BytesIO()
+    torch.save(model_payload(model), buffer)
+    path = str(path)
+    if "://" not in path or path.startswith("file://"):
+        local = path.removeprefix("file://")
+        os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
+        tmp = f"{local}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as fh:
+            fh.write(buffer.getvalue())
+        os.replace(tmp, local)
+        return
+    with _open(path, "wb") as fh:
+        fh.write(buffer.getvalue())
+
+
+def load_model(path: str | os.PathLike, map_location: str = "cpu") -> InverseFoldingModel:
+    """Rebuild the model from its file; eval mode."""
+    with _open(str(path), "rb") as fh:
+        data = fh.read()
+    try:
+        payload = torch.load(_io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as err:  # torch raises several types for corrupt / foreign files
+        raise ValueError(f"{path}: cannot read as an invfold model file: {err}") from None
+    return model_from_payload(payload, source=str(path))

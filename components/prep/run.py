@@ -1,0 +1,340 @@
+"""The prep step: validate -> normalize -> filter -> split -> write shards -> card.
+
+Records stream from the reader through the checks straight into per-dataset Arrow writers, so
+memory follows the record-batch size, not the input. With a split file, one pass. Without one,
+a first pass keeps only names, sequences and labels of the chains that pass the checks (about
+1/50 of the input), decides the split, and a second pass streams the records; both passes apply
+the same checks, so they keep the same chains.
+
+Policy for what is dropped (every drop counted by reason in the card):
+- input defects: what the reader skips (see protein/errors.py), `duplicate_name` (a name seen
+  before; the first occurrence wins), `invalid_letters` (a sequence character that is not an
+  upper-case letter), `no_observed_residue`; and split/subset names absent from the set (counted
+  per split, warned). `strict=True` makes each of these an InputError.
+- filters (choices of what to train on, never errors): `unknown_letters` (outside the alphabet),
+  `too_long`, `too_short`, `low_observed_fraction`, `not_in_split_file`.
+Counts always reconcile: read = kept + reader skips + filter drops (asserted, and in the card).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from invfold.components.protein import io as protein_io
+from invfold.components.protein.errors import InputError, Skip
+from invfold.components.protein.record import ChainRecord
+from invfold.components.protein.sources import read_protein_set
+from invfold.components.protein.splits import read_split_file
+
+from . import split as splitting
+from .card import CARD_JSON, CARD_MD, CompositionStats, write_card
+from .config import SPLIT_NAMES, PrepConfig
+from .shards import FORMAT, INDEX_FILE, DatasetWriter, content_digest, dataset_file
+
+log = logging.getLogger(__name__)
+
+STRICT_REASONS = ("duplicate_name", "invalid_letters", "no_observed_residue")
+INVALID_LETTER = re.compile(r"[^A-Z]")
+
+
+@dataclass
+class PrepResult:
+    output: str
+    digest: str
+    counts: dict
+    datasets: dict[str, int]
+    card: dict
+    seconds: float
+
+
+class _Screen:
+    """Validates, normalizes and filters one pass of records, counting everything it drops."""
+
+    def __init__(self, cfg: PrepConfig):
+        self.cfg = cfg
+        self.unknown_letter = re.compile(f"[^{re.escape(cfg.alphabet)}]")
+        self.read = 0
+        self.reader_skips: Counter = Counter()
+        self.filtered: Counter = Counter()
+        self.examples: dict[str, str] = {}
+        self.names: set[str] = set()
+
+    def check(self, item: ChainRecord | Skip) -> ChainRecord | None:
+        self.read += 1
+        if isinstance(item, Skip):
+            self.reader_skips[item.reason] += 1
+            self.examples.setdefault(item.reason, item.message)
+            if item.name:
+                self.names.add(item.name)
+            return None
+        record = item
+        if record.name in self.names:
+            return self.drop(record, "duplicate_name", "name", "a name not used by an earlier record", "a repeat")
+        self.names.add(record.name)
+        bad = INVALID_LETTER.search(record.seq)
+        if bad:
+            return self.drop(record, "invalid_letters", "seq", "upper-case residue letters",
+                             f"{bad.group()!r} at residue {bad.start()}")
+        bad = self.unknown_letter.search(record.seq)
+        if bad:
+            return self.drop(record, "unknown_letters", "seq", f"letters of {self.cfg.alphabet}",
+                             f"{bad.group()!r} at residue {bad.start()}")
+        length = len(record.seq)
+        if length > self.cfg.max_length:
+            return self.drop(record, "too_long", "seq", f"at most {self.cfg.max_length} residues", length)
+        if length < self.cfg.min_length:
+            return self.drop(record, "too_short", "seq", f"at least {self.cfg.min_length} residues", length)
+        observed = int(np.count_nonzero(record.mask))
+        if observed == 0:
+            return self.drop(record, "no_observed_residue", "coords", "at least one residue with N, CA, C, O",
+                             "none")
+        if observed < self.cfg.min_observed_fraction * length:
+            return self.drop(record, "low_observed_fraction", "coords",
+                             f"at least {self.cfg.min_observed_fraction:g} of residues observed",
+                             f"{observed}/{length}")
+        return record
+
+    def drop(self, record: ChainRecord, reason: str, field: str, expected: str, got) -> None:
+        if self.cfg.strict and reason in STRICT_REASONS:
+            raise InputError(record.source or self.cfg.input, f"record '{record.name}'", field, expected, got,
+                             reason=reason, name=record.name)
+        self.filtered[reason] += 1
+        self.examples.setdefault(reason, f"{record.source or record.name}: {reason} ({field}: expected "
+                                         f"{expected}, got {got})")
+        return None
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.reader_skips.values()) + sum(self.filtered.values())
+
+
+def _progress_enabled() -> bool:
+    return sys.stderr.isatty() and os.environ.get("INVFOLD_NO_PROGRESS") != "1"
+
+
+def _with_progress(items: Iterable, label: str, log_every: int) -> Iterator:
+    """Yields items unchanged, showing a transient count on stderr (a TTY only) and logging a line
+    every `log_every` items."""
+    start = time.monotonic()
+    progress = None
+    if _progress_enabled():
+        from rich.console import Console
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                            TextColumn("{task.completed} records"), TimeElapsedColumn(),
+                            console=Console(stderr=True), transient=True)
+        progress.start()
+        task = progress.add_task(label)
+    n = 0
+    try:
+        for n, item in enumerate(items, 1):
+            yield item
+            if progress is not None and n % 64 == 0:
+                progress.update(task, completed=n)
+            if n % log_every == 0:
+                log.info("%s: %d records (%.0f/s)", label, n, n / max(time.monotonic() - start, 1e-9))
+    finally:
+        if progress is not None:
+            progress.stop()
+    log.info("%s: %d records in %.1f s", label, n, time.monotonic() - start)
+
+
+def _read_splits(cfg: PrepConfig) -> tuple[dict[str, list[str]] | None, dict[str, list[str]]]:
+    splits = None
+    if cfg.split_file:
+        parsed = read_split_file(cfg.split_file)
+        if not parsed.splits:
+            raise InputError(cfg.split_file, None, None, "a split file with train / validation / test lists",
+                             "a subset file (only a 'test' list); pass it as a subset file", reason="not_a_split_file")
+        splits = parsed.splits
+    subsets: dict[str, list[str]] = {}
+    for path in cfg.subset_files:
+        parsed = read_split_file(path)
+        if parsed.splits or not parsed.subsets:
+            raise InputError(path, None, None, "a subset file with only a 'test' list",
+                             "train / validation lists; pass it as the split file", reason="not_a_subset_file")
+        for name, names in parsed.subsets.items():
+            if name in subsets or name in SPLIT_NAMES:
+                raise InputError(path, None, None, "a subset name not used already", f"'{name}'",
+                                 reason="duplicate_subset")
+            subsets[name] = names
+    return splits, subsets
+
+
+def _make_split(cfg: PrepConfig) -> tuple[dict[str, str], dict]:
+    """First pass: the kept chains' sequences and labels -> name -> split, and the card's split entry."""
+    screen = _Screen(cfg)
+    seqs: dict[str, str] = {}
+    labels: dict[str, tuple[str | None, str | None]] = {}
+    for item in _with_progress(read_protein_set(cfg.input, strict=cfg.strict), "prep: pass 1 (split)", cfg.log_every):
+        record = screen.check(item)
+        if record is not None:
+            seqs[record.name] = record.seq
+            labels[record.name] = (splitting.cath_topology(record.cath), record.cluster)
+    method = splitting.choose_method(cfg.split_by, list(labels.values()))
+    tool = splitting.resolve_tool(cfg.identity_tool)
+    if method == "cath":
+        groups = {name: f"cath:{labels[name][0]}" for name in seqs}
+    elif method == "cluster":
+        groups = {name: f"cluster:{labels[name][1]}" for name in seqs}
+    else:
+        clusters = splitting.cluster_sequences(seqs, cfg.identity_threshold, tool)
+        groups = {name: f"identity:{clusters[name]}" for name in seqs}
+    sizes = Counter(groups.values())
+    by_group = splitting.assign_groups(dict(sorted(sizes.items())), cfg.split_fractions, cfg.seed)
+    assignment = {name: by_group[group] for name, group in groups.items()}
+    split_info = {"method": method, "tool": tool if method == "identity" else None, "groups": len(sizes),
+                  "highest_train_test_identity": _identity(assignment, seqs, tool)}
+    return assignment, split_info
+
+
+def _identity(assignment: dict[str, str], seqs: dict[str, str], tool: str) -> dict | None:
+    test = {n: seqs[n] for n, s in assignment.items() if s == "test"}
+    train = {n: seqs[n] for n, s in assignment.items() if s == "train"}
+    hit = splitting.highest_identity(test, train, tool)
+    return None if hit is None else {"identity": round(hit.identity, 4), "test": hit.test, "train": hit.train,
+                                     "tool": hit.tool}
+
+
+def run_prep(cfg: PrepConfig) -> PrepResult:
+    """Prepare `cfg.input` into `cfg.output`; raises InputError on bad input (see module policy)."""
+    start = time.monotonic()
+    splits, subsets = _read_splits(cfg)
+    if splits is None:
+        assignment, split_info = _make_split(cfg)
+    else:
+        assignment = {name: split for split, names in splits.items() for name in names}
+        split_info = {"method": "split_file", "tool": None}
+    subset_of: dict[str, list[str]] = {}
+    for subset, names in subsets.items():
+        for name in names:
+            subset_of.setdefault(name, []).append(subset)
+
+    dataset_names = list(SPLIT_NAMES) + sorted(subsets)
+    remote = protein_io.is_remote(cfg.output)
+    out_dir = Path(cfg.output.removeprefix("file://"))
+    if not remote:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".prep-", dir=None if remote else out_dir))
+    try:
+        screen = _Screen(cfg)
+        writers = {name: DatasetWriter(staging / dataset_file(name), cfg.batch_rows, cfg.batch_bytes)
+                   for name in dataset_names}
+        stats = CompositionStats()
+        collect_identity = splits is not None and cfg.check_identity
+        identity_seqs: dict[str, str] = {}
+        kept = 0
+        for item in _with_progress(read_protein_set(cfg.input, strict=cfg.strict), "prep", cfg.log_every):
+            record = screen.check(item)
+            if record is None:
+                continue
+            split = assignment.get(record.name)
+            targets = ([split] if split else []) + subset_of.get(record.name, [])
+            if not targets:
+                screen.drop(record, "not_in_split_file", "name", "a chain named in the split or subset files",
+                            "not named")
+                continue
+            for target in targets:
+                writers[target].add(record)
+            stats.add(record.seq, record.mask)
+            kept += 1
+            if collect_identity and split in ("train", "test"):
+                identity_seqs[record.name] = record.seq
+        for writer in writers.values():
+            writer.close()
+        if screen.read != kept + screen.skipped:
+            raise AssertionError(f"records do not reconcile: read {screen.read} != kept {kept} + skipped {screen.skipped}")
+        if kept == 0:
+            raise InputError(cfg.input, None, None, "at least one chain passing the checks",
+                             f"none of {screen.read} records ({dict(screen.reader_skips + screen.filtered)})",
+                             reason="nothing_kept")
+
+        split_info["absent_from_set"] = _absent(cfg, splits, subsets, screen.names)
+        if collect_identity:
+            split_info["highest_train_test_identity"] = _identity(
+                {n: assignment[n] for n in identity_seqs}, identity_seqs, splitting.resolve_tool(cfg.identity_tool))
+        split_info["subset_members_by_split"] = {
+            subset: dict(Counter(assignment.get(n, "none") for n in names if n in screen.names))
+            for subset, names in sorted(subsets.items())
+        }
+
+        digest = content_digest(staging, dataset_names)
+        index = {
+            "format": FORMAT,
+            "digest": digest,
+            "datasets": {name: {"file": dataset_file(name), "rows": len(writers[name].lengths),
+                                "residues": int(sum(writers[name].lengths)), "lengths": writers[name].lengths}
+                         for name in dataset_names},
+        }
+        counts = {"read": screen.read, "kept": kept, "skipped": screen.skipped,
+                  "reader_skipped": sum(screen.reader_skips.values()), "filtered": sum(screen.filtered.values())}
+        card = {
+            "format": FORMAT,
+            "digest": digest,
+            "counts": counts,
+            "dropped": dict(sorted((screen.reader_skips + screen.filtered).items())),
+            "drop_examples": dict(sorted(screen.examples.items())),
+            "datasets": {name: {"chains": len(w.lengths), "residues": int(sum(w.lengths)),
+                                "median_length": float(np.median(w.lengths)) if w.lengths else 0.0}
+                         for name, w in writers.items()},
+            "split": split_info,
+            "kept": stats.summary(cfg.max_length),
+            "options": cfg.options(),
+        }
+        (staging / INDEX_FILE).write_text(json.dumps(index) + "\n")  # datasets in order: splits, subsets
+        write_card(staging, card)
+        _publish(staging, cfg.output, remote, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    seconds = time.monotonic() - start
+    log.info("prep: kept %d of %d records (%s) in %.1f s; digest %s", kept, screen.read,
+             ", ".join(f"{k} {v}" for k, v in card["dropped"].items()) or "nothing dropped", seconds, digest)
+    return PrepResult(cfg.output, digest, counts, {n: d["chains"] for n, d in card["datasets"].items()}, card, seconds)
+
+
+def _absent(cfg: PrepConfig, splits, subsets, seen: set[str]) -> dict[str, int]:
+    named = dict(splits or {}) | subsets
+    absent = {name: [n for n in names if n not in seen] for name, names in named.items()}
+    total = sum(len(v) for v in absent.values())
+    if total:
+        detail = ", ".join(f"{k} {len(v)} (e.g. '{v[0]}')" for k, v in absent.items() if v)
+        source = cfg.split_file or cfg.subset_files[0]
+        if cfg.strict:
+            raise InputError(source, None, None, "every named chain present in the protein set",
+                             f"{total} absent: {detail}", reason="absent_from_set")
+        warnings.warn(f"{source}: {total} named chain(s) absent from {cfg.input}: {detail}", stacklevel=3)
+        log.warning("split names absent from the set: %s", detail)
+    return {name: len(v) for name, v in absent.items()}
+
+
+def _publish(staging: Path, output: str, remote: bool, out_dir: Path) -> None:
+    """Move the finished files into place, replacing a previous prep output there."""
+    files = sorted(p for p in staging.iterdir() if p.is_file())
+    if remote:
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(output)
+        fs.makedirs(root, exist_ok=True)
+        for path in files:
+            fs.put_file(str(path), f"{root.rstrip('/')}/{path.name}")
+        return
+    for old in list(out_dir.glob("*.arrow")) + [out_dir / n for n in (INDEX_FILE, CARD_JSON, CARD_MD)]:
+        if old.exists():
+            old.unlink()
+    for path in files:
+        os.replace(path, out_dir / path.name)

@@ -1,0 +1,254 @@
+"""Prepared datasets on disk: one Arrow IPC file per dataset, an index, and their reader.
+
+Why Arrow IPC (the uncompressed file format): a file is memory-mapped and its columns are read
+zero-copy, so opening a dataset costs nothing and a row costs only its own pages; the `length`
+column alone gives the trainer what it needs to bucket by length without touching coordinates;
+it is written in bounded record batches (memory follows the batch size, not the dataset size);
+and pyarrow, already a dependency of the MLflow/KFP stack, reads it everywhere. The bytes depend
+only on the rows (no timestamps or host data in schema metadata or footer), so equal inputs give
+equal files and equal digests.
+
+Columns: name, seq (string); coords (list<float32>, N/CA/C/O x/y/z flattened, L*12, NaN where
+missing); residue_index (list<int32>); num_chains, length (int32); cath (list<string>); cluster
+(string, null when absent). The mask is not stored: it is `isfinite(coords)` over each residue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from invfold.components.protein import io as protein_io
+from invfold.components.protein.record import ChainRecord, observed_mask
+
+from .card import CARD_JSON, CARD_MD
+
+FORMAT = "invfold-prep/1"
+INDEX_FILE = "index.json"
+
+SCHEMA = pa.schema(
+    [
+        ("name", pa.string()),
+        ("seq", pa.string()),
+        ("coords", pa.list_(pa.float32())),
+        ("residue_index", pa.list_(pa.int32())),
+        ("num_chains", pa.int32()),
+        ("length", pa.int32()),
+        ("cath", pa.list_(pa.string())),
+        ("cluster", pa.string()),
+    ],
+    metadata={"format": FORMAT},
+)
+
+
+def dataset_file(name: str) -> str:
+    return f"{name}.arrow"
+
+
+class DatasetWriter:
+    """Appends records to one Arrow IPC file, flushing a record batch every `batch_rows` rows or
+    `batch_bytes` of coordinates, whichever comes first."""
+
+    def __init__(self, path: Path, batch_rows: int, batch_bytes: int):
+        self.path = path
+        self._sink = pa.OSFile(str(path), "wb")
+        self._writer = pa.ipc.new_file(self._sink, SCHEMA)
+        self._batch_rows, self._batch_bytes = batch_rows, batch_bytes
+        self._rows: list[ChainRecord] = []
+        self._bytes = 0
+        self.lengths: list[int] = []
+
+    def add(self, record: ChainRecord) -> None:
+        self._rows.append(record)
+        self._bytes += record.coords.nbytes
+        self.lengths.append(len(record.seq))
+        if len(self._rows) >= self._batch_rows or self._bytes >= self._batch_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows:
+            return
+        rows = self._rows
+        lengths = np.array([len(r.seq) for r in rows], dtype=np.int32)
+        coord_offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+        np.cumsum(lengths * 12, out=coord_offsets[1:])
+        index_offsets = np.zeros(len(rows) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=index_offsets[1:])
+        coords = np.concatenate([np.ascontiguousarray(r.coords, dtype=np.float32).reshape(-1) for r in rows])
+        residue_index = np.concatenate([np.asarray(r.residue_index, dtype=np.int32) for r in rows])
+        batch = pa.record_batch(
+            [
+                pa.array([r.name for r in rows], pa.string()),
+                pa.array([r.seq for r in rows], pa.string()),
+                pa.ListArray.from_arrays(pa.array(coord_offsets), pa.array(coords, pa.float32())),
+                pa.ListArray.from_arrays(pa.array(index_offsets), pa.array(residue_index, pa.int32())),
+                pa.array([r.num_chains for r in rows], pa.int32()),
+                pa.array(lengths),
+                pa.array([list(r.cath) for r in rows], pa.list_(pa.string())),
+                pa.array([r.cluster for r in rows], pa.string()),
+            ],
+            schema=SCHEMA,
+        )
+        self._writer.write_batch(batch)
+        self._rows, self._bytes = [], 0
+
+    def close(self) -> None:
+        self._flush()
+        self._writer.close()
+        self._sink.close()
+
+
+def content_digest(root: Path, names: list[str]) -> str:
+    """sha256 over (name, size, bytes) of each dataset file, in sorted name order."""
+    h = hashlib.sha256()
+    for name in sorted(names):
+        path = root / dataset_file(name)
+        h.update(f"{name}\0{path.stat().st_size}\0".encode())
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                h.update(chunk)
+    return "sha256:" + h.hexdigest()
+
+
+class ShardedDataset(Sequence):
+    """Rows of one dataset as ChainRecords, read on demand from the memory-mapped file.
+
+    `lengths` (int32) comes from the length column alone. Picklable (reopens the file), so it can
+    go to DataLoader workers.
+    """
+
+    def __init__(self, path: str | os.PathLike, name: str):
+        self.path, self.name = Path(path), name
+        self._open()
+
+    def _open(self) -> None:
+        self._map = pa.memory_map(str(self.path), "r")
+        reader = pa.ipc.open_file(self._map)
+        self._batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        counts = np.array([b.num_rows for b in self._batches], dtype=np.int64)
+        self._starts = np.concatenate([[0], np.cumsum(counts)])
+        self.lengths = np.concatenate(
+            [b.column("length").to_numpy() for b in self._batches] or [np.zeros(0, np.int32)]
+        ).astype(np.int32)
+        self._views: dict[int, tuple] = {}
+
+    def __getstate__(self):
+        return {"path": self.path, "name": self.name}
+
+    def __setstate__(self, state):
+        self.path, self.name = state["path"], state["name"]
+        self._open()
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    def _batch_views(self, b: int) -> tuple:
+        views = self._views.get(b)
+        if views is None:
+            batch = self._batches[b]
+            coords, ridx = batch.column("coords"), batch.column("residue_index")
+            views = (coords.offsets.to_numpy(), coords.values.to_numpy(),
+                     ridx.offsets.to_numpy(), ridx.values.to_numpy(), batch)
+            self._views[b] = views
+        return views
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(f"row {index} out of range for dataset '{self.name}' of {n} rows")
+        b = int(np.searchsorted(self._starts, index, side="right") - 1)
+        j = index - int(self._starts[b])
+        coord_off, coord_val, ridx_off, ridx_val, batch = self._batch_views(b)
+        coords = coord_val[coord_off[j] : coord_off[j + 1]].reshape(-1, 4, 3).copy()
+        cluster = batch.column("cluster")[j].as_py()
+        return ChainRecord(
+            name=batch.column("name")[j].as_py(),
+            seq=batch.column("seq")[j].as_py(),
+            coords=coords,
+            mask=observed_mask(coords),
+            residue_index=ridx_val[ridx_off[j] : ridx_off[j + 1]].copy(),
+            num_chains=int(batch.column("num_chains")[j].as_py()),
+            cath=tuple(batch.column("cath")[j].as_py()),
+            cluster=cluster,
+            source=f"{self.path.name}#{index}",
+        )
+
+
+@dataclass
+class PreparedData:
+    """A prepared folder: its card, digest, datasets (name -> index entry) and their readers."""
+
+    root: Path
+    index: dict
+    card: dict
+
+    @property
+    def digest(self) -> str:
+        return self.index["digest"]
+
+    @property
+    def datasets(self) -> list[str]:
+        return list(self.index["datasets"])
+
+    def open(self, name: str) -> ShardedDataset:
+        if name not in self.index["datasets"]:
+            raise KeyError(f"no dataset '{name}' in {self.root} (has {self.datasets})")
+        return ShardedDataset(self.root / self.index["datasets"][name]["file"], name)
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("INVFOLD_CACHE_DIR") or Path.home() / ".cache" / "invfold") / "prepared"
+
+
+def open_prepared(root: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> PreparedData:
+    """Open a prep output folder; a remote one (s3://, http(s)://, ...) is downloaded once into
+    `cache_dir`/<digest> and verified against its digest."""
+    if protein_io.is_remote(root):
+        root = _cached_copy(str(root).rstrip("/"), Path(cache_dir) if cache_dir else default_cache_dir())
+    root = Path(str(root).removeprefix("file://"))
+    index = json.loads((root / INDEX_FILE).read_text())
+    if index.get("format") != FORMAT:
+        raise ValueError(f"{root / INDEX_FILE}: expected format {FORMAT!r}, got {index.get('format')!r}")
+    card_path = root / CARD_JSON
+    card = json.loads(card_path.read_text()) if card_path.exists() else {}
+    return PreparedData(root, index, card)
+
+
+def _cached_copy(uri: str, cache_dir: Path) -> Path:
+    index = protein_io.load_json(f"{uri}/{INDEX_FILE}")
+    digest = index["digest"].split(":", 1)[-1]
+    target = cache_dir / digest
+    if (target / INDEX_FILE).exists():
+        return target
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".download-", dir=cache_dir))
+    try:
+        files = [entry["file"] for entry in index["datasets"].values()] + [CARD_JSON, CARD_MD]
+        for name in files:
+            with protein_io.open_binary(f"{uri}/{name}") as src, open(staging / name, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+        got = content_digest(staging, list(index["datasets"]))
+        if got != index["digest"]:
+            raise ValueError(f"{uri}: downloaded datasets have digest {got}, index says {index['digest']}")
+        (staging / INDEX_FILE).write_text(json.dumps(index) + "\n")
+        try:
+            staging.rename(target)
+        except OSError:  # another process finished the same download first
+            if not (target / INDEX_FILE).exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

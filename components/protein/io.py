@@ -1,0 +1,146 @@
+"""The one place that opens input paths: local files or remote URIs (s3://, gs://, http(s)://,
+file://) through fsspec, with gzip detected by its magic bytes rather than the file name."""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import gzip
+import io
+import json
+import os
+import zlib
+from collections.abc import Iterable, Iterator
+from typing import BinaryIO, TextIO
+
+from .errors import InputError
+
+GZIP_MAGIC = b"\x1f\x8b"
+# What a damaged or truncated gzip stream raises while it is being read.
+GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
+
+
+def is_remote(uri: str | os.PathLike) -> bool:
+    """True for any URI with a scheme other than file:// (those go through fsspec)."""
+    text = str(uri)
+    return "://" in text and not text.startswith("file://")
+
+
+def _local_path(uri: str | os.PathLike) -> str:
+    text = os.fspath(uri)
+    return text[len("file://"):] if text.startswith("file://") else text
+
+
+def _fs(uri: str):
+    import fsspec
+
+    return fsspec.core.url_to_fs(uri)
+
+
+def basename(uri: str | os.PathLike) -> str:
+    return str(uri).rstrip("/").rsplit("/", 1)[-1]
+
+
+def strip_gz(name: str) -> str:
+    return name[:-3] if name.lower().endswith(".gz") else name
+
+
+@contextlib.contextmanager
+def _open_raw(uri: str | os.PathLike) -> Iterator[BinaryIO]:
+    try:
+        if is_remote(uri):
+            fs, path = _fs(str(uri))
+            handle = fs.open(path, "rb")
+        else:
+            handle = open(_local_path(uri), "rb")
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
+        raise InputError(uri, None, None, "an existing file", type(err).__name__,
+                         reason="missing_file") from None
+    with handle:
+        yield handle
+
+
+@contextlib.contextmanager
+def open_binary(uri: str | os.PathLike) -> Iterator[BinaryIO]:
+    """A readable binary stream of the file's content, decompressed when it starts with the gzip
+    magic bytes. Reading a damaged gzip raises one of GZIP_ERRORS (see `gzip_error`)."""
+    with _open_raw(uri) as raw:
+        head = raw.read(2)
+        raw.seek(0)
+        if head == GZIP_MAGIC:
+            with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+                yield stream
+        else:
+            yield raw
+
+
+@contextlib.contextmanager
+def open_text(uri: str | os.PathLike) -> Iterator[TextIO]:
+    """UTF-8 text (a leading BOM is dropped), gzip detected as in `open_binary`."""
+    with open_binary(uri) as stream:
+        yield io.TextIOWrapper(stream, encoding="utf-8-sig")
+
+
+def gzip_error(uri: str | os.PathLike, err: Exception) -> InputError:
+    return InputError(uri, None, None, "a complete, valid gzip stream", f"{type(err).__name__}: {err}",
+                      reason="corrupt_gzip")
+
+
+def read_bytes(uri: str | os.PathLike) -> bytes:
+    """The whole (decompressed) content; a damaged gzip becomes an InputError."""
+    with open_binary(uri) as stream:
+        try:
+            return stream.read()
+        except GZIP_ERRORS as err:
+            raise gzip_error(uri, err) from None
+
+
+def is_dir(uri: str | os.PathLike) -> bool:
+    if not is_remote(uri):
+        return os.path.isdir(_local_path(uri))
+    fs, path = _fs(str(uri))
+    try:
+        return fs.isdir(path)
+    except (FileNotFoundError, OSError):
+        return False
+
+
+def exists(uri: str | os.PathLike) -> bool:
+    if not is_remote(uri):
+        return os.path.exists(_local_path(uri))
+    fs, path = _fs(str(uri))
+    return fs.exists(path)
+
+
+def list_files(uri: str | os.PathLike, patterns: Iterable[str]) -> list[str]:
+    """Files directly inside folder `uri` whose name matches any glob pattern (case-insensitive),
+    in sorted order so that every run reads them in the same order. Not recursive."""
+    patterns = [p.lower() for p in patterns]
+    if is_remote(uri):
+        fs, path = _fs(str(uri))
+        entries = [e for e in fs.ls(path, detail=True) if e.get("type") != "directory"]
+        names = [e["name"] for e in entries]
+        protocol = str(uri).split("://", 1)[0]
+        prefix = f"{protocol}://" if protocol not in ("http", "https") else ""
+        found = [n if "://" in n else prefix + n for n in names]
+    else:
+        root = _local_path(uri)
+        if not os.path.isdir(root):
+            raise InputError(uri, None, None, "an existing folder", "no such folder", reason="missing_file")
+        found = [os.path.join(root, n) for n in os.listdir(root) if os.path.isfile(os.path.join(root, n))]
+    return sorted(f for f in found if any(fnmatch.fnmatch(basename(f).lower(), p) for p in patterns))
+
+
+def load_json(path: str | os.PathLike):
+    """The whole file decoded (gzip detected, BOM tolerated); empty or invalid JSON raises."""
+    data = read_bytes(path)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    if not data.strip():
+        raise InputError(path, None, None, "a JSON document", "an empty file", reason="empty_file")
+    try:
+        return json.loads(data)
+    except ValueError as err:
+        where = err.lineno if isinstance(err, json.JSONDecodeError) else None
+        detail = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
+        raise InputError(path, where, None, "valid JSON", f"invalid JSON ({detail})", reason="invalid_json") from None

@@ -1,0 +1,42 @@
+"""Pick the reader for a protein set from its location (local path or remote URI).
+
+- a folder -> every PDB/mmCIF file in it (structure.read_structures);
+- *.jsonl or *.jsonl.gz -> chain set (jsonl.read_chain_set);
+- *.json (or .json.gz) -> TS50-style list (ts50.read_ts50; a split file is refused with a clear error);
+- *.pdb, *.ent, *.cif, *.mmcif (or .gz) -> that one structure file.
+Anything else raises InputError naming the accepted kinds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+from .errors import InputError, Skip
+from .io import basename, exists, is_dir, strip_gz
+from .jsonl import read_chain_set
+from .record import ChainRecord
+from .structure import read_structures
+from .ts50 import read_ts50
+
+Reader = Callable[..., Iterator[ChainRecord | Skip]]
+ACCEPTED = "a folder of PDB/mmCIF files, *.jsonl[.gz], *.json (TS50 list), *.pdb/*.ent/*.cif/*.mmcif[.gz]"
+
+
+def reader_for(uri: str | os.PathLike) -> Reader:
+    # Names first: asking an HTTP server whether a large file is a folder would download it.
+    name = strip_gz(basename(uri).lower())
+    if name.endswith(".jsonl"):
+        return read_chain_set
+    if name.endswith(".json"):
+        return read_ts50
+    if name.endswith((".pdb", ".ent", ".cif", ".mmcif")) or is_dir(uri):
+        return read_structures
+    if not exists(uri):
+        raise InputError(uri, None, None, "an existing file or folder", "nothing there", reason="missing_file")
+    raise InputError(uri, None, None, ACCEPTED, f"a file named {basename(uri)!r}", reason="unknown_format")
+
+
+def read_protein_set(uri: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:
+    """Records (and Skips) from any supported protein set; see the module docstring."""
+    return reader_for(uri)(uri, strict=strict)

@@ -1,0 +1,104 @@
+"""Reader for split files: `chain_set_splits.json` (or the `chain_set_split.json` spelling) with
+`train` / `validation` / `test` lists of chain names (+ optional `cath_nodes`), and subset files
+with only a `test` key (`test_split_L100.json`, `test_split_sc.json`) that become named evaluation
+subsets ("L100", "sc": the file stem without its `test_split_` prefix).
+
+Policy: split files are small and all-or-nothing, so every problem raises InputError: missing,
+empty or invalid file; a value that is not a list of names; a chain named in two splits (the error
+names the chain and both splits). A name repeated inside one split counts once. Keys other than
+train / validation / test / cath_nodes are ignored with a warning and listed in `ignored_keys`,
+so newer files with extra metadata still load.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .errors import InputError
+from .io import basename, load_json, strip_gz
+
+SPLIT_KEYS = ("train", "validation", "test")
+SPLIT_FILE_NAMES = ("chain_set_splits.json", "chain_set_split.json")
+SUBSET_PREFIX = "test_split_"
+
+
+@dataclass
+class SplitFile:
+    """splits: the train/validation/test lists a file names (empty for a subset-only file);
+    subsets: named evaluation subsets; cath_nodes: passed through as found."""
+
+    splits: dict[str, list[str]] = field(default_factory=dict)
+    subsets: dict[str, list[str]] = field(default_factory=dict)
+    cath_nodes: object = None
+    ignored_keys: tuple[str, ...] = ()
+
+
+def subset_name(path: str | os.PathLike) -> str:
+    stem = strip_gz(basename(path)).rsplit(".", 1)[0]
+    return stem[len(SUBSET_PREFIX):] if stem.startswith(SUBSET_PREFIX) and len(stem) > len(SUBSET_PREFIX) else stem
+
+
+def read_split_file(path: str | os.PathLike) -> SplitFile:
+    content = load_json(path)
+    if not isinstance(content, dict) or not set(content) & set(SPLIT_KEYS):
+        got = f"keys {sorted(content)}" if isinstance(content, dict) else type(content).__name__
+        raise InputError(path, None, None, "a JSON object with train / validation / test lists", got,
+                         reason="not_a_split_file")
+    lists = {}
+    for key in SPLIT_KEYS:
+        if key in content:
+            names = content[key]
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise InputError(path, None, key, "a list of chain names", _describe(names), reason="wrong_type")
+            lists[key] = list(dict.fromkeys(names))
+    ignored = tuple(sorted(k for k in content if k not in SPLIT_KEYS and k != "cath_nodes"))
+    if ignored:
+        warnings.warn(f"{path}: ignoring keys {list(ignored)} (known: {list(SPLIT_KEYS)} and cath_nodes)",
+                      stacklevel=2)
+    if set(lists) == {"test"}:
+        return SplitFile(subsets={subset_name(path): lists["test"]}, cath_nodes=content.get("cath_nodes"),
+                         ignored_keys=ignored)
+    _check_disjoint(path, lists)
+    splits = {key: lists.get(key, []) for key in SPLIT_KEYS}
+    return SplitFile(splits=splits, cath_nodes=content.get("cath_nodes"), ignored_keys=ignored)
+
+
+def read_split_files(paths: Iterable[str | os.PathLike]) -> SplitFile:
+    """One split file and any number of subset files, combined; two split files or two subsets
+    with one name are an error."""
+    combined = SplitFile()
+    for path in paths:
+        part = read_split_file(path)
+        if part.splits and combined.splits:
+            raise InputError(path, None, None, "one train/validation/test split file", "a second one",
+                             reason="duplicate_split_file")
+        if part.splits:
+            combined.splits, combined.cath_nodes = part.splits, part.cath_nodes
+        for name, names in part.subsets.items():
+            if name in combined.subsets:
+                raise InputError(path, None, None, f"a unique subset name", f"a second subset '{name}'",
+                                 reason="duplicate_subset")
+            combined.subsets[name] = names
+        combined.ignored_keys += part.ignored_keys
+    return combined
+
+
+def _check_disjoint(path, lists: dict[str, list[str]]) -> None:
+    owner: dict[str, str] = {}
+    for split, names in lists.items():
+        for name in names:
+            if name in owner:
+                raise InputError(path, f"chain '{name}'", None, "each chain in exactly one split",
+                                 f"it is in both '{owner[name]}' and '{split}'", reason="overlapping_splits",
+                                 name=name)
+            owner[name] = split
+
+
+def _describe(value) -> str:
+    if isinstance(value, list):
+        bad = next(v for v in value if not isinstance(v, str))
+        return f"a list holding {type(bad).__name__} {bad!r}"[:80]
+    return type(value).__name__

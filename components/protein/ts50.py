@@ -1,0 +1,40 @@
+"""Reader for TS50-style JSON lists: `[{"name", "seq", "coords": L x 4 x 3 (N, CA, C, O)}, ...]`.
+
+Entries are parsed like chain-set lines (the CATH atom-dict form of `coords` is accepted too;
+NaN tokens and nulls mark missing atoms). The file is small and read whole.
+
+Policy (see errors.py): a missing, empty, non-JSON or non-list file raises InputError (a split
+file given here says so); a bad entry is a Skip with the jsonl reasons, or an InputError with
+strict=True. Locations read "record 3" (0-based position in the list).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from .errors import InputError, Skip
+from .io import load_json
+from .jsonl import parse_object
+from .record import ChainRecord
+from .splits import SPLIT_KEYS
+
+
+def read_ts50(path: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:
+    entries = load_json(path)
+    if isinstance(entries, dict) and set(entries) & (set(SPLIT_KEYS) | {"cath_nodes"}):
+        raise InputError(path, None, None, "a JSON list of protein records",
+                         "a split file (train/validation/test lists); pass it as the split file",
+                         reason="not_a_protein_set")
+    if not isinstance(entries, list):
+        raise InputError(path, None, None, "a JSON list of protein records", type(entries).__name__,
+                         reason="not_a_protein_set")
+    if not entries:
+        raise InputError(path, None, None, "at least one record", "an empty list", reason="empty_file")
+    for i, entry in enumerate(entries):
+        try:
+            yield parse_object(entry, path, f"record {i}", source=f"{path}#{i}")
+        except InputError as err:
+            if strict:
+                raise
+            yield Skip.from_error(err)

@@ -1,0 +1,7 @@
+"""The one module that talks to MLflow (see tracker.py)."""
+
+from .tracker import (CHAMPION, DEFAULT_EXPERIMENT, RunContext, Tracker, default_tracking_uri,
+                      finish_pipeline, reachable)
+
+__all__ = ["CHAMPION", "DEFAULT_EXPERIMENT", "RunContext", "Tracker", "default_tracking_uri",
+           "finish_pipeline", "reachable"]

@@ -1,0 +1,325 @@
+"""The one module that talks to MLflow.
+
+Layout of a pipeline run in MLflow: one parent run per pipeline run, found by its tag
+`kfp.pipeline_run_id` (created by the first step that records anything), with one nested run
+per step. Where KFP injects MLFLOW_RUN_ID (its MLflow integration creates a run per task under
+its own parent run), that run is the step's run and its parent is the pipeline's run.
+
+Tracking never stops a step: when the server is unreachable (checked once, fast) or a call
+fails, the item is skipped, and `Tracker.close()` logs one warning listing everything that was
+not recorded. Nothing else (artifacts, models, metrics files) depends on MLflow.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+PIPELINE_RUN_TAG = "kfp.pipeline_run_id"
+PARENT_TAG = "mlflow.parentRunId"
+CHAMPION = "champion"
+DEFAULT_EXPERIMENT = "invfold"
+REACHABILITY_TIMEOUT_S = 3.0
+
+
+def default_tracking_uri(runs_dir: str | os.PathLike = "runs") -> str:
+    """A SQLite file under the runs folder: no server needed."""
+    path = Path(runs_dir).absolute() / "mlflow.db"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def reachable(uri: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> tuple[bool, str]:
+    """(True, "") for local stores; for a server, whether /health answers within timeout_s."""
+    if not uri.startswith(("http://", "https://")):
+        return True, ""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as response:
+            return response.status == 200, f"HTTP {response.status}"
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        return False, str(getattr(err, "reason", err))
+
+
+@dataclass
+class RunContext:
+    """Which pipeline run a step belongs to, and where it is recorded. tracking_uri "" means
+    MLFLOW_TRACKING_URI from the environment (what KFP injects on clusters)."""
+
+    pipeline_run_id: str
+    tracking_uri: str = ""
+    experiment: str = DEFAULT_EXPERIMENT
+    pipeline_run_name: str = ""
+    pipeline_version: str = ""
+    run_url: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.pipeline_run_id:
+            raise ValueError("RunContext.pipeline_run_id must be given (the KFP run id)")
+        self.tracking_uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+        if not self.tracking_uri:
+            raise ValueError("RunContext.tracking_uri: none given and MLFLOW_TRACKING_URI is not set")
+        self.experiment = self.experiment or DEFAULT_EXPERIMENT
+
+
+class Tracker:
+    """A step's MLflow run. Use as a context manager; every method records or, when MLflow is
+    out of reach, notes what it skipped."""
+
+    def __init__(self, ctx: RunContext, step: str, params: dict[str, Any] | None = None):
+        self.ctx, self.step = ctx, step
+        self.skipped: list[str] = []
+        self.client = None
+        self.parent_run_id: str | None = None
+        self.run_id: str | None = None
+        self._initial_params = params or {}
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+        ok, why = reachable(ctx.tracking_uri)
+        self.available = ok
+        if not ok:
+            self.reason = f"tracking server {ctx.tracking_uri} unreachable ({why})"
+            log.warning("%s: the %s step goes on without recording to MLflow", self.reason, step)
+        else:
+            self.reason = ""
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def __enter__(self) -> "Tracker":
+        self._record("step run", self._start, needs_run=False)
+        if self._initial_params:
+            self.log_params(self._initial_params)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close("FAILED" if exc_type else "FINISHED")
+
+    def close(self, status: str = "FINISHED") -> None:
+        if self.run_id and not os.environ.get("MLFLOW_RUN_ID"):
+            self._record(f"step run status {status}", lambda: self.client.set_terminated(self.run_id, status))
+        if self.skipped:
+            log.warning("MLflow: the %s step did NOT record: %s%s", self.step, "; ".join(self.skipped),
+                        f" ({self.reason})" if self.reason else "")
+
+    def _record(self, what: str, fn: Callable[[], Any], needs_run: bool = True) -> Any:
+        if not self.available or (needs_run and self.run_id is None):
+            self.skipped.append(what)
+            return None
+        try:
+            return fn()
+        except Exception as err:  # noqa: BLE001 - tracking must never stop the step
+            log.warning("MLflow: could not record %s: %s", what, err)
+            self.skipped.append(what)
+            if _is_connection_error(err):
+                self.available, self.reason = False, f"tracking server {self.ctx.tracking_uri} stopped answering"
+            return None
+
+    def _start(self) -> None:
+        from mlflow import MlflowClient
+
+        self.client = MlflowClient(self.ctx.tracking_uri)
+        injected = os.environ.get("MLFLOW_RUN_ID")
+        if injected:
+            run = self.client.get_run(injected)
+            self.run_id = injected
+            self.parent_run_id = run.data.tags.get(PARENT_TAG, injected)
+            self.client.set_tag(self.parent_run_id, PIPELINE_RUN_TAG, self.ctx.pipeline_run_id)
+        else:
+            experiment_id = _experiment_id(self.client, self.ctx.experiment)
+            self.parent_run_id = _find_or_create_parent(self.client, experiment_id, self.ctx)
+            run = self.client.create_run(experiment_id, run_name=self.step,
+                                         tags={PARENT_TAG: self.parent_run_id, "invfold.step": self.step,
+                                               PIPELINE_RUN_TAG: self.ctx.pipeline_run_id})
+            self.run_id = run.info.run_id
+        log.info("MLflow: %s step run %s (pipeline run %s) at %s", self.step, self.run_id,
+                 self.parent_run_id, self.ctx.tracking_uri)
+
+    # -- recording -------------------------------------------------------------------------
+    def log_params(self, params: dict[str, Any], parent: bool = False) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, _param_value(v)) for k, v in sorted(params.items())]
+        target = lambda: self.parent_run_id if parent else self.run_id  # noqa: E731
+        self._record(f"{len(items)} params", lambda: self.client.log_batch(target(), params=items))
+
+    def set_tags(self, tags: dict[str, Any], parent: bool = False) -> None:
+        def do():
+            for k, v in tags.items():
+                self.client.set_tag(self.parent_run_id if parent else self.run_id, k, str(v))
+        self._record(f"tags {sorted(tags)}", do)
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None, parent: bool = False) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step or 0) for k, v in sorted(metrics.items()) if _finite(v)]
+        target = lambda: self.parent_run_id if parent else self.run_id  # noqa: E731
+        self._record(f"metrics {sorted(metrics)}", lambda: self.client.log_batch(target(), metrics=items))
+
+    def log_metrics_file(self, path: str | os.PathLike) -> int:
+        """Every numeric value of train's metrics.jsonl as `<split>/<name>` at its step and time;
+        returns how many points were read."""
+        from mlflow.entities import Metric
+
+        points = []
+        with open(path) as fh:
+            for line in fh:
+                record = json.loads(line)
+                split, step = record.get("split", "train"), int(record.get("step", 0))
+                stamp = int(float(record.get("time", time.time())) * 1000)
+                for key, value in record.items():
+                    if key not in ("split", "step", "time") and _finite(value):
+                        points.append(Metric(f"{split}/{key}", float(value), stamp, step))
+
+        def do():
+            for start in range(0, len(points), 900):  # the REST API takes 1000 per batch
+                self.client.log_batch(self.run_id, metrics=points[start:start + 900])
+        self._record(f"{len(points)} metric points from {Path(path).name}", do)
+        return len(points)
+
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+        self._record(f"artifact {Path(path).name}",
+                     lambda: self.client.log_artifact(self.run_id, str(path), artifact_path))
+
+    def log_artifacts(self, folder: str | os.PathLike, artifact_path: str | None = None) -> None:
+        self._record(f"artifacts {Path(folder).name}/",
+                     lambda: self.client.log_artifacts(self.run_id, str(folder), artifact_path))
+
+    def log_dataset(self, name: str, digest: str, source: str, context: str,
+                    profile: dict | None = None) -> None:
+        """A prepared dataset as an MLflow dataset input of this run (context: training,
+        validation, testing); the digest is prep's content digest."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        dataset = Dataset(name=name, digest=digest[:36], source_type="invfold-prepared",
+                          source=json.dumps({"uri": source, "digest": digest}),
+                          profile=json.dumps(profile or {}))
+        tags = [InputTag("mlflow.data.context", context)]
+        self._record(f"dataset input {name}",
+                     lambda: self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, tags)]))
+
+    # -- model registry --------------------------------------------------------------------
+    def champion(self, model_name: str) -> dict | None:
+        """{'version', 'tags', 'run_id'} of the version holding the `champion` alias, or None."""
+        def do():
+            from mlflow.exceptions import MlflowException
+
+            try:
+                version = self.client.get_model_version_by_alias(model_name, CHAMPION)
+            except MlflowException as err:
+                if "RESOURCE_DOES_NOT_EXIST" in str(err.error_code) or "not found" in str(err).lower():
+                    return {}
+                raise
+            return {"version": version.version, "tags": dict(version.tags), "run_id": version.run_id}
+        found = self._record(f"champion of {model_name}", do)
+        return found or None
+
+    def download_artifact(self, run_id: str, artifact_path: str, dst: str) -> str | None:
+        return self._record(f"download {artifact_path} of run {run_id}",
+                            lambda: self.client.download_artifacts(run_id, artifact_path, dst))
+
+    def log_onnx_model(self, onnx_path: str, model_name: str, input_example: dict,
+                       version_tags: dict[str, Any]) -> str | None:
+        """Log the ONNX graph with signature and input example into this run, register it under
+        model_name, tag the new version; returns the version (None when not recorded)."""
+        def do():
+            import mlflow
+            import onnx
+            from mlflow.models import infer_signature
+
+            import onnxruntime as ort
+
+            session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+            outputs = session.run(None, input_example)
+            signature = infer_signature(input_example, {o.name: v for o, v in zip(session.get_outputs(), outputs)})
+            mlflow.set_tracking_uri(self.ctx.tracking_uri)
+            with mlflow.start_run(run_id=self.run_id):
+                info = mlflow.onnx.log_model(onnx.load(onnx_path), name="model", signature=signature,
+                                             input_example=input_example, registered_model_name=model_name,
+                                             save_as_external_data=False,
+                                             onnx_execution_providers=["CPUExecutionProvider"])
+            version = str(info.registered_model_version)
+            for key, value in version_tags.items():
+                self.client.set_model_version_tag(model_name, version, key, str(value))
+            return version
+        return self._record(f"ONNX model registration as {model_name}", do)
+
+    def set_champion(self, model_name: str, version: str) -> None:
+        self._record(f"alias {CHAMPION} -> {model_name} v{version}",
+                     lambda: self.client.set_registered_model_alias(model_name, CHAMPION, version))
+
+
+def finish_pipeline(ctx: RunContext, failed: bool, message: str = "") -> list[str]:
+    """Close every run of the pipeline run: FAILED when a step failed, FINISHED otherwise (runs
+    a failing step left RUNNING become FAILED too). Returns the run ids it closed."""
+    from mlflow import MlflowClient
+
+    ok, why = reachable(ctx.tracking_uri)
+    if not ok:
+        log.warning("MLflow unreachable (%s): pipeline run %s not marked %s", why, ctx.pipeline_run_id,
+                    "FAILED" if failed else "FINISHED")
+        return []
+    client = MlflowClient(ctx.tracking_uri)
+    experiment = client.get_experiment_by_name(ctx.experiment)
+    if experiment is None:
+        return []
+    runs = client.search_runs([experiment.experiment_id],
+                              filter_string=f"tags.`{PIPELINE_RUN_TAG}` = '{ctx.pipeline_run_id}'")
+    closed = []
+    for run in runs:
+        is_parent = PARENT_TAG not in run.data.tags
+        if run.info.status == "RUNNING" or (is_parent and failed):
+            status = "FAILED" if failed else "FINISHED"
+            if is_parent and message:
+                client.set_tag(run.info.run_id, "invfold.pipeline_status", message[:5000])
+            client.set_terminated(run.info.run_id, status)
+            closed.append(run.info.run_id)
+    return closed
+
+
+def _experiment_id(client, name: str) -> str:
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    try:
+        return client.create_experiment(name)
+    except Exception:  # created meanwhile by another step
+        return client.get_experiment_by_name(name).experiment_id
+
+
+def _find_or_create_parent(client, experiment_id: str, ctx: RunContext) -> str:
+    runs = client.search_runs([experiment_id], filter_string=f"tags.`{PIPELINE_RUN_TAG}` = '{ctx.pipeline_run_id}'")
+    parents = [r for r in runs if PARENT_TAG not in r.data.tags]
+    if parents:
+        return parents[0].info.run_id
+    tags = {PIPELINE_RUN_TAG: ctx.pipeline_run_id, "kfp.pipeline_run_name": ctx.pipeline_run_name,
+            "kfp.pipeline_version": ctx.pipeline_version, **ctx.tags}
+    if ctx.run_url:
+        tags["kfp.run_url"] = ctx.run_url
+    run = client.create_run(experiment_id, run_name=ctx.pipeline_run_name or f"pipeline-{ctx.pipeline_run_id[:12]}",
+                            tags={k: str(v) for k, v in tags.items() if v})
+    return run.info.run_id
+
+
+def _param_value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text[:6000]
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+        and value not in (float("inf"), float("-inf"))
+
+
+def _is_connection_error(err: Exception) -> bool:
+    text = f"{type(err).__name__} {err}".lower()
+    return any(word in text for word in ("connection", "max retries", "timed out", "timeout", "refused"))

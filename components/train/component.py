@@ -1,0 +1,70 @@
+"""KFP component of the train step (work in invfold.pipelines.steps.train_step).
+
+Locally the job runs as processes of this machine; in a pod it becomes a Kubeflow Trainer
+TrainJob (components/launch), with the node selector and tolerations of the task passed through
+(dsl.TaskConfig) to the TrainJob's runtimePatches. Checkpoints live under a location keyed by
+the KFP run id, so a retried step resumes from the last complete checkpoint."""
+
+from kfp import dsl
+from kfp.dsl import Dataset, Input, Metrics, Model, Output
+
+from invfold.pipelines.settings import runtime_image
+
+
+@dsl.component(base_image=runtime_image(), install_kfp_package=False,
+               task_config_passthroughs=[dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR,
+                                         dsl.TaskConfigField.KUBERNETES_TOLERATIONS])
+def train_op(prepared: Input[Dataset], pipeline_run_id: str, pipeline_run_name: str,
+             tracking_uri: str, experiment: str, strategy: str, nodes: int, procs_per_node: int,
+             gpus_per_node: int, preset: str, model_overrides: dict, tokens_per_batch: int,
+             max_steps: int, epochs: int, time_budget_s: float, lr: float, warmup_steps: int,
+             precision: str, zero_stage: int, seed: int, threads: int, checkpoint_root: str,
+             storage_root: str, storage_secret: str, model: Output[Model], metrics: Output[Metrics],
+             task_config: dsl.TaskConfig = None):
+    """Train the model with the chosen strategy (local processes, or a TrainJob on a cluster).
+
+    Args:
+        prepared: The prepared data.
+        pipeline_run_id: KFP run id (MLflow parent-run key, checkpoint location key).
+        pipeline_run_name: KFP run name (MLflow parent run name).
+        tracking_uri: MLflow tracking URI ('' = MLFLOW_TRACKING_URI of the pod).
+        experiment: MLflow experiment name.
+        strategy: ddp, horovod or deepspeed.
+        nodes: Training nodes.
+        procs_per_node: Processes per node.
+        gpus_per_node: GPUs per node (0 = CPU).
+        preset: Model preset (default, proteinmpnn, tiny).
+        model_overrides: Model config fields that override the preset.
+        tokens_per_batch: Residue budget of one micro-batch per process.
+        max_steps: Optimizer steps (0 = not limited by steps).
+        epochs: Passes over the training data (0 = not limited by epochs).
+        time_budget_s: Stop and save after this many seconds (0 = no budget).
+        lr: Peak learning rate.
+        warmup_steps: Learning-rate warm-up steps.
+        precision: fp32 or bf16.
+        zero_stage: DeepSpeed ZeRO stage (0-3; deepspeed only).
+        seed: Random seed.
+        threads: CPU threads per process.
+        checkpoint_root: Where checkpoints go (a run-id folder under it); '' = beside the model locally, under storage_root on a cluster.
+        storage_root: Object-storage URI for TrainJob outputs (cluster only).
+        storage_secret: Secret holding the storage keys (cluster only; referenced, never copied).
+        model: The trained model folder (model.pt, metrics.jsonl, summary.json, tensorboard/).
+        metrics: Final training figures.
+        task_config: Node selector and tolerations passed through to the TrainJob.
+    """
+    from invfold.pipelines.steps import train_step
+
+    out = train_step(prepared_path=prepared.path, prepared_uri=prepared.uri, model_path=model.path,
+                   pipeline_run_id=pipeline_run_id, pipeline_run_name=pipeline_run_name,
+                   tracking_uri=tracking_uri, experiment=experiment, strategy=strategy, nodes=nodes,
+                   procs_per_node=procs_per_node, gpus_per_node=gpus_per_node,
+                   train_options={"preset": preset, "model_overrides": model_overrides,
+                                  "tokens_per_batch": tokens_per_batch, "max_steps": max_steps, "epochs": epochs,
+                                  "time_budget_s": time_budget_s, "lr": lr, "warmup_steps": warmup_steps,
+                                  "precision": precision, "zero_stage": zero_stage, "seed": seed,
+                                  "threads": threads},
+                   checkpoint_root=checkpoint_root, storage_root=storage_root, storage_secret=storage_secret,
+                   task_config=task_config)
+    for key, value in out["metrics"].items():
+        metrics.log_metric(key, value)
+    model.metadata.update(out["metadata"])

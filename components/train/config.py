@@ -1,0 +1,170 @@
+"""TrainConfig: every option of a training run, validated before any process starts.
+
+The same JSON file drives every rank (`entrypoint --config`), locally and on a cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+STRATEGIES = ("ddp", "horovod", "deepspeed")
+PRECISIONS = ("fp32", "bf16")
+SCHEDULES = ("noam", "one_cycle")
+
+
+@dataclass
+class TrainConfig:
+    """Options of `train`.
+
+    data: a prepared folder (prep output; path or URI). train_dataset / validation_dataset: names
+        in it (validation None or absent from the data: no validation).
+    out: local folder for model.pt, metrics.jsonl, tensorboard/, summary.json and logs.
+    checkpoint_dir: where checkpoints go (default `out`/checkpoints); may be an fsspec URI
+        (object storage) for ddp and horovod; DeepSpeed writes local files only.
+    preset / model_overrides: ModelConfig.preset(preset, **model_overrides).
+    tokens_per_batch: padded-residue budget of one micro-batch on one process.
+    max_steps / epochs: optimizer steps or passes over the data (one of them; max_steps wins).
+    schedule: "noam" (linear warm-up to lr, then lr * sqrt(warmup / step)); "one_cycle" (linear
+        warm-up, then cosine to 0 at the last step; needs the step count up front).
+    backbone_noise: std (Angstrom) of Gaussian noise added to coordinates at train time.
+    grad_clip: max global gradient norm (0 = no clipping).
+    validate_every / checkpoint_every / log_every: in optimizer steps (0 = only at the end).
+    time_budget_s: stop (checkpoint, model.pt, exit 0) after this many seconds of training.
+    The default recipe (default preset, lr 2e-3, noise 0.1 A, short warm-up) learns fast on CPU.
+    """
+
+    data: str
+    out: str
+    train_dataset: str = "train"
+    validation_dataset: str | None = "validation"
+    checkpoint_dir: str | None = None
+    preset: str = "default"
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    strategy: str = "ddp"
+    zero_stage: int = 0
+    precision: str = "fp32"
+    tokens_per_batch: int = 3000
+    pool_batches: int = 50
+    max_steps: int | None = None
+    epochs: int | None = None
+    lr: float = 2e-3
+    warmup_steps: int = 50
+    schedule: str = "noam"
+    weight_decay: float = 0.01
+    label_smoothing: float = 0.1
+    backbone_noise: float = 0.1
+    grad_clip: float = 1.0
+    grad_accum: int = 1
+    activation_checkpointing: bool = False
+    validate_every: int = 100
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    seed: int = 0
+    threads: int = 1
+    resume: bool = True
+    time_budget_s: float | None = None
+    dist_timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        self.data, self.out = str(self.data), str(self.out)
+        if not self.data or not self.out:
+            raise ValueError("TrainConfig.data and TrainConfig.out must be given")
+        if "://" in self.out and not self.out.startswith("file://"):
+            raise ValueError(f"TrainConfig.out: expected a local folder, got {self.out!r} "
+                             "(use checkpoint_dir for object storage)")
+        self.out = self.out.removeprefix("file://")
+        if self.checkpoint_dir is None:
+            self.checkpoint_dir = f"{self.out.rstrip('/')}/checkpoints"
+        self.checkpoint_dir = str(self.checkpoint_dir).rstrip("/")
+        self._check_choice("strategy", STRATEGIES)
+        self._check_choice("precision", PRECISIONS)
+        self._check_choice("schedule", SCHEDULES)
+        if not isinstance(self.model_overrides, dict):
+            raise ValueError(f"TrainConfig.model_overrides: expected a dict, got {self.model_overrides!r}")
+        from invfold.components.model.config import PRESETS
+
+        if self.preset not in PRESETS:
+            raise ValueError(f"TrainConfig.preset: expected one of {sorted(PRESETS)}, got {self.preset!r}")
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ValueError(f"TrainConfig.zero_stage: expected 0, 1, 2 or 3, got {self.zero_stage!r}")
+        if self.zero_stage and self.strategy != "deepspeed":
+            raise ValueError(f"TrainConfig.zero_stage={self.zero_stage} needs strategy 'deepspeed', "
+                             f"got {self.strategy!r}")
+        if self.strategy == "deepspeed" and "://" in self.checkpoint_dir \
+                and not self.checkpoint_dir.startswith("file://"):
+            raise ValueError(f"TrainConfig.checkpoint_dir: DeepSpeed writes checkpoints as local files; "
+                             f"got {self.checkpoint_dir!r} (use a mounted volume)")
+        if self.max_steps is None and self.epochs is None and self.time_budget_s is None:
+            raise ValueError("TrainConfig: give max_steps, epochs or time_budget_s")
+        if self.schedule == "one_cycle" and self.max_steps is None and self.epochs is None:
+            raise ValueError("TrainConfig.schedule 'one_cycle' needs max_steps or epochs "
+                             "(its cosine ends at the last step)")
+        positive_ints = {"tokens_per_batch": self.tokens_per_batch, "pool_batches": self.pool_batches,
+                         "grad_accum": self.grad_accum, "threads": self.threads,
+                         "keep_checkpoints": self.keep_checkpoints}
+        for name in ("max_steps", "epochs"):
+            if getattr(self, name) is not None:
+                positive_ints[name] = getattr(self, name)
+        for name, value in positive_ints.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"TrainConfig.{name}: expected a positive int, got {value!r}")
+        for name in ("warmup_steps", "validate_every", "checkpoint_every", "log_every", "seed"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"TrainConfig.{name}: expected an int >= 0, got {value!r}")
+        if not self.lr > 0:
+            raise ValueError(f"TrainConfig.lr: expected > 0, got {self.lr!r}")
+        for name in ("weight_decay", "backbone_noise", "grad_clip"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"TrainConfig.{name}: expected >= 0, got {getattr(self, name)!r}")
+        if not 0 <= self.label_smoothing < 1:
+            raise ValueError(f"TrainConfig.label_smoothing: expected 0 <= x < 1, got {self.label_smoothing!r}")
+        for name in ("time_budget_s",):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"TrainConfig.{name}: expected > 0 seconds, got {value!r}")
+        if not self.dist_timeout_s > 0:
+            raise ValueError(f"TrainConfig.dist_timeout_s: expected > 0, got {self.dist_timeout_s!r}")
+
+    def _check_choice(self, name: str, choices: tuple[str, ...]) -> None:
+        if getattr(self, name) not in choices:
+            raise ValueError(f"TrainConfig.{name}: expected one of {choices}, got {getattr(self, name)!r}")
+
+    def model_config(self):
+        from invfold.components.model.config import ModelConfig
+
+        overrides = dict(self.model_overrides)
+        if self.activation_checkpointing:
+            overrides["activation_checkpointing"] = True
+        return ModelConfig.preset(self.preset, **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, path: str) -> None:
+        with open(path, "w") as fh:
+            json.dump(self.to_dict(), fh, indent=2, sort_keys=True)
+            fh.write("\n")
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"{source}: unknown TrainConfig fields {unknown}; expected some of {sorted(known)}")
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, path: str) -> "TrainConfig":
+        with open(path) as fh:
+            try:
+                data = json.load(fh)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}: line {err.lineno}: invalid JSON: {err.msg}") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a JSON object of TrainConfig fields")
+        return cls.from_dict(data, source=path)

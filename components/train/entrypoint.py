@@ -1,0 +1,39 @@
+"""The per-process entry every rank runs, locally and in the cluster images:
+
+    python -m invfold.components.train.entrypoint --config train_config.json
+
+under torchrun (ddp, deepspeed), horovodrun or mpirun (horovod, deepspeed). Exit status: 0 when
+training finished (or its time budget ran out), 143 after SIGTERM with a checkpoint written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", required=True, help="TrainConfig as JSON")
+    args = parser.parse_args(argv)
+
+    from .config import TrainConfig
+    from .distributed import setup, teardown
+    from .trainer import train
+
+    cfg = TrainConfig.from_json(args.config)
+    info = setup(cfg.strategy, cfg.dist_timeout_s, trace_dir=os.path.join(cfg.out, "nccl-traces"))
+    logging.basicConfig(level=logging.INFO if info.is_main else logging.WARNING,
+                        format=f"%(asctime)s rank{info.rank} %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S", force=True)
+    # An exception leaves without teardown: a barrier would wait for ranks that may never come;
+    # the launcher stops the others when this process exits non-zero.
+    result = train(cfg, info)
+    teardown(info)
+    return result.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""Start N local training processes with the launcher each strategy needs.
+
+ddp and deepspeed: torchrun --standalone (it picks a free rendezvous port; DeepSpeed reads
+torchrun's environment, and needs neither ssh nor a hostfile on one machine). horovod:
+horovodrun with Gloo (no MPI installation needed). mpirun (OpenMPI) can start horovod and
+deepspeed too, as the cluster's MPI runtimes do. Every process runs train.entrypoint with the
+same config file, with OMP_NUM_THREADS set to cfg.threads.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from .config import TrainConfig
+
+ENTRYPOINT = "invfold.components.train.entrypoint"
+CONFIG_FILE = "train_config.json"
+LAUNCHERS = {"ddp": ("torchrun",), "deepspeed": ("torchrun", "mpirun"), "horovod": ("horovodrun", "mpirun")}
+
+
+def _horovodrun() -> str:
+    beside = Path(sys.executable).parent / "horovodrun"
+    found = str(beside) if beside.exists() else shutil.which("horovodrun")
+    if not found:
+        raise RuntimeError("horovodrun not found: install Horovod (scripts/build_horovod.sh)")
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launch_command(cfg: TrainConfig, nproc: int, config_path: str, launcher: str | None = None) -> list[str]:
+    """The command line for `launcher` ("torchrun", "horovodrun", "mpirun"; default: torchrun for
+    ddp and deepspeed, horovodrun for horovod)."""
+    launcher = launcher or ("horovodrun" if cfg.strategy == "horovod" else "torchrun")
+    if launcher not in LAUNCHERS[cfg.strategy]:
+        raise ValueError(f"launcher {launcher!r} cannot start strategy {cfg.strategy!r}; "
+                         f"expected one of {LAUNCHERS[cfg.strategy]}")
+    entry = [sys.executable, "-m", ENTRYPOINT, "--config", config_path]
+    if launcher == "horovodrun":
+        return [_horovodrun(), "-np", str(nproc), "-H", f"localhost:{nproc}", "--gloo", *entry]
+    if launcher == "mpirun":
+        root = ["--allow-run-as-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+        # no core binding: each rank runs cfg.threads threads
+        return ["mpirun", *root, "-np", str(nproc), "--bind-to", "none", *entry]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "--module", ENTRYPOINT, "--config", config_path]
+
+
+def launch_local(cfg: TrainConfig, nproc: int, launcher: str | None = None,
+                 extra_env: dict[str, str] | None = None) -> int:
+    """Run the job to its end, output streamed to ours; returns the launcher's exit status.
+    SIGTERM/SIGINT to this process are passed on, so the ranks checkpoint before leaving."""
+    if nproc < 1:
+        raise ValueError(f"nproc: expected a positive number of processes, got {nproc}")
+    os.makedirs(cfg.out, exist_ok=True)
+    config_path = os.path.abspath(os.path.join(cfg.out, CONFIG_FILE))
+    cfg.to_json(config_path)
+    env = {**os.environ, "OMP_NUM_THREADS": str(cfg.threads), "MKL_NUM_THREADS": str(cfg.threads)}
+    if launcher == "mpirun":  # torchrun finds its own port; under mpirun we choose the rendezvous
+        env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+    env.update(extra_env or {})
+    proc = subprocess.Popen(launch_command(cfg, nproc, config_path, launcher), env=env)
+
+    def forward(signum, frame):
+        proc.send_signal(signum)
+
+    in_main_thread = threading.current_thread() is threading.main_thread()  # else signals cannot be handled
+    previous = ({sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+                if in_main_thread else {})
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

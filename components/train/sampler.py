@@ -1,0 +1,119 @@
+"""Length-bucketed batches under a residue budget, sharded across ranks, resumable.
+
+Why pools: sorting the whole set by length gives the least padding but the same batches every
+epoch; shuffling gives variety but much padding. Sorting inside large shuffled pools keeps
+padding small and batches varied. Everything is a function of (seed, epoch), so every rank
+computes the same batch list without communication, and a position in it is all a checkpoint
+needs to resume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+BALANCE_STEPS = 16
+
+
+@dataclass
+class TokenBudgetSampler:
+    """Batches of dataset row indices whose padded size (rows x longest row) fits the budget.
+
+    A single chain longer than the budget makes a batch of its own. Each rank gets the same
+    number of batches per epoch (the last `len % world_size` batches of an epoch are dropped;
+    the next epoch's shuffle drops others), and at each step batches of similar size.
+    """
+
+    lengths: np.ndarray
+    tokens_per_batch: int
+    rank: int = 0
+    world_size: int = 1
+    seed: int = 0
+    pool_batches: int = 50
+    shuffle: bool = True
+
+    def __post_init__(self) -> None:
+        self.lengths = np.asarray(self.lengths, dtype=np.int64)
+        if self.lengths.ndim != 1 or len(self.lengths) == 0:
+            raise ValueError("TokenBudgetSampler.lengths: expected a non-empty 1-d array of chain lengths")
+        if self.tokens_per_batch < 1 or self.pool_batches < 1:
+            raise ValueError("TokenBudgetSampler: tokens_per_batch and pool_batches must be positive")
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"TokenBudgetSampler: rank {self.rank} outside world of {self.world_size}")
+        if self.batches_per_rank(0) < 1:
+            raise ValueError(f"TokenBudgetSampler: {len(self.lengths)} chains make "
+                             f"{len(self._packed(0)[0])} batches of {self.tokens_per_batch} residues, "
+                             f"fewer than the {self.world_size} ranks; lower tokens_per_batch")
+
+    def all_batches(self, epoch: int) -> list[list[int]]:
+        """Every rank's batches of this epoch, in step order (identical on all ranks)."""
+        batches, rng = self._packed(epoch)
+        return self._balance(batches, rng)
+
+    def _packed(self, epoch: int) -> tuple[list[list[int]], np.random.Generator]:
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
+        pool_tokens = self.pool_batches * self.tokens_per_batch
+        batches: list[list[int]] = []
+        start = 0
+        cumulative = np.cumsum(self.lengths[order])
+        while start < len(order):
+            base = cumulative[start - 1] if start else 0
+            end = int(np.searchsorted(cumulative, base + pool_tokens, side="right"))
+            end = max(end, start + 1)
+            batches.extend(self._pack(order[start:end]))
+            start = end
+        if self.shuffle:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
+        return batches, rng
+
+    def _pack(self, pool: np.ndarray) -> list[list[int]]:
+        pool = pool[np.argsort(self.lengths[pool], kind="stable")]
+        batches, current, longest = [], [], 0
+        for index in pool.tolist():
+            length = int(self.lengths[index])
+            if current and (len(current) + 1) * max(longest, length) > self.tokens_per_batch:
+                batches.append(current)
+                current, longest = [], 0
+            current.append(index)
+            longest = max(longest, length)
+        if current:
+            batches.append(current)
+        return batches
+
+    def _balance(self, batches: list[list[int]], rng: np.random.Generator) -> list[list[int]]:
+        """Give the ranks batches of similar padded size at each step, since every step waits
+        for the slowest rank: within chunks of BALANCE_STEPS steps, sort by padded size, cut into
+        steps of world_size neighbours, and shuffle the steps. The last len % world_size batches
+        are dropped."""
+        world = self.world_size
+        batches = batches[: len(batches) - len(batches) % world]
+        if world == 1:
+            return batches
+        padded = {id(b): len(b) * int(self.lengths[b].max()) for b in batches}
+        out: list[list[int]] = []
+        chunk = world * BALANCE_STEPS
+        for start in range(0, len(batches), chunk):
+            ordered = sorted(batches[start:start + chunk], key=lambda b: padded[id(b)])
+            steps = [ordered[i:i + world] for i in range(0, len(ordered), world)]
+            for j in (rng.permutation(len(steps)) if self.shuffle else range(len(steps))):
+                out.extend(steps[j])
+        return out
+
+    def batches_per_rank(self, epoch: int) -> int:
+        return len(self.all_batches(epoch)) // self.world_size
+
+    def rank_batches(self, epoch: int) -> list[list[int]]:
+        """This rank's batches of the epoch: every world_size-th batch."""
+        return self.all_batches(epoch)[self.rank::self.world_size]
+
+    def iterate(self, epoch: int, position: int):
+        """From (epoch, position) onwards, forever: yield (batch, next_epoch, next_position),
+        where the next pair is where a checkpoint taken after this batch resumes."""
+        while True:
+            batches = self.rank_batches(epoch)
+            for i in range(position, len(batches)):
+                after = (epoch, i + 1) if i + 1 < len(batches) else (epoch + 1, 0)
+                yield batches[i], after[0], after[1]
+            epoch, position = epoch + 1, 0

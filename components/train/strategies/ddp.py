@@ -1,0 +1,48 @@
+"""PyTorch DistributedDataParallel (gloo on CPU, NCCL on GPU), launched by torchrun."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from .base import SchedulerFactory, TorchStateStrategy, make_optimizer
+
+_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+
+
+class DDPStrategy(TorchStateStrategy):
+    def wrap(self, model: torch.nn.Module, scheduler_factory: SchedulerFactory) -> None:
+        model = model.to(self.info.device)
+        device_ids = [self.info.device.index] if self.info.device.type == "cuda" else None
+        # every parameter is used in every step; static_graph lets DDP skip the unused-param search
+        self.model = DistributedDataParallel(model, device_ids=device_ids, static_graph=True)
+        self.optimizer = make_optimizer(model, self.cfg)
+        self.scheduler = scheduler_factory(self.optimizer)
+
+    @property
+    def module(self) -> torch.nn.Module:
+        return self.model.module
+
+    def accumulating(self, sync: bool):
+        return super().accumulating(sync) if sync else self.model.no_sync()
+
+    def step(self) -> float:
+        norm = self._clip()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        on_device = tensor.to(self.info.device)  # NCCL reduces GPU tensors only
+        dist.all_reduce(on_device, op=_OPS[op])
+        return on_device.cpu()
+
+    def all_gather_object(self, obj) -> list:
+        out = [None] * self.info.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        dist.barrier()

@@ -1,0 +1,59 @@
+"""Horovod: DistributedOptimizer (gradient all-reduce, accumulation via backward_passes_per_step)
+and broadcasts of the initial weights and optimizer state; launched by horovodrun or mpirun."""
+
+from __future__ import annotations
+
+import torch
+
+from .base import SchedulerFactory, TorchStateStrategy, make_optimizer
+
+
+def _hvd():
+    import horovod.torch as hvd
+
+    return hvd
+
+
+class HorovodStrategy(TorchStateStrategy):
+    def wrap(self, model: torch.nn.Module, scheduler_factory: SchedulerFactory) -> None:
+        hvd = _hvd()
+        self.model = model.to(self.info.device)
+        base = make_optimizer(self.model, self.cfg)
+        self.optimizer = hvd.DistributedOptimizer(
+            base, named_parameters=self.model.named_parameters(),
+            backward_passes_per_step=self.cfg.grad_accum, op=hvd.Average)
+        self.scheduler = scheduler_factory(self.optimizer)
+        self._broadcast_state()
+
+    def _broadcast_state(self) -> None:
+        hvd = _hvd()
+        hvd.broadcast_parameters(self.model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(self.optimizer, root_rank=0)
+
+    @property
+    def module(self) -> torch.nn.Module:
+        return self.model
+
+    def step(self) -> float:
+        self.optimizer.synchronize()  # finish the gradient all-reduce before clipping
+        norm = self._clip()
+        with self.optimizer.skip_synchronize():
+            self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad()  # Horovod's override takes no arguments
+        return norm
+
+    def load(self, directory: str) -> dict:
+        state = super().load(directory)
+        self._broadcast_state()  # every rank read the same file; keep them provably identical
+        return state
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        hvd = _hvd()
+        return hvd.allreduce(tensor, op=hvd.Sum if op == "sum" else hvd.Max)
+
+    def all_gather_object(self, obj) -> list:
+        return _hvd().allgather_object(obj)
+
+    def barrier(self) -> None:
+        _hvd().barrier()

@@ -1,0 +1,349 @@
+"""The training loop, the same for every strategy and every number of processes.
+
+Exact resume rests on three things: batches are a pure function of (seed, epoch, position)
+(see sampler.py), every rank's RNG states travel in the checkpoint, and validation and
+checkpointing draw no random numbers from the global generators. A stopped-and-resumed run
+therefore ends with the same weights as an uninterrupted one.
+
+Stopping: SIGTERM (preemption) or the time budget sets a local flag; after every optimizer step
+the ranks all-reduce the flags with MAX, so they agree on the same step, checkpoint together and
+leave: exit 143 after SIGTERM (the pod is retried and resumes), 0 after the time budget (a
+finished run with model.pt).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from invfold.components.evaluate.metrics import DatasetScores, score_dataset
+from invfold.components.model.io import save_model
+from invfold.components.model.network import InverseFoldingModel
+from invfold.components.prep.shards import open_prepared
+from invfold.components.protein.alphabet import NUM_AA
+from invfold.components.protein.batch import collate
+
+from . import checkpoint as ckpt
+from .config import TrainConfig
+from .distributed import DistInfo
+from .sampler import TokenBudgetSampler
+from .strategies import make_strategy
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_PREEMPTED = 143  # 128 + SIGTERM, what a pod killed by SIGTERM reports
+STOP_TIME_BUDGET, STOP_PREEMPTED = 1, 2
+
+
+def lr_factor(cfg: TrainConfig, total_steps: int | None):
+    """Multiplier of cfg.lr for the step about to be taken (0-based), for LambdaLR."""
+    warmup = max(cfg.warmup_steps, 1)
+
+    def noam(step: int) -> float:
+        s = step + 1
+        return min(s / warmup, math.sqrt(warmup / s))
+
+    def one_cycle(step: int) -> float:
+        s = step + 1
+        if s <= warmup:
+            return s / warmup
+        progress = min(1.0, (s - warmup) / max(1, total_steps - warmup))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return noam if cfg.schedule == "noam" else one_cycle
+
+
+def sequence_loss(logits: torch.Tensor, S: torch.Tensor, mask: torch.Tensor, smoothing: float):
+    """(label-smoothed mean loss over observed residues, and detached sums: nll, correct, count)."""
+    observed = mask.reshape(-1) > 0
+    flat = logits.float().reshape(-1, NUM_AA)[observed]
+    target = S.reshape(-1)[observed]
+    loss = F.cross_entropy(flat, target, label_smoothing=smoothing)
+    with torch.no_grad():
+        nll = F.cross_entropy(flat, target, reduction="sum")
+        correct = (flat.argmax(-1) == target).sum()
+        count = torch.tensor(float(len(target)), dtype=torch.float64, device=flat.device)
+        sums = torch.stack([nll.double(), correct.double(), count]).cpu()
+    return loss, sums
+
+
+class _Preemption:
+    """SIGTERM sets a flag; the loop acts on it at the next step boundary."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGTERM, self._previous)
+
+
+class MetricsLog:
+    """Rank 0's metrics.jsonl and TensorBoard events. On resume, records past the resumed step
+    (written after the checkpoint by the interrupted run) are dropped, so each step appears once."""
+
+    def __init__(self, out: str, resumed_step: int):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.path = os.path.join(out, "metrics.jsonl")
+        if resumed_step and os.path.exists(self.path):
+            with open(self.path) as fh:
+                kept = [line for line in fh if json.loads(line).get("step", 0) <= resumed_step]
+            with open(self.path, "w") as fh:
+                fh.writelines(kept)
+        elif os.path.exists(self.path):
+            os.remove(self.path)
+        self._file = open(self.path, "a")
+        self.tb = SummaryWriter(os.path.join(out, "tensorboard"), purge_step=resumed_step or None)
+
+    def write(self, split: str, step: int, values: dict) -> None:
+        record = {"split": split, "step": step, "time": round(time.time(), 3), **values}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        for key, value in values.items():
+            if isinstance(value, (int, float)) and key not in ("epoch", "residues"):
+                self.tb.add_scalar(f"{split}/{key}", value, step)
+
+    def close(self) -> None:
+        self._file.close()
+        self.tb.close()
+
+
+@dataclass
+class TrainResult:
+    exit_code: int
+    stop_reason: str  # "finished" | "time_budget" | "preempted"
+    step: int
+    summary: dict
+
+
+@dataclass
+class _Position:
+    step: int = 0
+    epoch: int = 0
+    position: int = 0
+    residues: float = 0.0  # observed residues trained on, all ranks
+
+
+def _seed_everything(seed: int) -> None:
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
+    """Run (or resume) training on this rank; every rank of the job calls this."""
+    torch.set_num_threads(cfg.threads)
+    main = info.is_main
+    if main:
+        os.makedirs(cfg.out, exist_ok=True)
+    data = open_prepared(cfg.data)
+    train_set = data.open(cfg.train_dataset)
+    val_set = (data.open(cfg.validation_dataset)
+               if cfg.validation_dataset and cfg.validation_dataset in data.datasets else None)
+    sampler = TokenBudgetSampler(train_set.lengths, cfg.tokens_per_batch, info.rank, info.world_size,
+                                 cfg.seed, cfg.pool_batches)
+    steps_per_epoch = max(1, sampler.batches_per_rank(0) // cfg.grad_accum)
+    total_steps = cfg.max_steps or (cfg.epochs * steps_per_epoch if cfg.epochs else None)
+
+    _seed_everything(cfg.seed)  # identical initial weights on every rank
+    model_cfg = cfg.model_config()
+    model = InverseFoldingModel(model_cfg)
+    strategy = make_strategy(cfg, info)
+    factor = lr_factor(cfg, total_steps)
+    strategy.wrap(model, lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, factor))
+    _seed_everything(cfg.seed + 1000 * (info.rank + 1))  # per-rank noise, dropout and order streams
+
+    pos = _Position()
+    latest = ckpt.latest_complete(cfg.checkpoint_dir)
+    if latest and not cfg.resume:
+        raise ValueError(f"{cfg.checkpoint_dir} holds checkpoints of an earlier run (newest {latest}) and "
+                         "resume is off: remove them or choose another checkpoint_dir")
+    if latest:
+        pos = _resume(strategy, latest, cfg, info)
+    metrics = MetricsLog(cfg.out, pos.step) if main else None
+    if main:
+        log.info("training %s (%d parameters) with %s on %d process(es) x %d thread(s); "
+                 "%d train chains, %d steps/epoch%s", cfg.preset, model.num_parameters(), cfg.strategy,
+                 info.world_size, cfg.threads, len(train_set), steps_per_epoch,
+                 f"; resumed from {latest}" if latest else "")
+
+    preemption = _Preemption()
+    start = time.monotonic()
+    stop_reason, last_saved, val_summary = "finished", pos.step if latest else -1, {}
+    window = torch.zeros(3, dtype=torch.float64)  # nll, correct, count since the last log line
+    window_loss, window_start = 0.0, time.monotonic()
+    batches = sampler.iterate(pos.epoch, pos.position)
+    try:
+        while not _done(cfg, pos):
+            for micro in range(cfg.grad_accum):
+                rows, pos.epoch, pos.position = next(batches)
+                batch = collate([train_set[i] for i in rows]).to(info.device)
+                with strategy.accumulating(sync=micro == cfg.grad_accum - 1):
+                    X = batch.X
+                    if cfg.backbone_noise > 0:
+                        X = X + cfg.backbone_noise * torch.randn_like(X)
+                    order = torch.rand(batch.mask.shape, device=info.device)
+                    logits = strategy.forward(X, batch.S, batch.mask, batch.residue_index, order)
+                    loss, sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
+                    strategy.backward(loss)
+                window += sums
+                window_loss += float(loss.detach()) * float(sums[2])
+            grad_norm = strategy.step()
+            pos.step += 1
+
+            flags = torch.tensor([STOP_PREEMPTED if preemption.requested else 0,
+                                  STOP_TIME_BUDGET if _over_budget(cfg, start) else 0], dtype=torch.float64)
+            stop = int(strategy.all_reduce(flags, "max").max())
+
+            if cfg.log_every and pos.step % cfg.log_every == 0 or stop or _done(cfg, pos):
+                stats = strategy.all_reduce(torch.cat([window, torch.tensor([window_loss])]), "sum")
+                now = time.monotonic()
+                pos.residues += float(stats[2])
+                if main:
+                    _log_train(metrics, pos, stats, strategy.current_lr(), grad_norm,
+                               float(stats[2]) / max(now - window_start, 1e-9))
+                window.zero_()
+                window_loss, window_start = 0.0, now
+
+            if val_set is not None and cfg.validate_every and pos.step % cfg.validate_every == 0:
+                val_summary = _validate(strategy, val_set, cfg, info, metrics, pos.step)
+                window_start = time.monotonic()  # throughput counts training time only
+            if stop or (cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0):
+                _save(strategy, cfg, info, pos)
+                last_saved = pos.step
+                window_start = time.monotonic()
+            if stop:
+                stop_reason = "preempted" if stop == STOP_PREEMPTED else "time_budget"
+                break
+    finally:
+        preemption.restore()
+
+    if stop_reason == "preempted":
+        if main:
+            log.warning("SIGTERM: checkpointed step %d on all ranks; exiting %d", pos.step, EXIT_PREEMPTED)
+        summary = _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, None)
+        _finish(strategy, metrics, summary, cfg, main)
+        return TrainResult(EXIT_PREEMPTED, stop_reason, pos.step, summary)
+
+    if last_saved != pos.step:
+        _save(strategy, cfg, info, pos)
+    if val_set is not None and not (cfg.validate_every and pos.step % cfg.validate_every == 0):
+        val_summary = _validate(strategy, val_set, cfg, info, metrics, pos.step)
+    model_path = os.path.join(cfg.out, "model.pt")
+    if main:
+        final = InverseFoldingModel(dataclasses.replace(model_cfg, activation_checkpointing=False))
+        final.load_state_dict(strategy.fp32_state_dict(ckpt.step_dir(cfg.checkpoint_dir, pos.step)))
+        save_model(model_path, final)
+    summary = _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_path)
+    _finish(strategy, metrics, summary, cfg, main)
+    return TrainResult(EXIT_OK, stop_reason, pos.step, summary)
+
+
+def _done(cfg: TrainConfig, pos: _Position) -> bool:
+    if cfg.max_steps is not None:
+        return pos.step >= cfg.max_steps
+    return cfg.epochs is not None and pos.epoch >= cfg.epochs
+
+
+def _over_budget(cfg: TrainConfig, start: float) -> bool:
+    return cfg.time_budget_s is not None and time.monotonic() - start >= cfg.time_budget_s
+
+
+def _log_train(metrics: MetricsLog, pos: _Position, stats: torch.Tensor, lr: float, grad_norm: float,
+               residues_per_s: float) -> None:
+    nll, correct, count, smoothed = (float(x) for x in stats)
+    count = max(count, 1.0)
+    values = {"loss": smoothed / count, "nll": nll / count, "perplexity": math.exp(nll / count),
+              "accuracy": correct / count, "lr": lr, "grad_norm": grad_norm,
+              "residues": count, "residues_per_s": residues_per_s, "epoch": pos.epoch}
+    metrics.write("train", pos.step, values)
+    log.info("step %d | epoch %d | loss %.4f | ppl %.2f | acc %.3f | lr %.2e | %.0f res/s",
+             pos.step, pos.epoch, values["loss"], values["perplexity"], values["accuracy"], lr,
+             residues_per_s)
+
+
+def _validate(strategy, val_set, cfg: TrainConfig, info: DistInfo, metrics: MetricsLog | None,
+              step: int) -> dict:
+    """Each rank scores every world_size-th chain with complete fp32 weights; per-protein sums
+    are all-reduced, so the median recovery is over the whole set."""
+    model = strategy.eval_module()
+    rows = list(range(info.rank, len(val_set), info.world_size))
+    scores = score_dataset(model, val_set, rows, cfg.tokens_per_batch, cfg.seed, info.device)
+    stacked = torch.from_numpy(np.stack([scores.nll, scores.count, scores.correct]))
+    total = strategy.all_reduce(stacked, "sum").numpy()
+    summary = DatasetScores(total[0], total[1], total[2]).summary()
+    if metrics is not None:
+        metrics.write("validation", step, summary)
+        log.info("step %d | validation | loss %.4f | ppl %.2f | recovery %.3f", step,
+                 summary.get("loss", float("nan")), summary.get("perplexity", float("nan")),
+                 summary.get("recovery", float("nan")))
+    return summary
+
+
+def _save(strategy, cfg: TrainConfig, info: DistInfo, pos: _Position) -> None:
+    """Collective: every rank writes its part, a barrier, then rank 0 writes COMPLETE."""
+    directory = ckpt.step_dir(cfg.checkpoint_dir, pos.step)
+    trainer_state = {**dataclasses.asdict(pos), "world_size": info.world_size,
+                     "rng": strategy.all_gather_object(ckpt.capture_rng())}
+    strategy.save(directory, trainer_state)
+    strategy.barrier()
+    if info.is_main:
+        ckpt.mark_complete(directory, {"step": pos.step, "strategy": cfg.strategy,
+                                       "zero_stage": cfg.zero_stage, "world_size": info.world_size})
+        ckpt.prune(cfg.checkpoint_dir, cfg.keep_checkpoints)
+        log.info("checkpoint %s", directory)
+    strategy.barrier()
+
+
+def _resume(strategy, directory: str, cfg: TrainConfig, info: DistInfo) -> _Position:
+    marker = json.loads(ckpt.load_bytes(f"{directory}/{ckpt.MARKER}"))
+    if (marker.get("strategy"), marker.get("zero_stage")) != (cfg.strategy, cfg.zero_stage):
+        raise ValueError(f"{directory}: written by strategy {marker.get('strategy')!r} (ZeRO stage "
+                         f"{marker.get('zero_stage')}), cannot resume with {cfg.strategy!r} "
+                         f"(ZeRO stage {cfg.zero_stage}); use a new checkpoint_dir or resume=False")
+    state = strategy.load(directory)
+    if state["world_size"] == info.world_size:
+        ckpt.restore_rng(state["rng"][info.rank])
+    else:  # a different process count cannot replay the same streams; stay deterministic anyway
+        log.warning("%s: saved with %d processes, resuming with %d: RNG streams restart",
+                    directory, state["world_size"], info.world_size)
+        _seed_everything(cfg.seed + 1000 * (info.rank + 1) + state["step"])
+    return _Position(state["step"], state["epoch"], state["position"], state["residues"])
+
+
+def _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_path) -> dict:
+    digests = strategy.all_gather_object(strategy.params_digest())
+    elapsed = time.monotonic() - start
+    return {"stop_reason": stop_reason, "step": pos.step, "epoch": pos.epoch,
+            "world_size": info.world_size, "strategy": cfg.strategy, "zero_stage": cfg.zero_stage,
+            "precision": cfg.precision, "elapsed_s": round(elapsed, 3),
+            "residues": pos.residues, "residues_per_s": round(pos.residues / max(elapsed, 1e-9), 1),
+            "validation": val_summary, "model": model_path,
+            "checkpoint": ckpt.latest_complete(cfg.checkpoint_dir), "params_digests": digests,
+            "config": cfg.to_dict()}
+
+
+def _finish(strategy, metrics, summary: dict, cfg: TrainConfig, main: bool) -> None:
+    if main:
+        metrics.close()
+        with open(os.path.join(cfg.out, "summary.json"), "w") as fh:
+            json.dump(summary, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+    strategy.close()

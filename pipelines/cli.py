@@ -1,0 +1,133 @@
+"""`invfold run | compile | submit`: the pipeline locally, as YAML, or on Kubeflow.
+
+Training options left unset take the pipeline's defaults (pipelines/defaults.py), the one place
+they are kept."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+# flag -> pipeline parameter; shared by run and submit (None = not given: the pipeline default).
+PIPELINE_FLAGS = (
+    ("--strategy", "strategy", dict(choices=("ddp", "horovod", "deepspeed"))),
+    ("--nodes", "nodes", dict(type=int)),
+    ("--nproc", "procs_per_node", dict(type=int, help="training processes (per node)")),
+    ("--gpus-per-node", "gpus_per_node", dict(type=int)),
+    ("--preset", "model_preset", dict(help="model preset: default, proteinmpnn, tiny")),
+    ("--model-overrides", "model_overrides", dict(type=json.loads, metavar="JSON",
+                                                  help='model config overrides, e.g. \'{"hidden": 64}\'')),
+    ("--tokens-per-batch", "tokens_per_batch", dict(type=int)),
+    ("--max-steps", "max_steps", dict(type=int)),
+    ("--epochs", "epochs", dict(type=int)),
+    ("--time-budget", "time_budget_s", dict(type=float, metavar="SECONDS")),
+    ("--lr", "lr", dict(type=float)),
+    ("--warmup-steps", "warmup_steps", dict(type=int)),
+    ("--precision", "precision", dict(choices=("fp32", "bf16"))),
+    ("--zero-stage", "zero_stage", dict(type=int, choices=(0, 1, 2, 3))),
+    ("--seed", "seed", dict(type=int)),
+    ("--threshold", "registration_threshold", dict(type=float, help="minimum test median recovery to register")),
+    ("--experiment", "mlflow_experiment", dict(help="MLflow experiment")),
+    ("--model-name", "registered_model_name", dict(help="MLflow registered model name")),
+    ("--split-file", "split_file", dict(help="split file (default for the bundled sample: its own)")),
+)
+
+
+def _add_pipeline_flags(p: argparse.ArgumentParser) -> None:
+    group = p.add_argument_group("pipeline parameters (unset: the pipeline's defaults)")
+    for flag, dest, kwargs in PIPELINE_FLAGS:
+        group.add_argument(flag, dest=dest, default=None, **kwargs)
+
+
+def _pipeline_params(args: argparse.Namespace) -> dict:
+    return {dest: getattr(args, dest) for _, dest, _ in PIPELINE_FLAGS if getattr(args, dest) is not None}
+
+
+def add_parser(subparsers) -> None:
+    run = subparsers.add_parser(
+        "run", help="run the whole pipeline locally (KFP local runner, MLflow in ./runs)",
+        description="Run fingerprint -> prep -> train -> evaluate -> compare -> register on this machine "
+        "through KFP's local runner, on the bundled sample data unless --data is given.")
+    run.add_argument("--data", help="protein set path or URI (default: the bundled sample)")
+    run.add_argument("--runs-dir", default="runs", help="where pipeline outputs, checkpoints and mlflow.db go")
+    run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///RUNS_DIR/mlflow.db)")
+    run.add_argument("--no-cache", action="store_true", help="run prep even when its inputs are unchanged")
+    _add_pipeline_flags(run)
+    run.set_defaults(func=run_command)
+
+    comp = subparsers.add_parser("compile", help="write the pipeline YAML for Kubeflow",
+                                 description="Compile the pipeline; every step names the runtime image "
+                                 "REGISTRY/invfold-runtime:TAG.")
+    comp.add_argument("--out", default="pipelines/invfold_pipeline.yaml")
+    comp.add_argument("--registry", help="image registry prefix (default: registry.example.com/invfold, a placeholder)")
+    comp.add_argument("--tag", help="image tag (default: the package version)")
+    comp.set_defaults(func=compile_command)
+
+    sub = subparsers.add_parser("submit", help="submit the pipeline to Kubeflow Pipelines",
+                                description="Submit the compiled pipeline with kfp.Client (token or the "
+                                "kubeconfig's credentials).")
+    sub.add_argument("--host", required=True, help="KFP API endpoint, e.g. https://kubeflow.example.com/pipeline")
+    sub.add_argument("--token", help="bearer token (default: KFP_TOKEN env, else kubeconfig / in-cluster)")
+    sub.add_argument("--namespace", help="Kubeflow profile namespace (multi-user)")
+    sub.add_argument("--package", help="compiled YAML (default: the committed pipelines/invfold_pipeline.yaml)")
+    sub.add_argument("--kfp-experiment", default="invfold", help="KFP experiment")
+    sub.add_argument("--run-name")
+    sub.add_argument("--data", required=True, help="protein set URI the cluster can read (s3://, gs://, https://)")
+    sub.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                     help="any other pipeline parameter (VALUE as JSON when it parses), e.g. storage_root=s3://b/p")
+    _add_pipeline_flags(sub)
+    sub.set_defaults(func=submit_command)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
+
+    from .local import PipelineFailed, run_local
+
+    params = _pipeline_params(args)
+    params["data_uri"] = args.data or str(SAMPLE_CHAIN_SET)
+    if args.data is None:
+        params.setdefault("split_file", str(SAMPLE_SPLITS))
+    try:
+        result = run_local(params, runs_dir=args.runs_dir, tracking_uri=args.tracking_uri, cache=not args.no_cache)
+    except PipelineFailed as err:
+        print(f"invfold run: {err}", file=sys.stderr)
+        return 1
+    print(result.where_to_look())
+    return 0
+
+
+def compile_command(args: argparse.Namespace) -> int:
+    from invfold import __version__
+
+    from .compile import compile_pipeline
+    from .settings import DEFAULT_REGISTRY, runtime_image
+
+    registry, tag = args.registry or DEFAULT_REGISTRY, args.tag or __version__
+    compile_pipeline(args.out, registry, tag)
+    print(f"wrote {args.out} (steps run in {runtime_image(registry, tag)})")
+    return 0
+
+
+def submit_command(args: argparse.Namespace) -> int:
+    import os
+
+    from .compile import submit
+
+    params = _pipeline_params(args)
+    params["data_uri"] = args.data
+    for item in args.param:
+        name, sep, value = item.partition("=")
+        if not sep:
+            print(f"invfold submit: --param expects NAME=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        try:
+            params[name] = json.loads(value)
+        except json.JSONDecodeError:
+            params[name] = value
+    result = submit(args.host, params, package=args.package, experiment=args.kfp_experiment,
+                    run_name=args.run_name, token=args.token or os.environ.get("KFP_TOKEN"),
+                    namespace=args.namespace)
+    print(f"submitted run {result['run_id']}: {result['url']}")
+    return 0

@@ -1,0 +1,156 @@
+"""Run the pipeline on this machine with KFP's local runner (the `invfold run` main job).
+
+Steps run as subprocesses of this Python (images are ignored), training as local processes,
+MLflow in a SQLite file under the runs folder unless a tracking URI is given. Prep is cached
+across runs (its key includes the data fingerprint); everything else runs each time."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .settings import TIMINGS_ENV
+
+log = logging.getLogger(__name__)
+
+
+class PipelineFailed(RuntimeError):
+    """A step failed; the message names it and its error."""
+
+
+@dataclass
+class LocalRun:
+    """What a local run leaves behind, for people (printed) and tests (read)."""
+
+    runs_dir: str
+    pipeline_root: str
+    run_folder: str | None
+    tracking_uri: str
+    experiment: str
+    mlflow_run_id: str | None
+    registered_model: str
+    registered_version: str | None
+    wall_s: float
+    timings: list[dict] = field(default_factory=list)
+
+    def where_to_look(self) -> str:
+        ui = (f"mlflow ui --backend-store-uri {self.tracking_uri}" if self.tracking_uri.startswith("sqlite:")
+              else f"open {self.tracking_uri}")
+        compute = sum(t["compute_s"] for t in self.timings)
+        lines = [
+            f"pipeline finished in {self.wall_s:.0f} s ({compute:.0f} s of it the steps' own compute)",
+            f"  MLflow UI:        {ui}",
+            f"  MLflow run:       {self.mlflow_run_id or 'not recorded'} (experiment {self.experiment!r})",
+            f"  registered model: {self.registered_model} version {self.registered_version}"
+            if self.registered_version else
+            f"  registered model: {self.registered_model}: not registered this run (see compare-with-champion)",
+            f"  artifacts:        {self.run_folder or self.pipeline_root}",
+        ]
+        return "\n".join(lines)
+
+
+def run_local(params: dict, runs_dir: str = "runs", tracking_uri: str | None = None, cache: bool = True) -> LocalRun:
+    """Run the pipeline with `params` (pipeline parameters; unset ones take the pipeline's
+    defaults). Raises PipelineFailed when a step fails (the exit handler has then marked the
+    MLflow runs FAILED)."""
+    from kfp import local
+
+    from invfold.components.tracking import default_tracking_uri
+
+    from .pipeline import invfold_pipeline
+
+    params = _coerce(invfold_pipeline, params)
+    runs = Path(runs_dir).absolute()
+    for sub in ("pipeline_root", "workspace", "tmp"):
+        (runs / sub).mkdir(parents=True, exist_ok=True)
+    uri = tracking_uri or params.get("mlflow_tracking_uri") or default_tracking_uri(runs)
+    params = {**params, "mlflow_tracking_uri": uri}
+    params.setdefault("checkpoint_root", str(runs / "checkpoints"))
+    timings_file = runs / "tmp" / f"timings-{os.getpid()}-{int(time.time())}.jsonl"
+    os.environ[TIMINGS_ENV] = str(timings_file)
+    os.environ["TMPDIR"] = str(runs / "tmp")  # the local runner leaves a temp folder per task
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(runs / "pipeline_root"),
+               workspace_root=str(runs / "workspace"), enable_caching=cache, raise_on_error=True)
+    before = set((runs / "pipeline_root").iterdir())
+    start = time.time()
+    error = None
+    try:
+        invfold_pipeline(**params)
+    except Exception as err:  # the local runner raises RuntimeError naming the failed task
+        error = err
+    wall = time.time() - start
+    _remove_task_temp_folders(runs / "tmp", start)
+    new = sorted(set((runs / "pipeline_root").iterdir()) - before, key=lambda p: p.stat().st_mtime)
+    run_folder = str(new[-1]) if new else None
+    timings = _read_timings(timings_file)
+    experiment = params.get("mlflow_experiment") or _pipeline_default("mlflow_experiment")
+    model_name = params.get("registered_model_name") or _pipeline_default("registered_model_name")
+    run_id, version = _mlflow_outcome(uri, experiment, start)
+    if error is not None:
+        raise PipelineFailed(f"the pipeline failed: {error} (MLflow run {run_id or 'not recorded'} marked "
+                             f"FAILED; task logs above; artifacts in {run_folder})") from error
+    return LocalRun(str(runs), str(runs / "pipeline_root"), run_folder, uri, experiment, run_id, model_name,
+                    version, wall, timings)
+
+
+def _coerce(pipeline, params: dict) -> dict:
+    """Ints given for float parameters become floats (KFP's type check rejects 0 for 0.0);
+    unknown names are an error naming the parameters there are."""
+    inputs = pipeline.component_spec.inputs or {}
+    unknown = sorted(set(params) - set(inputs))
+    if unknown:
+        raise ValueError(f"unknown pipeline parameter(s) {unknown}; expected some of {sorted(inputs)}")
+    return {k: float(v) if inputs[k].type == "Float" and isinstance(v, int) and not isinstance(v, bool) else v
+            for k, v in params.items()}
+
+
+def _pipeline_default(name: str):
+    from . import defaults
+
+    return {"mlflow_experiment": defaults.EXPERIMENT, "registered_model_name": defaults.REGISTERED_MODEL}[name]
+
+
+def _remove_task_temp_folders(tmp: Path, since: float) -> None:
+    """The local runner leaves each task's `mktemp -d` folder (its component source) behind."""
+    import shutil
+
+    for folder in tmp.glob("tmp.*"):
+        if folder.is_dir() and folder.stat().st_mtime >= since - 1:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _read_timings(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path) as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _mlflow_outcome(uri: str, experiment: str, since: float) -> tuple[str | None, str | None]:
+    """The parent run this pipeline run created, and the model version it registered."""
+    from invfold.components.tracking import reachable
+
+    if not reachable(uri)[0]:
+        return None, None
+    try:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(uri)
+        found = client.get_experiment_by_name(experiment)
+        if found is None:
+            return None, None
+        runs = client.search_runs([found.experiment_id], filter_string=f"attributes.start_time >= {int(since * 1000)}",
+                                  order_by=["attributes.start_time ASC"])
+        parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+        if not parents:
+            return None, None
+        parent = parents[0]
+        version = parent.data.tags.get("invfold.registered_version")
+        return parent.info.run_id, version if version and version != "not recorded" else None
+    except Exception as err:  # noqa: BLE001 - only the summary depends on it
+        log.warning("could not read the run back from MLflow: %s", err)
+        return None, None

@@ -1,0 +1,135 @@
+"""The invfold pipeline: fingerprint -> prep -> train -> evaluate -> compare -> (if better)
+register, inside an exit handler that closes the MLflow runs (FAILED when a step failed).
+
+The same definition runs locally (`invfold run`, KFP's local runner: images ignored, training
+as local processes) and on Kubeflow (`invfold compile` / `invfold submit`: every step in the
+runtime image, training as a Kubeflow Trainer TrainJob)."""
+
+
+from kfp import dsl, kubernetes
+
+from invfold.components.evaluate.component import evaluate_op
+from invfold.components.export.component import compare_op, register_op
+from invfold.components.prep.component import prep_op
+from invfold.components.tracking.component import finish_tracking_op
+from invfold.components.train.component import train_op
+
+from . import defaults as d
+from .settings import PIPELINE_NAME, runtime_image
+
+RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
+RUN_NAME = dsl.PIPELINE_JOB_NAME_PLACEHOLDER
+
+
+@dsl.component(base_image=runtime_image(), install_kfp_package=False)
+def fingerprint_op(data_uri: str, split_file: str, pipeline_run_id: str, pipeline_run_name: str,
+                   tracking_uri: str, experiment: str) -> str:
+    """Digest of the input data's contents, passed to prep so its cache follows the data.
+
+    Args:
+        data_uri: The protein set (path or URI).
+        split_file: The split file ('' when prep makes the split).
+        pipeline_run_id: KFP run id (MLflow parent-run key).
+        pipeline_run_name: KFP run name (MLflow parent run name).
+        tracking_uri: MLflow tracking URI ('' = MLFLOW_TRACKING_URI of the pod).
+        experiment: MLflow experiment name.
+    """
+    from invfold.pipelines.steps import fingerprint_step
+
+    return fingerprint_step(data_uri, split_file, pipeline_run_id, pipeline_run_name, tracking_uri, experiment)
+
+
+@dsl.pipeline(name=PIPELINE_NAME,
+              description="Train a protein inverse-folding model (backbone structure in, sequence out): "
+                          "prepare the protein set, train with DDP, Horovod or DeepSpeed, evaluate on held-out "
+                          "chains, and register the ONNX model in MLflow when it beats the champion.")
+def invfold_pipeline(
+    data_uri: str,
+    split_file: str = "",
+    strategy: str = d.STRATEGY,
+    nodes: int = 1,
+    procs_per_node: int = d.PROCS_PER_NODE,
+    gpus_per_node: int = 0,
+    model_preset: str = d.PRESET,
+    model_overrides: dict = d.MODEL_OVERRIDES,
+    tokens_per_batch: int = d.TOKENS_PER_BATCH,
+    max_steps: int = 0,
+    epochs: int = 0,
+    time_budget_s: float = d.TIME_BUDGET_S,
+    lr: float = d.LR,
+    warmup_steps: int = d.WARMUP_STEPS,
+    precision: str = d.PRECISION,
+    zero_stage: int = d.ZERO_STAGE,
+    seed: int = d.SEED,
+    threads_per_process: int = d.THREADS,
+    registration_threshold: float = 0.0,
+    mlflow_tracking_uri: str = "",
+    mlflow_experiment: str = d.EXPERIMENT,
+    registered_model_name: str = d.REGISTERED_MODEL,
+    checkpoint_root: str = "",
+    storage_root: str = "",
+    storage_secret: str = "",
+    gpu_node_selector: dict = {},
+    gpu_tolerations: list = [],
+):
+    """Prepare, train, evaluate and register an inverse-folding model.
+
+    Args:
+        data_uri: Protein set: a CATH-style chain_set.jsonl[.gz], a TS50-style JSON list, or a folder of PDB/mmCIF files (path or s3://, gs://, https:// URI).
+        split_file: chain_set_splits.json with train/validation/test names; empty to let prep make a cluster-disjoint split.
+        strategy: Distributed training strategy: ddp, horovod or deepspeed.
+        nodes: Training nodes (TrainJob numNodes on a cluster).
+        procs_per_node: Training processes per node (one per GPU on GPU nodes).
+        gpus_per_node: GPUs per training node (0 trains on CPU).
+        model_preset: Model preset: default (PiFold-like, one-shot), proteinmpnn (ProteinMPNN size, autoregressive) or tiny.
+        model_overrides: Model config fields that override the preset, e.g. {"hidden": 64}; {} for the preset as is.
+        tokens_per_batch: Residues per micro-batch on one process (length-bucketed batches).
+        max_steps: Optimizer steps to train for (0 = not limited by steps).
+        epochs: Passes over the training split (0 = not limited by epochs).
+        time_budget_s: Stop, checkpoint and keep the model after this many seconds of training (0 = no budget).
+        lr: Peak learning rate (AdamW, Noam warm-up).
+        warmup_steps: Learning-rate warm-up steps.
+        precision: fp32 or bf16 (bf16 autocast where the device supports it).
+        zero_stage: DeepSpeed ZeRO stage 0-3 (deepspeed only).
+        seed: Random seed of the whole run.
+        threads_per_process: CPU threads per training process.
+        registration_threshold: Minimum median test recovery (0-1) for the model to be registered.
+        mlflow_tracking_uri: MLflow tracking URI; empty to use the MLFLOW_TRACKING_URI the cluster gives the steps.
+        mlflow_experiment: MLflow experiment that records the run.
+        registered_model_name: MLflow registered model that receives the ONNX model; its champion alias marks the best.
+        checkpoint_root: Checkpoint location (a folder per pipeline run under it, so a retried step resumes); empty for the default.
+        storage_root: Object-storage URI (s3://bucket/prefix) the TrainJob writes its outputs and checkpoints under (clusters).
+        storage_secret: Name of the Secret holding the object-storage keys for TrainJob pods (referenced, never copied); empty for none.
+        gpu_node_selector: Node selector of the GPU node pool for the TrainJob, e.g. {"nvidia.com/gpu.present": "true"}.
+        gpu_tolerations: Tolerations for the GPU node pool's taints, e.g. [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}].
+    """
+    tracking = {"pipeline_run_id": RUN_ID, "tracking_uri": mlflow_tracking_uri, "experiment": mlflow_experiment}
+    finish = finish_tracking_op(**tracking).set_caching_options(False).set_display_name("finish-tracking")
+    with dsl.ExitHandler(finish, name="invfold-run"):
+        fingerprint = fingerprint_op(data_uri=data_uri, split_file=split_file, pipeline_run_name=RUN_NAME, **tracking)
+        fingerprint.set_caching_options(False).set_display_name("fingerprint")
+        prep = prep_op(data_uri=data_uri, split_file=split_file, data_digest=fingerprint.output)
+        prep.set_display_name("prep")
+        train = train_op(
+            prepared=prep.outputs["prepared"], pipeline_run_name=RUN_NAME, strategy=strategy, nodes=nodes,
+            procs_per_node=procs_per_node, gpus_per_node=gpus_per_node, preset=model_preset,
+            model_overrides=model_overrides, tokens_per_batch=tokens_per_batch, max_steps=max_steps,
+            epochs=epochs, time_budget_s=time_budget_s, lr=lr, warmup_steps=warmup_steps,
+            precision=precision, zero_stage=zero_stage, seed=seed, threads=threads_per_process,
+            checkpoint_root=checkpoint_root, storage_root=storage_root, storage_secret=storage_secret,
+            **tracking)
+        train.set_display_name("train").set_retry(num_retries=d.TRAIN_RETRIES, backoff_duration="10s")
+        kubernetes.add_node_selector_json(train, gpu_node_selector)
+        kubernetes.add_toleration_json(train, gpu_tolerations)
+        kubernetes.use_field_path_as_env(train, "POD_NAME", "metadata.name")
+        kubernetes.use_field_path_as_env(train, "POD_UID", "metadata.uid")
+        evaluate = evaluate_op(prepared=prep.outputs["prepared"], model=train.outputs["model"], **tracking)
+        evaluate.set_display_name("evaluate")
+        compare = compare_op(prepared=prep.outputs["prepared"], evaluation=evaluate.outputs["evaluation"],
+                             model_name=registered_model_name, threshold=registration_threshold, **tracking)
+        compare.set_display_name("compare-with-champion").set_caching_options(False)
+        with dsl.If(compare.outputs["Output"] == True, name="better-than-champion"):  # noqa: E712
+            register = register_op(prepared=prep.outputs["prepared"], model=train.outputs["model"],
+                                   comparison=compare.outputs["comparison"], model_name=registered_model_name,
+                                   **tracking)
+            register.set_display_name("export-and-register").set_caching_options(False)

@@ -1,0 +1,33 @@
+"""Names the compiled pipeline carries and the step-timing record.
+
+Images: every step runs in the project's runtime image (images/ builds it, with invfold and kfp
+installed, so nothing installs at run time). The committed YAML names a clearly fake registry
+(`registry.example.com/invfold`) with the package version as tag; `invfold compile --registry R
+--tag T` writes the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from invfold import __version__
+
+DEFAULT_REGISTRY = "registry.example.com/invfold"
+RUNTIME_IMAGE = "invfold-runtime"
+PIPELINE_NAME = "invfold"
+TIMINGS_ENV = "INVFOLD_TIMINGS_FILE"
+
+
+def runtime_image(registry: str = DEFAULT_REGISTRY, tag: str = __version__) -> str:
+    return f"{registry.rstrip('/')}/{RUNTIME_IMAGE}:{tag}"
+
+
+def record_timing(step: str, compute_s: float) -> None:
+    """Append the step's own compute time to the file named by INVFOLD_TIMINGS_FILE (set by
+    `invfold run`), so the run can report wall time against compute time."""
+    path = os.environ.get(TIMINGS_ENV)
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"step": step, "compute_s": round(compute_s, 3), "end": time.time()}) + "\n")

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Build invfold's container images.
+#   --variant cpu (default): every image from the local Debian base (made by
+#       scripts/make_base_image.sh), all wheels downloaded on the host into the build context and
+#       installed with --no-index; plus `invfold-ci-cpu`, one image for every strategy (the horovod
+#       image built on top of the deepspeed one) that the tests run.
+#   --variant gpu: production images from CUDA bases (images/bases/cuda.args). Needs a machine
+#       that can pull them (not the project's CI machines: there the GPU variant is only linted and
+#       rendered; use --dry-run to print the commands).
+# Options: --registry R (image prefix, e.g. registry.example.com/invfold), --tag T (default: the
+# package version), --push, --only NAME (runtime|mpi|deepspeed|horovod|mlflow|ci-cpu; repeatable),
+# --dry-run, --print-pins bookworm|cuda (print apt versions for images/bases/*.args).
+# Env: DOCKER (client, default /usr/bin/docker: BuildKit), DOCKER_HOST, PYTHON (default .venv/bin/python).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+DOCKER=${DOCKER:-/usr/bin/docker}
+variant=cpu registry=invfold tag="" push=0 dry_run=0 only=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --variant) variant=$2; shift 2 ;;
+    --registry) registry=${2%/}; shift 2 ;;
+    --tag) tag=$2; shift 2 ;;
+    --push) push=1; shift ;;
+    --only) only+=("$2"); shift 2 ;;
+    --dry-run) dry_run=1; shift ;;
+    --print-pins)
+      args="images/bases/$2.args"
+      base=$(sed -n 's/^BASE_IMAGE=//p' "$args")
+      exec "$DOCKER" run --rm "$base" bash -c 'apt-get update -qq >/dev/null && apt-cache policy python3 openmpi-bin openssh-server ca-certificates g++ make tini procps | grep -E "^[a-z]|Candidate"' ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "build_images: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case "$variant" in
+  cpu) args_file=images/bases/bookworm.args ;;
+  gpu) args_file=images/bases/cuda.args ;;
+  *) echo "build_images: --variant must be cpu or gpu, got '$variant'" >&2; exit 2 ;;
+esac
+[ -n "$tag" ] || tag=$("$PY" -c "import tomllib; print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])")
+[ "$variant" = cpu ] && tag="$tag-cpu"
+wanted() { [ ${#only[@]} -eq 0 ] && return 0; local n; for n in "${only[@]}"; do [ "$n" = "$1" ] && return 0; done; return 1; }
+
+build_args=()
+while IFS='=' read -r key value; do
+  [[ -z "$key" || "$key" == \#* ]] && continue
+  build_args+=(--build-arg "$key=$value")
+done < "$args_file"
+arg_value() { sed -n "s/^$1=//p" "$args_file"; }
+
+# The build context: images/ plus a wheelhouse made on the host (pip inside a build has no CA
+# bundle for the registry proxy, and the CPU torch wheel lies in a folder only the host sees).
+context=.cache/images/context
+wheelhouse=$context/wheelhouse
+make_context() {
+  rm -rf "$context.new" && mkdir -p "$context.new/wheelhouse" "$context.new/dist"
+  cp -r images/. "$context.new/"
+  # invfold's own wheel goes to dist/, apart from its dependencies (requirements.txt, from
+  # pyproject.toml): the runtime image installs them in separate layers.
+  # A fixed SOURCE_DATE_EPOCH makes the wheel byte-identical for the same sources (build cache hits).
+  SOURCE_DATE_EPOCH=315532800 "$PY" -m pip wheel -q --no-deps -w "$context.new/dist" . >/dev/null
+  "$PY" -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+    > "$context.new/wheelhouse/requirements.txt"
+  if [ "$variant" = cpu ]; then
+    cp constraints/ci.txt "$context.new/wheelhouse/constraints.txt"
+    # Third-party wheels are downloaded once per set of pins, and kept in .cache/images.
+    local deps=.cache/images/wheels-cpu stamp
+    stamp=$(cat constraints/ci.txt pyproject.toml images/mlflow/requirements.txt | sha256sum | cut -c1-16)
+    if [ "$(cat "$deps/.stamp" 2>/dev/null)" != "$stamp" ]; then
+      echo "==> downloading wheels for the CPU images (once per set of pins)"
+      rm -rf "$deps" && mkdir -p "$deps"
+      "$PY" -m pip download -q -d "$deps" -c constraints/ci.txt \
+        -r "$context.new/wheelhouse/requirements.txt" -r images/mlflow/requirements.txt \
+        deepspeed==0.19.8 horovod==0.28.1 setuptools wheel packaging cmake cloudpickle psutil pyyaml cffi 2>&1 \
+        | grep -v "is ignored: it is neither" || true
+      echo "$stamp" > "$deps/.stamp"
+    fi
+    cp -l "$deps"/*.whl "$deps"/*.tar.gz "$context.new/wheelhouse/" 2>/dev/null || cp "$deps"/* "$context.new/wheelhouse/"
+    # Horovod: the wheel scripts/build_horovod.sh built on this host (same Debian, Python, torch
+    # and OpenMPI as the CPU images), when there is one; otherwise the image builds it.
+    cp .cache/wheels/horovod-py311-torch2.13.0+cpu/horovod-0.28.1-*.whl "$context.new/wheelhouse/" 2>/dev/null || true
+  else
+    # Production: torch's default PyPI build is the CUDA one; only the pins differ from CI's.
+    sed 's/^torch==\(.*\)+cpu$/torch==\1/' constraints/ci.txt > "$context.new/wheelhouse/constraints.txt"
+  fi
+  rm -rf "$context" && mv "$context.new" "$context"
+}
+
+build() {
+  local name=$1 dockerfile=$2; shift 2
+  local image="$registry/invfold-$name:$tag"
+  wanted "$name" || return 0
+  echo "==> $image"
+  local cmd=(env DOCKER_BUILDKIT=1 "$DOCKER" build --progress=plain -f "$context/$dockerfile" -t "$image"
+             "${build_args[@]}" "$@" "$context")
+  if [ "$dry_run" = 1 ]; then echo "${cmd[*]}"; return 0; fi
+  "${cmd[@]}" > ".cache/images/build-$name.log" 2>&1 || { tail -40 ".cache/images/build-$name.log" >&2; echo "build_images: $image failed (log: .cache/images/build-$name.log)" >&2; exit 1; }
+  [ "$push" = 1 ] && "$DOCKER" push "$image"
+  return 0
+}
+
+mkdir -p .cache/images
+if [ "$dry_run" = 0 ]; then
+  [ "$variant" = cpu ] && bash scripts/make_base_image.sh "$(arg_value BASE_IMAGE)" >/dev/null
+  make_context
+else
+  mkdir -p "$wheelhouse"
+fi
+img() { echo "$registry/invfold-$1:$tag"; }
+build runtime runtime/Dockerfile --target runtime
+build mpi mpi/Dockerfile --build-arg "BASE_IMAGE=$(img runtime)"
+build deepspeed deepspeed/Dockerfile --build-arg "BASE_IMAGE=$(img mpi)"
+hvd_from=$(arg_value HOROVOD_WHEEL_FROM)
+if [ "$variant" = cpu ] && ls "$wheelhouse"/horovod-0.28.1-*.whl >/dev/null 2>&1; then hvd_from=horovod-prebuilt; fi
+build horovod horovod/Dockerfile --build-arg "BASE_IMAGE=$(img mpi)" --build-arg "HOROVOD_WHEEL_FROM=$hvd_from"
+if [ "$variant" = cpu ]; then
+  build ci-cpu horovod/Dockerfile --build-arg "BASE_IMAGE=$(img deepspeed)" --build-arg "HOROVOD_WHEEL_FROM=$hvd_from"
+fi
+build mlflow mlflow/Dockerfile --build-arg "BASE_IMAGE=$(arg_value MLFLOW_BASE_IMAGE)"
+echo "==> done: $registry/invfold-*:$tag"

@@ -1,0 +1,185 @@
+"""The chart and the kustomize overlays render, and every object they render is checked:
+core kinds against Kubernetes' own schemas (kubernetes-validate, strict: unknown fields fail),
+Kubeflow Trainer custom resources against the strict schemas in components/launch/schemas/."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+
+from tests.deploy.tools import CHART, REPO, documents, helm_template, run, tool
+
+KUBERNETES_VERSION = "1.33"
+SCHEMA_DIR = REPO / "components" / "launch" / "schemas"
+RENDERINGS = ("chart-default", "chart-gpu", "k8s-cpu-dev", "k8s-gpu-prod", "k8s-tenant")
+
+
+def custom_resource_schemas() -> dict[str, dict]:
+    """Kind -> strict JSON schema, from the launcher's generated schemas (matched by their `kind`).
+    A namespaced TrainingRuntime has the very same spec as a ClusterTrainingRuntime in the Trainer
+    API (TrainingRuntimeSpec): without a schema of its own it gets that one with its kind."""
+    schemas = {}
+    for path in sorted(SCHEMA_DIR.glob("*.json")):
+        schema = json.loads(path.read_text())
+        kind = schema.get("properties", {}).get("kind", {})
+        for name in kind.get("enum", []) + ([kind["const"]] if "const" in kind else []):
+            schemas[name] = schema
+    if "TrainingRuntime" not in schemas and "ClusterTrainingRuntime" in schemas:
+        namespaced = json.loads(json.dumps(schemas["ClusterTrainingRuntime"]))
+        namespaced["properties"]["kind"] = {"const": "TrainingRuntime"}
+        schemas["TrainingRuntime"] = namespaced
+    return schemas
+
+
+@pytest.mark.parametrize("values", ["default", "gpu"])
+def test_helm_lint_strict(values):
+    extra = [] if values == "default" else ["-f", str(CHART / "values-gpu.yaml")]
+    run([tool("helm"), "lint", "--strict", str(CHART), *extra])
+
+
+@pytest.mark.parametrize("name", RENDERINGS)
+def test_every_rendered_object_validates(rendered, name):
+    cr_schemas = custom_resource_schemas()
+    objects = documents(rendered[name])
+    assert objects, f"{name} rendered nothing"
+    for obj in objects:
+        where = f"{name}: {obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
+        if obj["apiVersion"].startswith("trainer.kubeflow.org/"):
+            schema = cr_schemas.get(obj["kind"])
+            assert schema, (f"{where}: no strict schema for kind {obj['kind']} in {SCHEMA_DIR.relative_to(REPO)} "
+                            "(the launcher generates them); a custom resource may not pass unchecked")
+            errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(obj), key=str)
+            assert not errors, f"{where}: " + "; ".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        except kubernetes_validate.SchemaNotFoundError as exc:
+            pytest.fail(f"{where}: no Kubernetes schema ({exc}); every object must be validated")
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{where}: {exc.message} at {list(exc.path)}")
+
+
+def test_custom_resource_check_catches_a_misspelled_field(rendered):
+    runtime = next(o for o in documents(rendered["chart-default"]) if o["kind"] == "ClusterTrainingRuntime")
+    runtime["spec"]["mlPolicy"]["numNode"] = 2
+    schema = custom_resource_schemas()["ClusterTrainingRuntime"]
+    assert list(jsonschema.Draft202012Validator(schema).iter_errors(runtime))
+
+
+def test_validation_catches_a_misspelled_field(rendered):
+    """The checks above can fail: a typo in a core object is rejected in strict mode."""
+    deployment = next(o for o in documents(rendered["chart-default"]) if o["kind"] == "Deployment")
+    deployment["spec"]["replica"] = 2
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("name", RENDERINGS)
+def test_runtimes_are_prefixed_and_checkpoint_friendly(rendered, name):
+    runtimes = [o for o in documents(rendered[name]) if o["kind"] in ("ClusterTrainingRuntime", "TrainingRuntime")]
+    assert sorted(r["metadata"]["name"] for r in runtimes) == ["invfold-ddp", "invfold-deepspeed", "invfold-horovod"]
+    for runtime in runtimes:
+        policy = runtime["spec"]["mlPolicy"]
+        jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
+        if runtime["metadata"]["name"] == "invfold-ddp":
+            assert "torch" in policy and "mpi" not in policy
+        else:
+            assert policy["mpi"]["mpiImplementation"] == "OpenMPI"
+            assert policy["mpi"]["sshAuthMountPath"] == "/home/invfold/.ssh"
+            node = next(j for j in jobs if j["name"] == "node")["template"]["spec"]["template"]["spec"]
+            assert node["containers"][0]["readinessProbe"]["tcpSocket"]["port"] == 2222
+        for job in jobs:
+            pod = job["template"]["spec"]["template"]["spec"]
+            assert pod["terminationGracePeriodSeconds"] >= 300, f"{runtime['metadata']['name']}: no time to checkpoint"
+            assert pod["securityContext"]["runAsNonRoot"] is True
+            assert job["template"]["spec"]["template"]["metadata"]["labels"]["invfold.dev/role"] == "trainer"
+
+
+@pytest.mark.parametrize("name", ["chart-gpu", "k8s-gpu-prod"])
+def test_gpu_values_schedule_trainers_on_gpu_nodes(rendered, name):
+    runtimes = [o for o in documents(rendered[name]) if o["kind"] == "ClusterTrainingRuntime"]
+    for runtime in runtimes:
+        for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+            pod = job["template"]["spec"]["template"]["spec"]
+            assert pod["nodeSelector"]["nvidia.com/gpu.present"] == "true"
+            assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+            assert int(pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) >= 1
+
+
+@pytest.mark.parametrize("name", ["chart-default", "k8s-cpu-dev", "k8s-gpu-prod", "k8s-tenant"])
+def test_role_allows_trainjobs_only(rendered, name):
+    objects = documents(rendered[name])
+    role = next(o for o in objects if o["kind"] == "Role")
+    assert role["rules"][0] == {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
+                                "verbs": ["create", "get", "list", "watch", "delete"]}
+    assert all(rule["apiGroups"] == ["trainer.kubeflow.org"] for rule in role["rules"])
+    binding = next(o for o in objects if o["kind"] == "RoleBinding")
+    expected = "pipeline-runner" if name in ("chart-default", "k8s-cpu-dev") else "default-editor"
+    assert binding["subjects"][0]["name"] == expected
+    assert binding["subjects"][0]["namespace"] == role["metadata"]["namespace"]
+
+
+def test_tenant_overlay_is_namespaced_only(rendered):
+    objects = documents(rendered["k8s-tenant"])
+    kinds = {o["kind"] for o in objects}
+    assert "TrainingRuntime" in kinds
+    assert not kinds & {"ClusterTrainingRuntime", "PriorityClass", "Namespace", "ClusterRole"}
+    assert all(o["metadata"].get("namespace") == "kubeflow-user-example-com" for o in objects)
+
+
+def test_chart_renders_namespaced_runtimes_on_request():
+    objects = documents(helm_template("--set", "runtimes.kind=TrainingRuntime", "--set", "priorityClasses.create=false"))
+    runtimes = [o for o in objects if o["kind"] == "TrainingRuntime"]
+    assert len(runtimes) == 3 and all(r["metadata"]["namespace"] == "invfold" for r in runtimes)
+    assert not [o for o in objects if o["kind"] == "PriorityClass"]
+
+
+def test_pipeline_upload_hook_carries_the_compiled_pipeline(rendered):
+    objects = documents(rendered["chart-default"])
+    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-pipeline"))
+    compiled = (REPO / "pipelines" / "invfold_pipeline.yaml").read_text()
+    assert config["data"]["invfold_pipeline.yaml"].strip() == compiled.strip()
+    job = next(o for o in objects if o["kind"] == "Job")
+    assert "post-install" in job["metadata"]["annotations"]["helm.sh/hook"]
+    test_pod = next(o for o in objects if o["kind"] == "Pod")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert "/health" in test_pod["spec"]["containers"][0]["args"][0]
+
+
+BAD_VALUES = [
+    (["--set", "mlflow.workers=0"], "/mlflow/workers"),
+    (["--set", "unknownKey=1"], "unknownKey"),
+    (["--set", "runtimes.kind=PyTorchJob"], "/runtimes/kind"),
+    (["--set", "runtimes.terminationGracePeriodSeconds=5"], "terminationGracePeriodSeconds"),
+    (["--set", "mlflow.artifacts.destination=/local/path"], "/mlflow/artifacts/destination"),
+    (["--set", "networkPolicies.kubeApiCidrs[0]=everywhere"], "/networkPolicies/kubeApiCidrs/0"),
+    (["--set", "securityContext.runAsUser=0"], "/securityContext/runAsUser"),
+    (["--set", "pipelineServiceAccount=Bad_Name"], "/pipelineServiceAccount"),
+]
+
+
+@pytest.mark.parametrize(("args", "where"), BAD_VALUES, ids=[w for _, w in BAD_VALUES])
+def test_values_schema_rejects_bad_values(args, where):
+    proc = run([tool("helm"), "template", "invfold", str(CHART), *args], check=False)
+    assert proc.returncode != 0, f"{args} was accepted"
+    assert "values don't meet the specifications of the schema" in proc.stderr
+    assert where in proc.stderr, proc.stderr
+
+
+def test_every_value_is_documented_in_the_chart_readme():
+    import yaml
+
+    readme = (CHART / "README.md").read_text()
+
+    def leaves(prefix: str, value) -> list[str]:
+        opaque = prefix.endswith(("resources", "annotations", "nodeSelector", "hard"))
+        if isinstance(value, dict) and value and not opaque:
+            return [k for key, v in value.items() for k in leaves(f"{prefix}.{key}" if prefix else key, v)]
+        return [prefix]
+
+    keys = leaves("", yaml.safe_load((CHART / "values.yaml").read_text()))
+    assert [k for k in keys if f"| `{k}` |" not in readme] == []

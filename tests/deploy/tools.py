@@ -1,0 +1,46 @@
+"""Where the deploy-check tools live and how to render the chart and overlays (shared by tests)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "invfold"
+OVERLAYS = ("cpu-dev", "gpu-prod", "tenant")
+INSTALL_HINT = "run `PYTHON=.venv/bin/python bash scripts/install_tools.sh` (or `make test`)"
+# A tool is looked up where scripts/install_tools.sh puts it, never on a random PATH entry.
+TOOL_DIRS = (REPO / ".venv" / "bin", REPO / ".cache" / "tools" / "bin", Path(sys.executable).parent)
+
+
+def tool(name: str) -> str:
+    """The path of an installed tool; a missing tool fails the test (it is part of the CI install)."""
+    for folder in TOOL_DIRS:
+        path = folder / name
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    pytest.fail(f"{name} is not installed in {', '.join(str(d) for d in TOOL_DIRS)}: {INSTALL_HINT}")
+
+
+def run(cmd: list[str], *, check: bool = True, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kwargs)
+    if check and proc.returncode != 0:
+        pytest.fail(f"`{' '.join(cmd)}` exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def helm_template(*args: str, namespace: str = "invfold") -> str:
+    return run([tool("helm"), "template", "invfold", str(CHART), "--namespace", namespace, *args]).stdout
+
+
+def kustomize(overlay: str) -> str:
+    return run([tool("kubectl"), "kustomize", str(REPO / "k8s" / "overlays" / overlay)]).stdout
+
+
+def documents(text: str) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all(text) if doc]

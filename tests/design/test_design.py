@@ -1,0 +1,149 @@
+import argparse
+import re
+
+import gemmi
+import numpy as np
+import pytest
+import torch
+
+from invfold.components.design import DesignConfig, cli, design, parse_positions
+from invfold.components.export import write_onnx
+from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
+from invfold.components.protein.alphabet import ALPHABET
+from invfold.components.protein.record import BACKBONE_ATOMS
+from invfold.components.protein.sources import read_protein_set
+from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
+
+HEADER = re.compile(r"^>(\S+) sample=(\d+) T=(\S+) seed=(\d+) mean_nll=(\S+) recovery=(\S+) model=(\S+)$")
+
+
+def read_fasta(path):
+    lines = path.read_text().splitlines()
+    assert len(lines) % 2 == 0
+    return [(HEADER.match(h), s) for h, s in zip(lines[::2], lines[1::2])]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("data")
+    write_synthetic_set(folder, SyntheticConfig(num_chains=3, seed=4, min_length=30, max_length=70,
+                                                median_length=50, gap_fraction=1.0, break_fraction=0.0))
+    jsonl = folder / "chain_set.jsonl"
+    record = next(r for r in read_protein_set(str(jsonl)))
+    return jsonl, record, write_pdb(folder / "design_me.pdb", record)
+
+
+def write_pdb(path, record):
+    """The record's observed backbone as a PDB file, through gemmi (numbered from 10)."""
+    one_to_three = {gemmi.find_tabulated_residue(n).one_letter_code.upper(): n
+                    for n in ("ALA CYS ASP GLU PHE GLY HIS ILE LYS LEU MET ASN PRO GLN ARG SER THR VAL TRP TYR".split())}
+    structure = gemmi.Structure()
+    model = gemmi.Model("1")
+    chain = gemmi.Chain("B")
+    for i, (letter, xyz, ok) in enumerate(zip(record.seq, record.coords, record.mask)):
+        if not ok:
+            continue
+        residue = gemmi.Residue()
+        residue.name = one_to_three[letter]
+        residue.seqid = gemmi.SeqId(10 + i, " ")
+        for name, pos in zip(BACKBONE_ATOMS, xyz):
+            atom = gemmi.Atom()
+            atom.name, atom.element, atom.pos = name, gemmi.Element(name[0]), gemmi.Position(*map(float, pos))
+            residue.add_atom(atom)
+        chain.add_residue(residue)
+    model.add_chain(chain)
+    structure.add_model(model)
+    structure.setup_entities()
+    structure.write_pdb(str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    paths = {}
+    for decoding in ("one_shot", "autoregressive"):
+        torch.manual_seed(0)
+        model = InverseFoldingModel(ModelConfig.preset("tiny", decoding=decoding)).eval()
+        save_model(folder / f"{decoding}.pt", model)
+        write_onnx(model, folder / f"{decoding}.onnx")
+        paths[decoding] = (folder / f"{decoding}.pt", folder / f"{decoding}.onnx")
+    return paths
+
+
+@pytest.mark.parametrize("decoding", ["one_shot", "autoregressive"])
+def test_checkpoint_and_onnx_design_the_same_sequences(tmp_path, data, models, decoding):
+    _, _, pdb = data
+    fastas = []
+    for model in models[decoding]:
+        out = tmp_path / f"{model.suffix[1:]}.fasta"
+        designs = design(DesignConfig(model=str(model), structure=str(pdb), out=str(out),
+                                      num_sequences=3, temperature=0.5, seed=11,
+                                      fixed_positions="1-4", excluded="CW"))
+        entries = read_fasta(out)
+        assert len(entries) == 3 and all(h is not None for h, _ in entries)
+        for (header, seq), d in zip(entries, designs):
+            assert header.group(1) == "design_me.B" and int(header.group(4)) == 11 + int(header.group(2))
+            assert seq == d.sequence and set(seq) <= set(ALPHABET)
+            assert float(header.group(5)) > 0 and 0 <= float(header.group(6)) <= 1
+        fastas.append([s for _, s in entries])
+    assert fastas[0] == fastas[1]
+    assert len(set(fastas[0])) > 1  # different seeds, different sequences
+
+
+def test_fixed_positions_excluded_letters_and_determinism(tmp_path, data, models):
+    jsonl, record, _ = data
+    cfg = dict(model=str(models["autoregressive"][0]), structure=str(jsonl), name=record.name,
+               num_sequences=4, temperature=2.0, seed=3, fixed_positions=[1, 2, 3, 10], excluded="AGLE")
+    a = design(DesignConfig(out=str(tmp_path / "a.fasta"), **cfg))
+    b = design(DesignConfig(out=str(tmp_path / "b.fasta"), **cfg))
+    assert (tmp_path / "a.fasta").read_text() == (tmp_path / "b.fasta").read_text()
+    unobserved = ~np.asarray(record.mask)
+    assert unobserved.any()  # the fixture has gaps: those keep the native letter
+    for d in a:
+        assert len(d.sequence) == len(record)
+        for i, letter in enumerate(d.sequence):
+            if i + 1 in (1, 2, 3, 10) or unobserved[i]:
+                assert letter == record.seq[i]
+            else:
+                assert letter not in "AGLE"
+    assert [d.sequence for d in a] == [d.sequence for d in b]
+
+
+def test_cli_writes_fasta(tmp_path, data, models):
+    _, _, pdb = data
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    out = tmp_path / "cli.fasta"
+    args = parser.parse_args(["design", str(models["one_shot"][1]), str(pdb), "--out", str(out),
+                              "-n", "2", "--chain", "B", "--exclude", "c"])
+    assert args.func(args) == 0
+    assert [h.group(2) for h, _ in read_fasta(out)] == ["0", "1"]
+
+
+def test_ambiguous_structure_names_the_choices(tmp_path, data, models):
+    jsonl, _, _ = data
+    with pytest.raises(ValueError, match="3 chains match.*--name"):
+        design(DesignConfig(model=str(models["one_shot"][0]), structure=str(jsonl), out=str(tmp_path / "x.fa")))
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1-3,7", [1, 2, 3, 7]), ("5", [5]), ("", []), (" 2 , 2-3 ", [2, 3]),
+])
+def test_parse_positions(text, expected):
+    assert parse_positions(text) == expected
+
+
+@pytest.mark.parametrize("text, message", [("0", "1-based"), ("5-2", "start <= end"), ("a-b", "range")])
+def test_parse_positions_errors(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_positions(text)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("num_sequences", 0, "num_sequences"), ("temperature", 0.0, "temperature"),
+    ("excluded", "BZ", "excluded"), ("excluded", ALPHABET, "all 20"),
+])
+def test_config_errors(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        DesignConfig(model="m.pt", structure="s.pdb", out="o.fa", **{field: value})

@@ -1,0 +1,125 @@
+"""evaluate() on the prepared sample with small models: the metrics' definitions, the subsets,
+the confusion matrix, and the self-contained report."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from invfold.components.evaluate import cli
+from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
+from invfold.components.evaluate.metrics import designed_sequences, score_dataset
+from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
+from invfold.components.prep.config import PrepConfig
+from invfold.components.prep.run import run_prep
+from invfold.components.prep.shards import open_prepared
+from invfold.components.protein.batch import collate
+from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory) -> str:
+    root = tmp_path_factory.mktemp("eval")
+    test_names = json.loads(SAMPLE_SPLITS.read_text())["test"]
+    subset = root / "test_split_first5.json"
+    subset.write_text(json.dumps({"test": test_names[:5]}))
+    out = root / "prepared"
+    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS),
+                        subset_files=[str(subset)], output=str(out)))
+    return str(out)
+
+
+@pytest.fixture(scope="module", params=["one_shot", "autoregressive"])
+def model_path(request, tmp_path_factory) -> str:
+    torch.manual_seed(0)
+    model = InverseFoldingModel(ModelConfig.preset("tiny", decoding=request.param))
+    path = tmp_path_factory.mktemp("model") / f"{request.param}.pt"
+    save_model(path, model)
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    torch.set_num_threads(1)
+
+
+def test_metrics_files_subsets_and_report(prepared, model_path, tmp_path):
+    metrics = evaluate(EvaluateConfig(model_path=model_path, data=prepared, out=str(tmp_path)))
+    data = open_prepared(prepared)
+    subset_name = next(d for d in data.datasets if d not in ("train", "validation", "test"))
+    results = metrics["datasets"]
+    assert {"test", "test_short_L100", "test_single_chain", subset_name} <= results.keys()
+    assert results["test"]["proteins"] == len(data.open("test"))
+    assert results[subset_name]["proteins"] == 5
+    assert math.isclose(results["test"]["perplexity"], math.exp(results["test"]["loss"]))
+    assert 0.0 <= results["test"]["recovery"] <= 1.0
+
+    confusion = json.loads((tmp_path / "confusion.json").read_text())
+    matrix = np.array(confusion["matrix"])
+    assert matrix.shape == (20, 20) and confusion["labels"][0] == "A"
+    assert matrix.sum() == results["test"]["residues"]
+    # pooled recovery from the confusion diagonal matches the per-protein sums
+    lengths = sum(r["proteins"] for r in metrics["recovery_by_length"])
+    assert lengths == results["test"]["proteins"]
+
+    baseline = metrics["baseline"]
+    assert baseline["letter"] in "ACDEFGHIKLMNPQRSTVWY" and 0 < baseline["recovery"]["test"] < 0.3
+
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["datasets"]["test"] == results["test"]
+    html = (tmp_path / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 2 and "<table>" in html
+    png = html.split("data:image/png;base64,")[1].split('"')[0]
+    assert base64.b64decode(png).startswith(b"\x89PNG")
+    assert (tmp_path / "confusion.png").stat().st_size > 1000
+    assert "| test |" in (tmp_path / "report.md").read_text()
+
+
+def test_recovery_is_of_designed_sequences_not_teacher_forced(prepared, model_path):
+    """Autoregressive designs must not depend on the native sequence given as S."""
+    from invfold.components.model.io import load_model
+
+    model = load_model(model_path)
+    test = open_prepared(prepared).open("test")
+    batch = collate([test[i] for i in range(3)])
+    designed = designed_sequences(model, batch, seed=5)
+    batch.S = torch.randint(0, 20, batch.S.shape)  # scramble the natives
+    assert torch.equal(designed, designed_sequences(model, batch, seed=5))
+
+
+def test_scores_are_seeded_and_rank_splits_sum_to_the_whole(prepared, model_path):
+    from invfold.components.model.io import load_model
+
+    model = load_model(model_path)
+    test = open_prepared(prepared).open("test")
+    rows = list(range(len(test)))
+    whole = score_dataset(model, test, rows, 4000, seed=1)
+    again = score_dataset(model, test, rows, 4000, seed=1)
+    assert np.array_equal(whole.correct, again.correct) and np.allclose(whole.nll, again.nll)
+    halves = [score_dataset(model, test, rows[r::2], 4000, seed=1) for r in (0, 1)]
+    assert np.allclose(halves[0].count + halves[1].count, whole.count)
+    if not model.cfg.autoregressive:  # one-shot designs do not depend on batch composition
+        assert np.allclose(halves[0].correct + halves[1].correct, whole.correct)
+
+
+def test_cli_writes_the_report(prepared, model_path, tmp_path, capsys):
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["evaluate", model_path, "--data", prepared, "--out", str(tmp_path),
+                              "--dataset", "test"])
+    assert args.func(args) == 0
+    assert "perplexity" in capsys.readouterr().out
+    assert (tmp_path / "report.html").exists()
+    assert set(json.loads((tmp_path / "metrics.json").read_text())["datasets"]) == {
+        "test", "test_short_L100", "test_single_chain"}
+
+
+def test_unknown_dataset_is_a_clear_error(prepared, model_path, tmp_path):
+    with pytest.raises(ValueError, match=r"no dataset\(s\) \['nope'\]"):
+        evaluate(EvaluateConfig(model_path=model_path, data=prepared, out=str(tmp_path), datasets=["nope"]))

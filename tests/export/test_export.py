@@ -1,0 +1,109 @@
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from invfold.components.export import check_parity, cli
+from invfold.components.export.onnx_export import load_parity_records
+from invfold.components.export.runtime import INPUT_NAMES, feeds, session
+from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
+from invfold.components.protein.batch import collate
+from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
+
+REAL_SET = Path(__file__).resolve().parents[3] / "shared" / "data" / "real_chain_set.jsonl.gz"
+
+
+def export_cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    args = parser.parse_args(["export", *argv])
+    return args.func(args)
+
+
+@pytest.fixture(scope="module")
+def chain_set(tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("data")
+    cfg = SyntheticConfig(num_chains=6, seed=2, min_length=20, max_length=90, median_length=50,
+                          gap_fraction=0.5, break_fraction=0.5)
+    write_synthetic_set(folder, cfg)
+    return str(folder / "chain_set.jsonl")
+
+
+def make_model(tmp_path, decoding):
+    torch.manual_seed(0)
+    model = InverseFoldingModel(ModelConfig.preset("tiny", decoding=decoding)).eval()
+    path = tmp_path / f"{decoding}.pt"
+    save_model(path, model)
+    return model, path
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory, chain_set):
+    tmp = tmp_path_factory.mktemp("ar")
+    model, path = make_model(tmp, "autoregressive")
+    code = export_cli(str(path), "--out", str(tmp / "model.onnx"), "--data", chain_set, "--chains", "3")
+    return code, model, tmp
+
+
+def test_export_writes_one_self_contained_file_with_its_report(exported):
+    code, model, tmp = exported
+    assert code == 0
+    assert sorted(p.name for p in tmp.iterdir()) == ["autoregressive.pt", "model.onnx", "model.parity.json"]
+    proto = onnx.load(str(tmp / "model.onnx"))
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in proto.graph.initializer)
+    report = json.loads((tmp / "model.parity.json").read_text())
+    assert report["passed"] and report["max_abs_diff"] <= 1e-4
+    assert report["opset"] >= 18 and report["num_parameters"] == model.num_parameters()
+    assert list(report["contract"]["inputs"]) == list(INPUT_NAMES)
+    lengths = [c["length"] for c in report["parity"]["chains"]]
+    assert len(set(lengths)) == 3, lengths
+
+
+def test_graph_has_the_contract_and_dynamic_batch_and_length(exported):
+    _, model, tmp = exported
+    sess = session(tmp / "model.onnx", threads=1)
+    assert [i.name for i in sess.get_inputs()] == list(INPUT_NAMES)
+    assert [o.name for o in sess.get_outputs()] == ["logits"]
+    g = torch.Generator().manual_seed(1)
+    for batch, length in [(1, 1), (1, 5), (3, 17), (2, 120)]:  # below and above k = 8
+        X = torch.cumsum(torch.randn(batch, length, 1, 3, generator=g), 1) * 2 + torch.randn(batch, length, 4, 3, generator=g)
+        S = torch.randint(0, 20, (batch, length), generator=g)
+        mask = (torch.rand(batch, length, generator=g) > 0.1).float()
+        ridx = torch.arange(length).expand(batch, length).contiguous()
+        order = torch.rand(batch, length, generator=g)
+        got = sess.run(None, feeds(X, S, mask, ridx, order))[0]
+        with torch.no_grad():
+            ref = model(X, S, mask, ridx, order).numpy()
+        assert got.shape == (batch, length, 20)
+        real = mask.numpy() > 0
+        assert np.abs(got - ref)[real].max(initial=0.0) < 1e-4
+
+
+def test_parity_failure_exits_nonzero_with_the_difference(tmp_path, chain_set, capsys):
+    _, path = make_model(tmp_path, "one_shot")
+    code = export_cli(str(path), "--out", str(tmp_path / "m.onnx"), "--data", chain_set,
+                      "--chains", "2", "--tolerance", "1e-12")
+    assert code == 1
+    assert "max |logit difference|" in capsys.readouterr().err
+    assert not (tmp_path / "m.onnx").exists() and (tmp_path / "m.rejected.onnx").exists()
+    report = json.loads((tmp_path / "m.parity.json").read_text())
+    assert not report["passed"] and 1e-12 < report["max_abs_diff"] < 1e-4  # a real gap, not a broken graph
+
+
+def test_parity_records_span_the_length_range(chain_set):
+    records = load_parity_records(chain_set, count=3, max_length=500)
+    lengths = [len(r) for r in records]
+    assert lengths == sorted(lengths) and len(set(lengths)) == 3
+
+
+@pytest.mark.skipif(not REAL_SET.exists(), reason="../shared/data (real chains) is absent on this machine")
+def test_parity_on_real_chains_up_to_500_residues(exported):
+    _, model, tmp = exported
+    records = load_parity_records(str(REAL_SET), count=4, max_length=500)
+    assert max(len(r) for r in records) > 400
+    parity = check_parity(tmp / "model.onnx", model, records, tolerance=1e-4)
+    assert parity["passed"], parity

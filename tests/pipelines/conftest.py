@@ -1,0 +1,1 @@
+from tests.tracking.server import mlflow_server, unreachable_uri  # noqa: F401 - fixtures

@@ -1,0 +1,72 @@
+"""The compiled pipeline: committed and current, naming our images, installing nothing at run
+time, documented for the Kubeflow UI, and free of credentials."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from invfold.pipelines.compile import COMMITTED_YAML, compile_pipeline
+from invfold.pipelines.settings import runtime_image
+
+from tests.launch.credentials import literal_credentials
+
+
+def _spec(text: str) -> dict:
+    return next(yaml.safe_load_all(text))
+
+
+def test_committed_yaml_is_current(tmp_path):
+    fresh = compile_pipeline(tmp_path / "p.yaml")
+    # Parsed, not as text: the header comment prints dict defaults in no fixed order.
+    assert list(yaml.safe_load_all(COMMITTED_YAML.read_text())) == list(yaml.safe_load_all(fresh)), \
+        "pipelines/invfold_pipeline.yaml is stale: run `invfold compile --out pipelines/invfold_pipeline.yaml`"
+
+
+def test_every_step_runs_in_our_image_and_installs_nothing():
+    text = COMMITTED_YAML.read_text()
+    executors = _spec(text)["deploymentSpec"]["executors"]
+    assert {e["container"]["image"] for e in executors.values()} == {runtime_image()}
+    assert runtime_image().startswith("registry.example.com/invfold/invfold-runtime:")
+    assert "pip install" not in text and "pip3 install" not in text
+
+
+def test_compile_sets_registry_and_tag(tmp_path):
+    out = tmp_path / "p.yaml"
+    result = subprocess.run([sys.executable, "-m", "invfold", "compile", "--out", str(out), "--registry",
+                             "ghcr.io/acme/ml", "--tag", "2.0.1"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    executors = _spec(out.read_text())["deploymentSpec"]["executors"]
+    assert {e["container"]["image"] for e in executors.values()} == {"ghcr.io/acme/ml/invfold-runtime:2.0.1"}
+
+
+def test_pipeline_and_every_parameter_are_described():
+    spec = _spec(COMMITTED_YAML.read_text())
+    assert len(spec["pipelineInfo"]["description"]) > 40
+    parameters = spec["root"]["inputDefinitions"]["parameters"]
+    assert {"data_uri", "strategy", "nodes", "procs_per_node", "gpus_per_node", "model_preset", "tokens_per_batch",
+            "max_steps", "epochs", "lr", "precision", "zero_stage", "registration_threshold"} <= set(parameters)
+    undocumented = [n for n, p in parameters.items() if len(p.get("description", "")) < 15]
+    assert undocumented == []
+
+
+def test_train_step_retries_and_passes_scheduling_through_to_the_trainjob():
+    spec = _spec(COMMITTED_YAML.read_text())
+    tasks = spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+    assert tasks["train-op"]["retryPolicy"]["maxRetryCount"] >= 1
+    assert tasks["prep-op"]["cachingOptions"].get("enableCache") is True
+    assert not tasks["fingerprint-op"]["cachingOptions"].get("enableCache")
+    passthroughs = {p["field"] for p in spec["components"]["comp-train-op"]["taskConfigPassthroughs"]}
+    assert passthroughs == {"KUBERNETES_NODE_SELECTOR", "KUBERNETES_TOLERATIONS"}
+
+
+def test_no_literal_credentials_in_the_compiled_pipeline():
+    assert literal_credentials(COMMITTED_YAML.read_text()) == []
+
+
+def test_run_compile_submit_are_subcommands():
+    result = subprocess.run([sys.executable, "-m", "invfold", "--help"], capture_output=True, text=True)
+    assert all(name in result.stdout for name in ("run", "compile", "submit"))

@@ -1,0 +1,183 @@
+"""The whole pipeline through KFP's local runner against a real MLflow server on loopback.
+
+One default-like ddp run (short time budget) is shared by the tests that read it back; further
+runs check caching on the data fingerprint, that a worse model does not dethrone the champion,
+that an unreachable tracking server costs nothing but the records, and that a failing step
+leaves FAILED runs and a non-zero exit with its reason."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
+from invfold.pipelines.local import run_local
+from invfold.pipelines.steps import compare_step
+
+TRAIN_SECONDS = 40.0
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, mlflow_server):
+    root = tmp_path_factory.mktemp("pipeline")
+    data = root / "data"
+    data.mkdir()
+    shutil.copy(SAMPLE_CHAIN_SET, data / "chain_set.jsonl.gz")
+    shutil.copy(SAMPLE_SPLITS, data / "chain_set_splits.json")
+    suffix = uuid.uuid4().hex[:6]
+    base = {"data_uri": str(data / "chain_set.jsonl.gz"), "split_file": str(data / "chain_set_splits.json"),
+            "mlflow_experiment": f"pipeline-tests-{suffix}", "registered_model_name": f"invfold-test-{suffix}"}
+    return {"root": root, "runs": str(root / "runs"), "base": base, "uri": mlflow_server}
+
+
+@pytest.fixture(scope="module")
+def ddp_run(workspace):
+    """The pipeline's defaults (model, recipe, 2 processes) with a shorter time budget."""
+    params = {**workspace["base"], "strategy": "ddp", "time_budget_s": TRAIN_SECONDS}
+    result = run_local(params, runs_dir=workspace["runs"], tracking_uri=workspace["uri"])
+    return result
+
+
+def _child_runs(client: MlflowClient, parent_id: str) -> dict:
+    parent = client.get_run(parent_id)
+    runs = client.search_runs([parent.info.experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'")
+    return {r.data.tags["invfold.step"]: r for r in runs}
+
+
+def test_pipeline_records_runs_metrics_datasets_and_artifacts(ddp_run, workspace):
+    client = MlflowClient(workspace["uri"])
+    folder = Path(ddp_run.run_folder)
+    parent = client.get_run(ddp_run.mlflow_run_id)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["invfold.strategy"] == "ddp" and parent.data.tags["kfp.pipeline_version"]
+    steps = _child_runs(client, ddp_run.mlflow_run_id)
+    assert set(steps) == {"fingerprint", "train", "evaluate", "compare", "register"}
+    assert {r.info.status for r in steps.values()} == {"FINISHED"}
+
+    train = steps["train"]
+    assert train.data.params["strategy"] == "ddp" and train.data.params["nodes"] == "1"
+    records = [json.loads(line) for line in (folder / "train-op" / "model" / "metrics.jsonl").read_text().splitlines()]
+    train_steps = [r["step"] for r in records if r["split"] == "train"]
+    history = client.get_metric_history(train.info.run_id, "train/loss")
+    assert sorted(m.step for m in history) == train_steps and len(train_steps) >= 2
+
+    prepared = json.loads(next(folder.parent.glob("*/prep-op/prepared/index.json")).read_text())
+    inputs = {i.dataset.name: i for i in train.inputs.dataset_inputs}
+    assert set(inputs) == {"train", "validation"}
+    assert json.loads(inputs["train"].dataset.source)["digest"] == prepared["digest"]
+    assert [a.path for a in client.list_artifacts(train.info.run_id, "dataset")] == ["dataset/card.json",
+                                                                                     "dataset/card.md"]
+
+    evaluation = json.loads((folder / "evaluate-op" / "evaluation" / "metrics.json").read_text())
+    evaluate = steps["evaluate"]
+    assert evaluate.data.metrics["test_recovery"] == pytest.approx(evaluation["datasets"]["test"]["recovery"])
+    assert parent.data.metrics["test_recovery"] == pytest.approx(evaluation["datasets"]["test"]["recovery"])
+    artifacts = {a.path for a in client.list_artifacts(evaluate.info.run_id, "evaluation")}
+    assert {"evaluation/confusion.json", "evaluation/confusion.png", "evaluation/report.html"} <= artifacts
+    assert {i.dataset.name for i in evaluate.inputs.dataset_inputs} == {"test"}
+
+
+def test_model_beats_the_constant_predictor_and_becomes_champion(ddp_run, workspace, monkeypatch):
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", workspace["uri"])
+    client = MlflowClient(workspace["uri"])
+    name = workspace["base"]["registered_model_name"]
+    evaluation = json.loads((Path(ddp_run.run_folder) / "evaluate-op" / "evaluation" / "metrics.json").read_text())
+    recovery = evaluation["datasets"]["test"]["recovery"]
+    assert recovery > evaluation["baseline"]["recovery"]["test"]
+    assert ddp_run.registered_version == "1"
+    champion = client.get_model_version_by_alias(name, "champion")
+    assert champion.version == "1"
+    assert float(champion.tags["invfold.test_recovery"]) == pytest.approx(recovery)
+    assert champion.tags["invfold.champion_recovery"] == "none" and champion.tags["invfold.data_digest"]
+    info = mlflow.models.get_model_info(f"models:/{name}/1")
+    assert info.signature is not None and info.saved_input_example_info is not None
+    register_dir = Path(ddp_run.run_folder) / "register-op" / "onnx_model"
+    assert json.loads((register_dir / "model.parity.json").read_text())["passed"] is True
+
+
+def test_kfp_outputs_show_metrics_confusion_matrix_and_reports(ddp_run):
+    folder = Path(ddp_run.run_folder)
+    out = json.loads((folder / "evaluate-op" / "executor_output.json").read_text())["artifacts"]
+    matrix = out["confusion"]["artifacts"][0]["metadata"]["confusionMatrix"]
+    assert [a["displayName"] for a in matrix["annotationSpecs"]] == list("ACDEFGHIKLMNPQRSTVWY")
+    assert len(matrix["rows"]) == 20
+    assert "test_recovery" in out["metrics"]["artifacts"][0]["metadata"]
+    html = (folder / "evaluate-op" / "report").read_text()
+    assert "data:image/png;base64," in html
+    card = next(folder.parent.glob("*/prep-op/card")).read_text()
+    assert card.startswith("#")
+    train = json.loads((folder / "train-op" / "executor_output.json").read_text())["artifacts"]
+    assert train["metrics"]["artifacts"][0]["metadata"]["step"] >= 1
+    assert {t["step"] for t in ddp_run.timings} >= {"fingerprint", "train", "evaluate", "compare", "register"}
+
+
+def test_unchanged_data_hits_prep_cache_and_a_worse_model_keeps_the_champion(ddp_run, workspace):
+    params = {**workspace["base"], "time_budget_s": 0, "max_steps": 1, "model_preset": "tiny", "model_overrides": {}}
+    again = run_local(params, runs_dir=workspace["runs"], tracking_uri=workspace["uri"])
+    assert not (Path(again.run_folder) / "prep-op").exists(), "prep ran although the data did not change"
+    assert again.registered_version is None
+    client = MlflowClient(workspace["uri"])
+    name = workspace["base"]["registered_model_name"]
+    assert client.get_model_version_by_alias(name, "champion").version == "1"
+    assert len(client.search_model_versions(f"name = '{name}'")) == 1
+    compare = _child_runs(client, again.mlflow_run_id)["compare"]
+    assert "does not beat champion v1" in compare.data.tags["invfold.decision"]
+    assert "recorded on the same data" in compare.data.tags["invfold.decision"]
+
+
+def test_champion_on_other_data_is_evaluated_again(ddp_run, workspace, tmp_path):
+    folder = Path(ddp_run.run_folder)
+    evaluation = tmp_path / "evaluation"
+    shutil.copytree(folder / "evaluate-op" / "evaluation", evaluation)
+    metrics = json.loads((evaluation / "metrics.json").read_text())
+    metrics["data_digest"] = "sha256:" + "0" * 64  # as if this run's test data were different
+    (evaluation / "metrics.json").write_text(json.dumps(metrics))
+    prepared = next(folder.parent.glob("*/prep-op/prepared"))
+    result = compare_step(prepared_path=str(prepared), evaluation_path=str(evaluation), pipeline_run_id="re-eval",
+                          tracking_uri=workspace["uri"], experiment=workspace["base"]["mlflow_experiment"],
+                          model_name=workspace["base"]["registered_model_name"], threshold=0.0)
+    assert result["basis"] == "re-evaluated on this run's test data"
+    assert result["champion"] == pytest.approx(metrics["datasets"]["test"]["recovery"], abs=1e-6)
+    assert result["register"] is False  # equal, not better
+
+
+def test_changed_data_misses_the_cache_and_an_unreachable_server_loses_only_records(
+        ddp_run, workspace, unreachable_uri, capfd):
+    data = Path(workspace["base"]["data_uri"])
+    with gzip.open(data, "rt") as fh:
+        lines = fh.readlines()
+    with gzip.open(data, "wt") as fh:  # same path, different content
+        fh.writelines(lines[:-3])
+    params = {**workspace["base"], "time_budget_s": 0, "max_steps": 2, "model_preset": "tiny", "model_overrides": {}}
+    result = run_local(params, runs_dir=workspace["runs"], tracking_uri=unreachable_uri)
+    output = capfd.readouterr()
+    assert (Path(result.run_folder) / "prep-op").exists(), "prep was served from the cache after the data changed"
+    assert (Path(result.run_folder) / "train-op" / "model" / "model.pt").exists()
+    assert result.mlflow_run_id is None and result.registered_version is None
+    text = output.out + output.err
+    assert "unreachable" in text and "did NOT record" in text and "metric points from metrics.jsonl" in text
+
+
+def test_a_failing_step_fails_the_run_with_its_reason_and_marks_mlflow_runs_failed(workspace, tmp_path, capfd):
+    from invfold.cli import main
+
+    bad = tmp_path / "broken.jsonl.gz"
+    bad.write_bytes(b"\x1f\x8b\x08\x00 not really gzip")
+    code = main(["run", "--data", str(bad), "--runs-dir", workspace["runs"], "--tracking-uri", workspace["uri"],
+                 "--experiment", workspace["base"]["mlflow_experiment"], "--no-cache"])
+    err = capfd.readouterr().err
+    assert code == 1
+    assert "invfold run: the pipeline failed" in err and "prep-op" in err
+    client = MlflowClient(workspace["uri"])
+    experiment = client.get_experiment_by_name(workspace["base"]["mlflow_experiment"])
+    failed = client.search_runs([experiment.experiment_id], filter_string="tags.`invfold.pipeline_status` LIKE 'FAILED%'")
+    assert len(failed) == 1 and failed[0].info.status == "FAILED"
+    assert failed[0].data.params["data_uri"] == str(bad)

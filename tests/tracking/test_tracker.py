@@ -1,0 +1,111 @@
+"""The tracking module against a real MLflow server: run layout, what gets recorded, the
+registry, closing runs, and going on without a reachable server."""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import pytest
+from mlflow import MlflowClient
+
+from invfold.components.tracking import RunContext, Tracker, finish_pipeline
+from invfold.components.tracking.tracker import PARENT_TAG, PIPELINE_RUN_TAG
+
+
+def context(uri: str, **kw) -> RunContext:
+    return RunContext(pipeline_run_id=kw.pop("run_id", uuid.uuid4().hex), tracking_uri=uri,
+                      experiment=kw.pop("experiment", "tracker-tests"), pipeline_run_name="demo-run",
+                      pipeline_version="0.1.0", **kw)
+
+
+def test_steps_nest_under_one_parent_run_per_pipeline_run(mlflow_server, tmp_path):
+    ctx = context(mlflow_server, run_url="http://kfp.example/#/runs/details/x")
+    metrics_file = tmp_path / "metrics.jsonl"
+    metrics_file.write_text("".join(json.dumps({"split": "train", "step": s, "time": 1.7e9 + s, "loss": 3.0 - s / 10,
+                                                "lr": 1e-3}) + "\n" for s in range(1, 6))
+                            + json.dumps({"split": "validation", "step": 5, "time": 1.7e9 + 6, "recovery": 0.2}) + "\n")
+    (tmp_path / "card.md").write_text("# card\n")
+    with Tracker(ctx, "train", params={"lr": 0.002, "model_overrides": {"hidden": 64}}) as train:
+        assert train.log_metrics_file(metrics_file) == 11
+        train.log_dataset("train", "sha256:" + "ab" * 32, "/data/prepared", "training", {"chains": 10})
+        train.log_artifact(tmp_path / "card.md", "dataset")
+    with Tracker(ctx, "evaluate") as evaluate:
+        evaluate.log_metrics({"test_recovery": 0.25, "test_perplexity": float("nan")})
+    assert train.parent_run_id == evaluate.parent_run_id and not train.skipped and not evaluate.skipped
+
+    client = MlflowClient(mlflow_server)
+    parent = client.get_run(train.parent_run_id)
+    assert parent.data.tags[PIPELINE_RUN_TAG] == ctx.pipeline_run_id
+    assert parent.data.tags["kfp.run_url"] == ctx.run_url and parent.data.tags["kfp.pipeline_version"] == "0.1.0"
+    child = client.get_run(train.run_id)
+    assert child.data.tags[PARENT_TAG] == parent.info.run_id and child.info.status == "FINISHED"
+    assert child.data.params["lr"] == "0.002" and json.loads(child.data.params["model_overrides"]) == {"hidden": 64}
+    history = client.get_metric_history(train.run_id, "train/loss")
+    assert [(m.step, round(m.value, 3)) for m in sorted(history, key=lambda m: m.step)] == \
+        [(s, round(3.0 - s / 10, 3)) for s in range(1, 6)]
+    assert client.get_metric_history(train.run_id, "validation/recovery")[0].value == 0.2
+    (dataset_input,) = child.inputs.dataset_inputs
+    assert dataset_input.dataset.name == "train" and dataset_input.tags[0].value == "training"
+    assert json.loads(dataset_input.dataset.source)["digest"] == "sha256:" + "ab" * 32
+    assert [a.path for a in client.list_artifacts(train.run_id, "dataset")] == ["dataset/card.md"]
+    assert "test_perplexity" not in client.get_run(evaluate.run_id).data.metrics  # NaN is not recorded
+
+
+def test_a_failed_step_and_its_pipeline_end_failed(mlflow_server):
+    ctx = context(mlflow_server)
+    with pytest.raises(RuntimeError):
+        with Tracker(ctx, "train") as train:
+            raise RuntimeError("boom")
+    with Tracker(ctx, "prep") as dangling:
+        pass
+    client = MlflowClient(mlflow_server)
+    assert client.get_run(train.run_id).info.status == "FAILED"
+    closed = finish_pipeline(ctx, failed=True, message="FAILED: train failed")
+    assert train.parent_run_id in closed
+    parent = client.get_run(train.parent_run_id)
+    assert parent.info.status == "FAILED" and parent.data.tags["invfold.pipeline_status"] == "FAILED: train failed"
+    assert client.get_run(dangling.run_id).info.status == "FINISHED"
+
+
+def test_a_pipeline_that_succeeded_ends_finished(mlflow_server):
+    ctx = context(mlflow_server)
+    with Tracker(ctx, "train") as train:
+        pass
+    finish_pipeline(ctx, failed=False)
+    assert MlflowClient(mlflow_server).get_run(train.parent_run_id).info.status == "FINISHED"
+
+
+def test_injected_run_id_is_used_as_the_step_run(mlflow_server, monkeypatch):
+    client = MlflowClient(mlflow_server)
+    experiment = client.create_experiment(f"kfp-injected-{uuid.uuid4().hex[:6]}")
+    kfp_parent = client.create_run(experiment).info.run_id
+    kfp_task = client.create_run(experiment, tags={PARENT_TAG: kfp_parent}).info.run_id
+    monkeypatch.setenv("MLFLOW_RUN_ID", kfp_task)
+    with Tracker(context(mlflow_server), "train") as train:
+        train.log_metrics({"x": 1.0})
+    assert (train.run_id, train.parent_run_id) == (kfp_task, kfp_parent)
+    assert client.get_run(kfp_task).data.metrics["x"] == 1.0
+
+
+def test_unreachable_server_skips_recording_and_says_what(unreachable_uri, tmp_path, caplog):
+    ctx = context(unreachable_uri)
+    metrics_file = tmp_path / "metrics.jsonl"
+    metrics_file.write_text(json.dumps({"split": "train", "step": 1, "loss": 2.0}) + "\n")
+    with caplog.at_level(logging.WARNING, logger="invfold.components.tracking.tracker"):
+        with Tracker(ctx, "train", params={"lr": 1}) as tracker:
+            tracker.log_metrics_file(metrics_file)
+            tracker.log_artifact(metrics_file)
+            assert tracker.champion("m") is None
+    assert not tracker.available and tracker.run_id is None
+    assert {"step run", "1 params", "1 metric points from metrics.jsonl", "artifact metrics.jsonl"} <= set(tracker.skipped)
+    text = caplog.text
+    assert "unreachable" in text and "did NOT record" in text and "metric points from metrics.jsonl" in text
+    assert finish_pipeline(ctx, failed=True) == []
+
+
+def test_default_tracking_uri_is_a_sqlite_file_under_the_runs_folder(tmp_path):
+    from invfold.components.tracking import default_tracking_uri
+
+    assert default_tracking_uri(tmp_path / "runs") == f"sqlite:///{tmp_path}/runs/mlflow.db"

@@ -1,0 +1,71 @@
+"""SIGTERM to one rank: all ranks agree at the next step, checkpoint together and exit non-zero;
+a later run resumes from that checkpoint. Checkpoints go to object storage (moto's S3 server on
+loopback), where only the COMPLETE marker can make a save atomic."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import psutil
+
+from invfold.components.train import checkpoint as ckpt
+from invfold.components.train.launch import ENTRYPOINT, launch_command
+
+from .conftest import read_metrics, run_job, summary, tiny_config
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def _logged_steps(out) -> int:
+    try:
+        return len(read_metrics(out))
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
+
+
+def test_sigterm_on_one_rank_checkpoints_all_and_exits_nonzero(synthetic_prepared, tmp_path, s3_server):
+    out = tmp_path / "run"
+    checkpoints = f"s3://{s3_server.new_bucket()}/run/checkpoints"
+    cfg = tiny_config(synthetic_prepared, out, max_steps=100_000, time_budget_s=120.0, checkpoint_every=0,
+                      validate_every=0, checkpoint_dir=checkpoints)
+    out.mkdir()
+    cfg.to_json(str(out / "train_config.json"))
+    launcher = subprocess.Popen(launch_command(cfg, 2, str(out / "train_config.json")),
+                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        _wait_for(lambda: _logged_steps(out) >= 3, 90, "3 training steps")
+        workers = _wait_for(lambda: [p for p in psutil.Process(launcher.pid).children(recursive=True)
+                                     if ENTRYPOINT in " ".join(p.cmdline())], 10, "2 worker processes")
+        assert len(workers) == 2
+        rank1 = next(p for p in workers if p.environ().get("RANK") == "1")
+        rank1.send_signal(signal.SIGTERM)
+        code = launcher.wait(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert code != 0
+
+    done = summary(out)
+    assert done["stop_reason"] == "preempted"
+    steps = ckpt.complete_steps(checkpoints)
+    assert steps == [done["step"]] and read_metrics(out)[-1]["step"] == done["step"]
+    state = ckpt.load_torch(f"{ckpt.step_dir(checkpoints, done['step'])}/state.pt")
+    assert len(state["trainer"]["rng"]) == 2  # both ranks contributed their RNG state
+    assert not (out / "model.pt").exists()
+
+    resumed = tiny_config(synthetic_prepared, out, max_steps=done["step"] + 2, validate_every=0,
+                          checkpoint_dir=checkpoints)
+    assert run_job(resumed) == 0
+    assert summary(out)["step"] == done["step"] + 2 and (out / "model.pt").exists()
