@@ -15,7 +15,7 @@ PIPELINE_FLAGS = (
     ("--nodes", "nodes", dict(type=int)),
     ("--nproc", "procs_per_node", dict(type=int, help="training processes (per node)")),
     ("--gpus-per-node", "gpus_per_node", dict(type=int)),
-    ("--preset", "model_preset", dict(help="model preset: default, proteinmpnn, tiny")),
+    ("--preset", "model_preset", dict(help="model preset: small, default, proteinmpnn, tiny")),
     ("--model-overrides", "model_overrides", dict(type=json.loads, metavar="JSON",
                                                   help='model config overrides, e.g. \'{"hidden": 64}\'')),
     ("--tokens-per-batch", "tokens_per_batch", dict(type=int)),
@@ -113,7 +113,7 @@ def compile_command(args: argparse.Namespace) -> int:
 def submit_command(args: argparse.Namespace) -> int:
     import os
 
-    from .compile import submit
+    from .compile import SubmitError, submit
 
     params = _pipeline_params(args)
     params["data_uri"] = args.data
@@ -126,8 +126,12 @@ def submit_command(args: argparse.Namespace) -> int:
             params[name] = json.loads(value)
         except json.JSONDecodeError:
             params[name] = value
-    result = submit(args.host, params, package=args.package, experiment=args.kfp_experiment,
-                    run_name=args.run_name, token=args.token or os.environ.get("KFP_TOKEN"),
-                    namespace=args.namespace)
+    try:
+        result = submit(args.host, params, package=args.package, experiment=args.kfp_experiment,
+                        run_name=args.run_name, token=args.token or os.environ.get("KFP_TOKEN"),
+                        namespace=args.namespace)
+    except SubmitError as err:
+        print(f"invfold submit: {err}", file=sys.stderr)
+        return 1
     print(f"submitted run {result['run_id']}: {result['url']}")
     return 0

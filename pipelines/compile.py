@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -39,15 +40,55 @@ def compile_pipeline(out: str | os.PathLike, registry: str = DEFAULT_REGISTRY, t
     return text
 
 
+class SubmitError(RuntimeError):
+    """Submission failed; the message is one line naming the host and what it answered."""
+
+    def __init__(self, message: str):
+        super().__init__(" ".join(message.split()))
+
+
+def _answer_detail(body, token: str | None) -> str:
+    """The API's error message from a google.rpc.Status JSON body (else the body), on one line."""
+    if isinstance(body, bytes):
+        body = body.decode(errors="replace")
+    detail = body or ""
+    try:
+        parsed = json.loads(detail)
+        if isinstance(parsed, dict):
+            detail = parsed.get("message") or parsed.get("error") or detail
+    except ValueError:
+        pass
+    detail = " ".join(str(detail).split())
+    if token:
+        detail = detail.replace(token, "***")
+    return detail[:300] + ("..." if len(detail) > 300 else "")
+
+
 def submit(host: str, params: dict, package: str | None = None, experiment: str = "invfold",
            run_name: str | None = None, token: str | None = None, namespace: str | None = None) -> dict:
     """Submit the compiled pipeline (default: the committed YAML) to the KFP API at `host`, with
-    a bearer token when given (else the kubeconfig / in-cluster credentials kfp.Client finds)."""
-    import kfp
+    a bearer token when given (else the kubeconfig / in-cluster credentials kfp.Client finds).
 
-    client = kfp.Client(host=host, existing_token=token or None, namespace=namespace)
-    result = client.create_run_from_pipeline_package(
-        str(package or COMMITTED_YAML), arguments=params, run_name=run_name,
-        experiment_name=experiment, namespace=namespace)
+    Raises SubmitError when the API answers an error or cannot be reached."""
+    import kfp
+    import urllib3
+    from kfp_server_api.exceptions import ApiException
+
+    try:
+        client = kfp.Client(host=host, existing_token=token or None, namespace=namespace)
+        result = client.create_run_from_pipeline_package(
+            str(package or COMMITTED_YAML), arguments=params, run_name=run_name,
+            experiment_name=experiment, namespace=namespace)
+    except ApiException as err:
+        answer = f"HTTP {err.status} {err.reason or ''}".strip() if err.status else (err.reason or "an error")
+        detail = _answer_detail(err.body, token)
+        raise SubmitError(f"the KFP API at {host} answered {answer}" + (f": {detail}" if detail else "")) from None
+    except urllib3.exceptions.HTTPError as err:
+        reason = str(getattr(err, "reason", None) or err)
+        if reason.startswith("<"):  # "<HTTPConnection object at 0x...>: Failed to establish ..."
+            reason = reason.split(": ", 1)[-1]
+        raise SubmitError(f"could not reach the KFP API at {host}: {' '.join(reason.split())}") from None
+    except TimeoutError as err:  # kfp.Client's health check gives up after 5 failed tries
+        raise SubmitError(f"the KFP API at {host} failed its health check: {err}") from None
     url = f"{host.rstrip('/')}/#/runs/details/{result.run_id}"
     return {"run_id": result.run_id, "url": url}

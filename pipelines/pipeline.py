@@ -21,6 +21,14 @@ RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 RUN_NAME = dsl.PIPELINE_JOB_NAME_PLACEHOLDER
 
 
+def _labelled(task, role: str = "step"):
+    """Pod labels the chart's NetworkPolicies select on: every step may reach DNS, MLflow, the
+    artifact store and KFP's API; only the `launcher` (train step) may reach the Kubernetes API."""
+    kubernetes.add_pod_label(task, "app.kubernetes.io/part-of", "invfold")
+    kubernetes.add_pod_label(task, "invfold.dev/role", role)
+    return task
+
+
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def fingerprint_op(data_uri: str, split_file: str, pipeline_run_id: str, pipeline_run_name: str,
                    tracking_uri: str, experiment: str) -> str:
@@ -81,7 +89,7 @@ def invfold_pipeline(
         nodes: Training nodes (TrainJob numNodes on a cluster).
         procs_per_node: Training processes per node (one per GPU on GPU nodes).
         gpus_per_node: GPUs per training node (0 trains on CPU).
-        model_preset: Model preset: default (PiFold-like, one-shot), proteinmpnn (ProteinMPNN size, autoregressive) or tiny.
+        model_preset: Model preset: small (quick CPU demo), default (PiFold-like, one-shot, ~2.7M parameters), proteinmpnn (ProteinMPNN size, autoregressive) or tiny.
         model_overrides: Model config fields that override the preset, e.g. {"hidden": 64}; {} for the preset as is.
         tokens_per_batch: Residues per micro-batch on one process (length-bucketed batches).
         max_steps: Optimizer steps to train for (0 = not limited by steps).
@@ -104,12 +112,12 @@ def invfold_pipeline(
         gpu_tolerations: Tolerations for the GPU node pool's taints, e.g. [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}].
     """
     tracking = {"pipeline_run_id": RUN_ID, "tracking_uri": mlflow_tracking_uri, "experiment": mlflow_experiment}
-    finish = finish_tracking_op(**tracking).set_caching_options(False).set_display_name("finish-tracking")
+    finish = _labelled(finish_tracking_op(**tracking).set_caching_options(False).set_display_name("finish-tracking"))
     with dsl.ExitHandler(finish, name="invfold-run"):
         fingerprint = fingerprint_op(data_uri=data_uri, split_file=split_file, pipeline_run_name=RUN_NAME, **tracking)
-        fingerprint.set_caching_options(False).set_display_name("fingerprint")
+        _labelled(fingerprint.set_caching_options(False).set_display_name("fingerprint"))
         prep = prep_op(data_uri=data_uri, split_file=split_file, data_digest=fingerprint.output)
-        prep.set_display_name("prep")
+        _labelled(prep.set_display_name("prep"))
         train = train_op(
             prepared=prep.outputs["prepared"], pipeline_run_name=RUN_NAME, strategy=strategy, nodes=nodes,
             procs_per_node=procs_per_node, gpus_per_node=gpus_per_node, preset=model_preset,
@@ -118,18 +126,19 @@ def invfold_pipeline(
             precision=precision, zero_stage=zero_stage, seed=seed, threads=threads_per_process,
             checkpoint_root=checkpoint_root, storage_root=storage_root, storage_secret=storage_secret,
             **tracking)
-        train.set_display_name("train").set_retry(num_retries=d.TRAIN_RETRIES, backoff_duration="10s")
+        _labelled(train.set_display_name("train").set_retry(num_retries=d.TRAIN_RETRIES, backoff_duration="10s"),
+                  role="launcher")
         kubernetes.add_node_selector_json(train, gpu_node_selector)
         kubernetes.add_toleration_json(train, gpu_tolerations)
         kubernetes.use_field_path_as_env(train, "POD_NAME", "metadata.name")
         kubernetes.use_field_path_as_env(train, "POD_UID", "metadata.uid")
         evaluate = evaluate_op(prepared=prep.outputs["prepared"], model=train.outputs["model"], **tracking)
-        evaluate.set_display_name("evaluate")
+        _labelled(evaluate.set_display_name("evaluate"))
         compare = compare_op(prepared=prep.outputs["prepared"], evaluation=evaluate.outputs["evaluation"],
                              model_name=registered_model_name, threshold=registration_threshold, **tracking)
-        compare.set_display_name("compare-with-champion").set_caching_options(False)
+        _labelled(compare.set_display_name("compare-with-champion").set_caching_options(False))
         with dsl.If(compare.outputs["Output"] == True, name="better-than-champion"):  # noqa: E712
             register = register_op(prepared=prep.outputs["prepared"], model=train.outputs["model"],
                                    comparison=compare.outputs["comparison"], model_name=registered_model_name,
                                    **tracking)
-            register.set_display_name("export-and-register").set_caching_options(False)
+            _labelled(register.set_display_name("export-and-register").set_caching_options(False))

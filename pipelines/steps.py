@@ -28,13 +28,13 @@ CHUNK = 4 * 2**20
 def fingerprint(uris: list[str]) -> str:
     """sha256 over every file's relative name and bytes (a folder: its files in sorted order);
     local paths and fsspec URIs."""
-    import fsspec
+    from invfold.components.protein import io as storage
 
     digest = hashlib.sha256()
     for uri in uris:
         if not uri:
             continue
-        fs, root = fsspec.core.url_to_fs(uri)
+        fs, root = storage.filesystem(uri)
         if not fs.exists(root):
             raise FileNotFoundError(f"fingerprint: {uri} does not exist")
         files = sorted(fs.find(root)) if fs.isdir(root) else [root]

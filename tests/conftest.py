@@ -5,6 +5,7 @@
 - `s3_server`: moto's S3-compatible server on 127.0.0.1 (random port) with fake credentials and
   `AWS_ENDPOINT_URL` set only in this test's environment (child processes inherit them);
   `.new_bucket()` gives each test its own bucket so fsspec's listing caches never go stale.
+- `mlflow_server`: one real MLflow tracking server for the whole session (tests/tracking/server.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.tracking.server import mlflow_server, unreachable_uri  # noqa: F401 - fixtures
 
 
 @dataclass

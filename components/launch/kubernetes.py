@@ -142,9 +142,8 @@ def _restore_signals(previous: dict) -> None:
 
 def _fetch_folder(uri: str, local: str) -> None:
     """Copy the job's output folder from object storage to the step's local folder."""
-    import fsspec
+    from invfold.components.protein import io as storage
 
-    fs, path = fsspec.core.url_to_fs(uri)
-    if not fs.exists(path):
+    if not storage.exists(uri):
         raise LaunchError(f"the TrainJob completed but left no outputs at {uri}")
-    fs.get(path.rstrip("/") + "/", local.rstrip("/") + "/", recursive=True)
+    storage.download_folder(uri, local)

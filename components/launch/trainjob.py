@@ -32,6 +32,7 @@ PATCH_MANAGER = "invfold.dev/launcher"
 ENTRY_MODULE = "invfold.components.launch.trainjob_entry"
 # Replicated jobs of the runtimes in k8s/ (the MPI runtimes add a launcher).
 TRAINER_CONTAINER = "node"
+RENDEZVOUS_PORT = 29500  # allowed between a job's pods by k8s/base/network-policies.yaml
 REPLICATED_JOBS = {"ddp": ("node",), "deepspeed": ("launcher", "node"), "horovod": ("launcher", "node")}
 FORWARDED_ENV = re.compile(r"^(MLFLOW_(?!TRACKING_PASSWORD|TRACKING_TOKEN|TRACKING_USERNAME)\w+)$")
 SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
@@ -115,13 +116,18 @@ def _env(options: ClusterOptions, environ: Mapping[str, str]) -> list[dict]:
     return env
 
 
-def _command(cfg: TrainConfig, resources: Resources, output_uri: str, env: list[dict]) -> tuple[list[str], list[str]]:
-    """(command, args): both set, so neither the runtime's command nor its args survive."""
+def _command(name: str, cfg: TrainConfig, resources: Resources, output_uri: str,
+             env: list[dict]) -> tuple[list[str], list[str]]:
+    """(command, args): both set, so neither the runtime's command nor its args survive.
+    Under mpirun, torch.distributed's rendezvous (DeepSpeed) is the launcher pod: our MPI runtimes
+    run the launcher as node 0 (runLauncherAsNode), reachable through the job's headless Service."""
     entry = [ENTRY_MODULE, "--config-json", json.dumps(cfg.to_dict(), sort_keys=True), "--output", output_uri]
     if cfg.strategy == "ddp":
         # The torch runtime sets PET_NNODES / PET_NPROC_PER_NODE / PET_NODE_RANK / PET_MASTER_*.
         return ["torchrun"], ["--module", *entry]
-    exports = [arg for item in env for arg in ("-x", item["name"])] + ["-x", "OMP_NUM_THREADS"]
+    rendezvous = [f"MASTER_ADDR={name}-launcher-0-0.{name}", f"MASTER_PORT={RENDEZVOUS_PORT}"]
+    exports = ([arg for item in env for arg in ("-x", item["name"])] + ["-x", "OMP_NUM_THREADS"]
+               + [arg for pair in rendezvous for arg in ("-x", pair)])
     return ["mpirun"], ["--hostfile", "/etc/mpi/hostfile", "-np", str(resources.world_size),
                         "--bind-to", "none", *exports, "python", "-m", *entry]
 
@@ -151,7 +157,7 @@ def build_trainjob(name: str, cfg: TrainConfig, resources: Resources, options: C
     if not NAME.match(name) or len(name) > 63:
         raise ValueError(f"TrainJob name {name!r}: expected an RFC 1035 label of at most 63 characters")
     env = _env(options, environ)
-    command, args = _command(cfg, resources, output_uri, env)
+    command, args = _command(name, cfg, resources, output_uri, env)
     trainer: dict = {
         "numNodes": resources.nodes,
         "numProcPerNode": resources.procs_per_node,

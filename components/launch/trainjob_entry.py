@@ -20,16 +20,10 @@ log = logging.getLogger(__name__)
 
 
 def upload(out: str, uri: str) -> None:
-    import fsspec
+    """Checkpoints already live at their own (remote) location; the rest goes to `uri`."""
+    from invfold.components.protein import io as storage
 
-    fs, root = fsspec.core.url_to_fs(uri)
-    for folder, dirs, files in os.walk(out):
-        rel = os.path.relpath(folder, out)
-        dirs[:] = [d for d in dirs if not (rel == "." and d == "checkpoints")]
-        for filename in files:
-            target = "/".join(p for p in (root.rstrip("/"), "" if rel == "." else rel, filename) if p)
-            fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-            fs.put_file(os.path.join(folder, filename), target)
+    storage.upload_folder(out, uri, skip_top=("checkpoints",))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,7 +76,7 @@ class ModelConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "ModelConfig":
-        """A named starting point ("default", "proteinmpnn", "tiny") with fields overridden."""
+        """A named starting point ("default", "proteinmpnn", "small", "tiny") with fields overridden."""
         if name not in PRESETS:
             raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
         return dataclasses.replace(PRESETS[name], **overrides)
@@ -92,6 +92,11 @@ PRESETS: dict[str, ModelConfig] = {
     "proteinmpnn": ModelConfig(hidden=128, encoder_layers=3, decoder_layers=3, k_neighbors=48,
                                num_rbf=16, dropout=0.1, decoding="autoregressive",
                                message_mlp_layers=3, geometric_features=False),
+    # The default architecture shrunk (0.29M parameters) so a few CPU minutes on a few hundred
+    # chains train well past the constant predictor: `invfold run`'s model and the quality gate's.
+    "small": ModelConfig(hidden=64, encoder_layers=4, decoder_layers=1, k_neighbors=16,
+                         num_rbf=16, dropout=0.1, decoding="one_shot",
+                         message_mlp_layers=2, geometric_features=True),
     "tiny": ModelConfig(hidden=32, encoder_layers=1, decoder_layers=1, k_neighbors=8,
                         num_rbf=8, dropout=0.0, decoding="one_shot", max_relative_position=8,
                         message_mlp_layers=2, geometric_features=True),

@@ -11,6 +11,8 @@ import os
 
 import torch
 
+from invfold.components.protein import io as storage
+
 from .config import ModelConfig
 from .network import InverseFoldingModel
 
@@ -18,9 +20,8 @@ FORMAT = "invfold.model/1"
 
 
 def _open(path: str, mode: str):
-    import fsspec
-
-    return fsspec.open(path, mode).open()
+    fs, inner = storage.filesystem(path)
+    return fs.open(inner, mode)
 
 
 def model_payload(model: InverseFoldingModel) -> dict:

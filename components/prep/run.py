@@ -326,12 +326,7 @@ def _publish(staging: Path, output: str, remote: bool, out_dir: Path) -> None:
     """Move the finished files into place, replacing a previous prep output there."""
     files = sorted(p for p in staging.iterdir() if p.is_file())
     if remote:
-        import fsspec
-
-        fs, root = fsspec.core.url_to_fs(output)
-        fs.makedirs(root, exist_ok=True)
-        for path in files:
-            fs.put_file(str(path), f"{root.rstrip('/')}/{path.name}")
+        protein_io.upload_folder(staging, output)
         return
     for old in list(out_dir.glob("*.arrow")) + [out_dir / n for n in (INDEX_FILE, CARD_JSON, CARD_MD)]:
         if old.exists():

@@ -1,5 +1,6 @@
-"""The one place that opens input paths: local files or remote URIs (s3://, gs://, http(s)://,
-file://) through fsspec, with gzip detected by its magic bytes rather than the file name."""
+"""The one place that touches storage: local files or remote URIs (s3://, gs://, http(s)://,
+file://) through fsspec, with gzip detected by its magic bytes rather than the file name.
+Readers open inputs here; steps publish and fetch output folders here."""
 
 from __future__ import annotations
 
@@ -31,10 +32,14 @@ def _local_path(uri: str | os.PathLike) -> str:
     return text[len("file://"):] if text.startswith("file://") else text
 
 
-def _fs(uri: str):
+def filesystem(uri: str | os.PathLike):
+    """(fsspec filesystem, path inside it) for a local path or any URI."""
     import fsspec
 
-    return fsspec.core.url_to_fs(uri)
+    return fsspec.core.url_to_fs(os.fspath(uri))
+
+
+_fs = filesystem
 
 
 def basename(uri: str | os.PathLike) -> str:
@@ -144,3 +149,27 @@ def load_json(path: str | os.PathLike):
         where = err.lineno if isinstance(err, json.JSONDecodeError) else None
         detail = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
         raise InputError(path, where, None, "valid JSON", f"invalid JSON ({detail})", reason="invalid_json") from None
+
+
+def upload_folder(local: str | os.PathLike, uri: str, skip_top: Iterable[str] = ()) -> None:
+    """Copy every file under `local` to folder `uri`, keeping relative paths; top-level folders
+    named in `skip_top` stay behind. Object stores have no atomic rename, so callers write a
+    marker last when readers need to know the copy is complete."""
+    fs, root = filesystem(uri)
+    root = root.rstrip("/")
+    fs.makedirs(root, exist_ok=True)
+    for folder, dirs, files in os.walk(local):
+        rel = os.path.relpath(folder, local)
+        dirs[:] = sorted(d for d in dirs if not (rel == "." and d in skip_top))
+        for filename in sorted(files):
+            target = "/".join(p for p in (root, "" if rel == "." else rel, filename) if p)
+            fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            fs.put_file(os.path.join(folder, filename), target)
+
+
+def download_folder(uri: str, local: str | os.PathLike) -> None:
+    """Copy folder `uri` (recursively) into local folder `local`."""
+    fs, path = filesystem(uri)
+    if not fs.exists(path):
+        raise InputError(uri, None, None, "an existing folder", "no such folder", reason="missing_file")
+    fs.get(path.rstrip("/") + "/", os.fspath(local).rstrip("/") + "/", recursive=True)

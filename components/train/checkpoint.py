@@ -16,15 +16,14 @@ import re
 import numpy as np
 import torch
 
+from invfold.components.protein import io as storage
+
 MARKER = "COMPLETE"
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 
 
 def _fs(root: str):
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(root)
-    return fs, path
+    return storage.filesystem(root)
 
 
 def is_local(uri: str) -> bool:

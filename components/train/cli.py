@@ -31,7 +31,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--launcher", choices=("torchrun", "horovodrun", "mpirun"),
                    help="default: torchrun (ddp, deepspeed), horovodrun (horovod)")
     p.add_argument("--threads", type=int, default=1, help="threads per process (default 1)")
-    p.add_argument("--preset", default="default", help="model preset: default, proteinmpnn, tiny")
+    p.add_argument("--preset", default="default", help="model preset: default, proteinmpnn, small, tiny")
     p.add_argument("--model", action="append", type=_override, default=[], metavar="NAME=VALUE",
                    help="model config override, e.g. --model hidden=64 (repeatable)")
     p.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")

@@ -33,7 +33,7 @@ def train_op(prepared: Input[Dataset], pipeline_run_id: str, pipeline_run_name: 
         nodes: Training nodes.
         procs_per_node: Processes per node.
         gpus_per_node: GPUs per node (0 = CPU).
-        preset: Model preset (default, proteinmpnn, tiny).
+        preset: Model preset (small, default, proteinmpnn, tiny).
         model_overrides: Model config fields that override the preset.
         tokens_per_batch: Residue budget of one micro-batch per process.
         max_steps: Optimizer steps (0 = not limited by steps).

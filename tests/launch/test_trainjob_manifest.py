@@ -65,6 +65,10 @@ def test_generated_trainjobs_validate_and_reference_the_strategy_runtime(strateg
     owner = job["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Pod", "invfold-train-pod", "1234-abcd")
     assert len(job["metadata"]["name"]) <= 63
+    if strategy != "ddp":  # ranks on other nodes meet at the launcher pod (node 0 of the hostfile)
+        name = job["metadata"]["name"]
+        assert f"MASTER_ADDR={name}-launcher-0-0.{name}" in trainer["args"]
+        assert "MASTER_PORT=29500" in trainer["args"]
 
 
 def test_runtimes_named_by_the_launcher_exist_in_k8s_and_validate():

@@ -70,3 +70,17 @@ def test_no_literal_credentials_in_the_compiled_pipeline():
 def test_run_compile_submit_are_subcommands():
     result = subprocess.run([sys.executable, "-m", "invfold", "--help"], capture_output=True, text=True)
     assert all(name in result.stdout for name in ("run", "compile", "submit"))
+
+
+def test_every_step_pod_carries_the_labels_the_network_policies_select():
+    docs = list(yaml.safe_load_all(COMMITTED_YAML.read_text()))
+    executors = docs[0]["deploymentSpec"]["executors"]
+    platform = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    roles = {}
+    for name in executors:
+        labels = platform.get(name, {}).get("podMetadata", {}).get("labels", {})
+        assert labels.get("app.kubernetes.io/part-of") == "invfold", name
+        roles[name] = labels.get("invfold.dev/role")
+    # Only the train step, which creates TrainJobs, may reach the Kubernetes API.
+    assert roles.pop("exec-train-op") == "launcher"
+    assert set(roles.values()) == {"step"}

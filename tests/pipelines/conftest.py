@@ -1,1 +1,0 @@
-from tests.tracking.server import mlflow_server, unreachable_uri  # noqa: F401 - fixtures

@@ -1,1 +1,0 @@
-from .server import mlflow_server, unreachable_uri  # noqa: F401 - fixtures
