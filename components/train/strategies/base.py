@@ -41,6 +41,32 @@ def params_digest(module: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
+class TorchCollectives:
+    """The loop's collectives over torch.distributed (DDP and DeepSpeed share the process group)."""
+
+    info: DistInfo
+
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        import torch.distributed as dist
+
+        ops = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+        on_device = tensor.to(self.info.device)  # NCCL reduces GPU tensors only
+        dist.all_reduce(on_device, op=ops[op])
+        return on_device.cpu()
+
+    def all_gather_object(self, obj) -> list:
+        import torch.distributed as dist
+
+        out = [None] * self.info.world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
 class Strategy(ABC):
     def __init__(self, cfg: TrainConfig, info: DistInfo):
         self.cfg, self.info = cfg, info

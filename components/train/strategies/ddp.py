@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from .base import SchedulerFactory, TorchStateStrategy, make_optimizer
-
-_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
+from .base import SchedulerFactory, TorchCollectives, TorchStateStrategy, make_optimizer
 
 
-class DDPStrategy(TorchStateStrategy):
+class DDPStrategy(TorchCollectives, TorchStateStrategy):
     def wrap(self, model: torch.nn.Module, scheduler_factory: SchedulerFactory) -> None:
         model = model.to(self.info.device)
         device_ids = [self.info.device.index] if self.info.device.type == "cuda" else None
@@ -34,15 +31,3 @@ class DDPStrategy(TorchStateStrategy):
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        on_device = tensor.to(self.info.device)  # NCCL reduces GPU tensors only
-        dist.all_reduce(on_device, op=_OPS[op])
-        return on_device.cpu()
-
-    def all_gather_object(self, obj) -> list:
-        out = [None] * self.info.world_size
-        dist.all_gather_object(out, obj)
-        return out
-
-    def barrier(self) -> None:
-        dist.barrier()

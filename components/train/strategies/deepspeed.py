@@ -14,12 +14,10 @@ import copy
 import logging
 
 import torch
-import torch.distributed as dist
 
 from .. import checkpoint as ckpt
-from .base import SchedulerFactory, Strategy, make_optimizer, params_digest
+from .base import SchedulerFactory, Strategy, TorchCollectives, make_optimizer, params_digest
 
-_OPS = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}
 NEVER_PRINT = 2**31 - 1
 
 
@@ -47,7 +45,7 @@ def _split(directory: str) -> tuple[str, str]:
     return root.removeprefix("file://"), tag
 
 
-class DeepSpeedStrategy(Strategy):
+class DeepSpeedStrategy(TorchCollectives, Strategy):
     def wrap(self, model: torch.nn.Module, scheduler_factory: SchedulerFactory) -> None:
         import deepspeed
         from deepspeed.utils import logger as deepspeed_logger
@@ -78,18 +76,6 @@ class DeepSpeedStrategy(Strategy):
     def current_lr(self) -> float:
         return float(self.engine.get_lr()[0])
 
-    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
-        on_device = tensor.to(self.info.device)  # NCCL reduces GPU tensors only
-        dist.all_reduce(on_device, op=_OPS[op])
-        return on_device.cpu()
-
-    def all_gather_object(self, obj) -> list:
-        out = [None] * self.info.world_size
-        dist.all_gather_object(out, obj)
-        return out
-
-    def barrier(self) -> None:
-        dist.barrier()
 
     def _gathered(self):
         import deepspeed
