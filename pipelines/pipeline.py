@@ -77,6 +77,8 @@ def invfold_pipeline(
     checkpoint_root: str = "",
     storage_root: str = "",
     storage_secret: str = "",
+    workspace_pvc: str = "",
+    trainer_runtime_kind: str = "ClusterTrainingRuntime",
     gpu_node_selector: dict = {},
     gpu_tolerations: list = [],
 ):
@@ -108,6 +110,8 @@ def invfold_pipeline(
         checkpoint_root: Checkpoint location (a folder per pipeline run under it, so a retried step resumes); empty for the default.
         storage_root: Object-storage URI (s3://bucket/prefix) the TrainJob writes its outputs and checkpoints under (clusters).
         storage_secret: Name of the Secret holding the object-storage keys for TrainJob pods (referenced, never copied); empty for none.
+        workspace_pvc: ReadWriteMany PersistentVolumeClaim mounted at /workspace in every training pod (clusters); required for deepspeed, whose checkpoints are local files (they go to /workspace/checkpoints/<run id>).
+        trainer_runtime_kind: ClusterTrainingRuntime (runtimes installed cluster-wide) or TrainingRuntime (a tenant's runtimes in its own namespace).
         gpu_node_selector: Node selector of the GPU node pool for the TrainJob, e.g. {"nvidia.com/gpu.present": "true"}.
         gpu_tolerations: Tolerations for the GPU node pool's taints, e.g. [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}].
     """
@@ -125,7 +129,7 @@ def invfold_pipeline(
             epochs=epochs, time_budget_s=time_budget_s, lr=lr, warmup_steps=warmup_steps,
             precision=precision, zero_stage=zero_stage, seed=seed, threads=threads_per_process,
             checkpoint_root=checkpoint_root, storage_root=storage_root, storage_secret=storage_secret,
-            **tracking)
+            workspace_pvc=workspace_pvc, runtime_kind=trainer_runtime_kind, **tracking)
         _labelled(train.set_display_name("train").set_retry(num_retries=d.TRAIN_RETRIES, backoff_duration="10s"),
                   role="launcher")
         kubernetes.add_node_selector_json(train, gpu_node_selector)

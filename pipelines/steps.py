@@ -104,10 +104,35 @@ def _model_overrides(overrides: dict) -> dict:
             for k, v in (overrides or {}).items()}
 
 
+def checkpoint_location(strategy: str, remote: bool, pipeline_run_id: str, checkpoint_root: str,
+                        storage_root: str, workspace_pvc: str, local_root: str) -> str:
+    """Where the run's checkpoints go: a folder keyed by the KFP run id (a retried step resumes
+    there). Locally beside the model; on a cluster under `storage_root` (object storage), except
+    for DeepSpeed, whose checkpoints are local files: they go to the shared workspace volume."""
+    from invfold.components.launch.trainjob import WORKSPACE_MOUNT
+
+    if checkpoint_root:
+        root = checkpoint_root
+    elif not remote:
+        root = os.path.join(local_root, "checkpoints")
+    elif strategy == "deepspeed":
+        if not workspace_pvc:
+            raise ValueError("strategy deepspeed on a cluster writes its checkpoints as local files: set the "
+                             "pipeline parameter workspace_pvc to a ReadWriteMany claim (e.g. invfold-workspace) "
+                             "or checkpoint_root to a path on a volume every training pod mounts")
+        root = f"{WORKSPACE_MOUNT}/checkpoints"
+    elif storage_root:
+        root = f"{storage_root.rstrip('/')}/checkpoints"
+    else:
+        raise ValueError("on a cluster the train step needs storage_root (s3://bucket/prefix) or checkpoint_root")
+    return f"{root.rstrip('/')}/{pipeline_run_id}"
+
+
 def train_step(*, prepared_path: str, prepared_uri: str, model_path: str, pipeline_run_id: str,
              pipeline_run_name: str, tracking_uri: str, experiment: str, strategy: str, nodes: int,
              procs_per_node: int, gpus_per_node: int, train_options: dict, checkpoint_root: str,
-             storage_root: str, storage_secret: str, task_config=None) -> dict:
+             storage_root: str, storage_secret: str, workspace_pvc: str = "",
+             runtime_kind: str = "ClusterTrainingRuntime", task_config=None) -> dict:
     """Train and record; returns {'metrics': scalars for the KFP Metrics, 'metadata': ...}."""
     from invfold import __version__
     from invfold.components.launch import Resources, on_kubernetes, select_launcher
@@ -117,9 +142,8 @@ def train_step(*, prepared_path: str, prepared_uri: str, model_path: str, pipeli
 
     remote = on_kubernetes()
     data = object_store_uri(prepared_uri) if remote else prepared_path
-    root = checkpoint_root or (f"{storage_root.rstrip('/')}/checkpoints" if remote and storage_root
-                               else os.path.join(os.path.dirname(model_path), "checkpoints"))
-    checkpoint_dir = f"{root.rstrip('/')}/{pipeline_run_id}"
+    checkpoint_dir = checkpoint_location(strategy, remote, pipeline_run_id, checkpoint_root, storage_root,
+                                         workspace_pvc, local_root=os.path.dirname(model_path))
     options = {k: v for k, v in train_options.items() if v not in (None, "")}
     options["model_overrides"] = _model_overrides(options.get("model_overrides") or {})
     for key in ("max_steps", "epochs", "time_budget_s"):
@@ -142,6 +166,7 @@ def train_step(*, prepared_path: str, prepared_uri: str, model_path: str, pipeli
         tracker.log_artifact(str(prepared.root / "card.md"), "dataset")
         tracker.log_artifact(str(prepared.root / "card.json"), "dataset")
         cluster = {"storage_root": storage_root, "storage_secret": storage_secret or None,
+                   "workspace_pvc": workspace_pvc or None, "runtime_kind": runtime_kind,
                    "pipeline_run_id": pipeline_run_id}
         if task_config is not None:
             cluster["node_selector"] = getattr(task_config, "node_selector", None) or {}

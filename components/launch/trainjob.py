@@ -28,10 +28,12 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 PLURAL = "trainjobs"
 RUNTIME_PREFIX = "invfold-"
+RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 PATCH_MANAGER = "invfold.dev/launcher"
 ENTRY_MODULE = "invfold.components.launch.trainjob_entry"
 # Replicated jobs of the runtimes in k8s/ (the MPI runtimes add a launcher).
 TRAINER_CONTAINER = "node"
+WORKSPACE_MOUNT = "/workspace"
 RENDEZVOUS_PORT = 29500  # allowed between a job's pods by k8s/base/network-policies.yaml
 REPLICATED_JOBS = {"ddp": ("node",), "deepspeed": ("launcher", "node"), "horovod": ("launcher", "node")}
 FORWARDED_ENV = re.compile(r"^(MLFLOW_(?!TRACKING_PASSWORD|TRACKING_TOKEN|TRACKING_USERNAME)\w+)$")
@@ -49,6 +51,8 @@ class ClusterOptions:
     storage_secret: name of a Secret with the storage keys `secret_keys` (None: the pods' own
         identity, e.g. workload identity). storage_endpoint: S3-compatible endpoint URL (MinIO).
     image: training image (None: the runtime's own). node_selector / tolerations: GPU node pool.
+    runtime_kind: ClusterTrainingRuntime (installed cluster-wide), or TrainingRuntime for tenants
+        whose runtimes are installed in their own namespace (k8s/overlays/tenant).
     workspace_pvc / workspace_mount: a ReadWriteMany claim mounted into every training pod (for
         DeepSpeed, whose checkpoints are local files: point checkpoint_root under the mount).
     timeout_s: delete the job and fail after this long. poll_s: status poll interval.
@@ -63,10 +67,11 @@ class ClusterOptions:
     storage_endpoint: str | None = None
     image: str | None = None
     runtime_prefix: str = RUNTIME_PREFIX
+    runtime_kind: str = "ClusterTrainingRuntime"
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict] = field(default_factory=list)
     workspace_pvc: str | None = None
-    workspace_mount: str = "/workspace"
+    workspace_mount: str = WORKSPACE_MOUNT
     timeout_s: float = 7 * 24 * 3600.0
     poll_s: float = 10.0
     owner_pod_name: str | None = None
@@ -84,6 +89,8 @@ class ClusterOptions:
         self.secret_keys = tuple(self.secret_keys)
         self.tolerations = list(self.tolerations or [])
         self.node_selector = dict(self.node_selector or {})
+        if self.runtime_kind not in RUNTIME_KINDS:
+            raise ValueError(f"ClusterOptions.runtime_kind: expected one of {RUNTIME_KINDS}, got {self.runtime_kind!r}")
         if not self.timeout_s > 0 or not self.poll_s > 0:
             raise ValueError(f"ClusterOptions: timeout_s and poll_s must be > 0, got {self.timeout_s}, {self.poll_s}")
         if self.storage_root and "://" not in self.storage_root:
@@ -183,7 +190,7 @@ def build_trainjob(name: str, cfg: TrainConfig, resources: Resources, options: C
         metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": options.owner_pod_name,
                                         "uid": options.owner_pod_uid, "blockOwnerDeletion": False}]
     spec: dict = {
-        "runtimeRef": {"apiGroup": GROUP, "kind": "ClusterTrainingRuntime",
+        "runtimeRef": {"apiGroup": GROUP, "kind": options.runtime_kind,
                        "name": runtime_name(cfg.strategy, options.runtime_prefix)},
         "trainer": trainer,
     }

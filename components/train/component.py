@@ -19,7 +19,8 @@ def train_op(prepared: Input[Dataset], pipeline_run_id: str, pipeline_run_name: 
              gpus_per_node: int, preset: str, model_overrides: dict, tokens_per_batch: int,
              max_steps: int, epochs: int, time_budget_s: float, lr: float, warmup_steps: int,
              precision: str, zero_stage: int, seed: int, threads: int, checkpoint_root: str,
-             storage_root: str, storage_secret: str, model: Output[Model], metrics: Output[Metrics],
+             storage_root: str, storage_secret: str, workspace_pvc: str, runtime_kind: str,
+             model: Output[Model], metrics: Output[Metrics],
              task_config: dsl.TaskConfig = None):
     """Train the model with the chosen strategy (local processes, or a TrainJob on a cluster).
 
@@ -48,6 +49,8 @@ def train_op(prepared: Input[Dataset], pipeline_run_id: str, pipeline_run_name: 
         checkpoint_root: Where checkpoints go (a run-id folder under it); '' = beside the model locally, under storage_root on a cluster.
         storage_root: Object-storage URI for TrainJob outputs (cluster only).
         storage_secret: Secret holding the storage keys (cluster only; referenced, never copied).
+        runtime_kind: ClusterTrainingRuntime or TrainingRuntime (tenants), the kind of runtime the TrainJob references.
+        workspace_pvc: ReadWriteMany claim mounted at /workspace in every training pod (cluster only; DeepSpeed checkpoints go there).
         model: The trained model folder (model.pt, metrics.jsonl, summary.json, tensorboard/).
         metrics: Final training figures.
         task_config: Node selector and tolerations passed through to the TrainJob.
@@ -64,7 +67,7 @@ def train_op(prepared: Input[Dataset], pipeline_run_id: str, pipeline_run_name: 
                                   "precision": precision, "zero_stage": zero_stage, "seed": seed,
                                   "threads": threads},
                    checkpoint_root=checkpoint_root, storage_root=storage_root, storage_secret=storage_secret,
-                   task_config=task_config)
+                   workspace_pvc=workspace_pvc, runtime_kind=runtime_kind, task_config=task_config)
     for key, value in out["metrics"].items():
         metrics.log_metric(key, value)
     model.metadata.update(out["metadata"])

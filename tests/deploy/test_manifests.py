@@ -100,6 +100,16 @@ def test_runtimes_are_prefixed_and_checkpoint_friendly(rendered, name):
 
 
 @pytest.mark.parametrize("name", ["chart-gpu", "k8s-gpu-prod"])
+def test_gpu_production_has_the_shared_workspace_the_deepspeed_checkpoints_need(rendered, name):
+    from invfold.components.launch.trainjob import ClusterOptions
+
+    claims = [o for o in documents(rendered[name]) if o["kind"] == "PersistentVolumeClaim"]
+    (claim,) = [c for c in claims if c["metadata"]["name"] == "invfold-workspace"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # every node of a job writes its shards
+    assert ClusterOptions(workspace_pvc="invfold-workspace").workspace_mount == "/workspace"
+
+
+@pytest.mark.parametrize("name", ["chart-gpu", "k8s-gpu-prod"])
 def test_gpu_values_schedule_trainers_on_gpu_nodes(rendered, name):
     runtimes = [o for o in documents(rendered[name]) if o["kind"] == "ClusterTrainingRuntime"]
     for runtime in runtimes:
@@ -159,6 +169,7 @@ BAD_VALUES = [
     (["--set", "networkPolicies.kubeApiCidrs[0]=everywhere"], "/networkPolicies/kubeApiCidrs/0"),
     (["--set", "securityContext.runAsUser=0"], "/securityContext/runAsUser"),
     (["--set", "pipelineServiceAccount=Bad_Name"], "/pipelineServiceAccount"),
+    (["--set", "workspace.size=lots"], "/workspace/size"),
 ]
 
 

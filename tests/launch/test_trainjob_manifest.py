@@ -18,6 +18,8 @@ from invfold.components.launch.schema import ManifestError, validate
 from invfold.components.launch.trainjob import ClusterOptions, build_trainjob, job_name, runtime_name
 from invfold.components.train.config import TrainConfig
 
+from tests.deploy.tools import documents, kustomize
+
 from .credentials import literal_credentials
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,6 +71,15 @@ def test_generated_trainjobs_validate_and_reference_the_strategy_runtime(strateg
         name = job["metadata"]["name"]
         assert f"MASTER_ADDR={name}-launcher-0-0.{name}" in trainer["args"]
         assert "MASTER_PORT=29500" in trainer["args"]
+
+
+def test_tenants_reference_their_namespaced_runtime():
+    job = manifest("horovod", runtime_kind="TrainingRuntime")
+    validate(job)
+    assert job["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
+                                         "name": "invfold-horovod"}
+    kinds = {(d["kind"], d["metadata"]["name"]) for d in documents(kustomize("tenant"))}
+    assert ("TrainingRuntime", "invfold-horovod") in kinds
 
 
 def test_runtimes_named_by_the_launcher_exist_in_k8s_and_validate():
@@ -142,6 +153,7 @@ def test_committed_schemas_are_generated_from_the_installed_models():
     (dict(storage_root="bucket/prefix"), "storage_root"),
     (dict(timeout_s=0), "timeout_s"),
     (dict(node_selector={"pool": 1}), "node_selector"),
+    (dict(runtime_kind="PyTorchJob"), "runtime_kind"),
 ])
 def test_cluster_options_are_validated(options, message):
     with pytest.raises(ValueError, match=message):
