@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -112,9 +113,11 @@ def mpi_pair(cpu_images, work):
 
 
 def test_mpirun_reaches_the_other_container_over_sshd_2222(mpi_pair):
-    out = mpi_pair("python", "-c", "import os, socket; print(os.environ['OMPI_COMM_WORLD_RANK'], socket.gethostname())").stdout
-    hosts = {line.split()[1] for line in out.splitlines() if line[:1].isdigit()}
-    assert len(hosts) == 2, out
+    script = "import os, socket; print(f\"rank={os.environ['OMPI_COMM_WORLD_RANK']}@{socket.gethostname()};\", flush=True)"
+    out = mpi_pair("python", "-c", script).stdout
+    # mpirun forwards each rank's output in chunks that may interleave: match, do not split lines.
+    ranks = dict(re.findall(r"rank=(\d+)@([\w.-]+);", out))
+    assert set(ranks) == {"0", "1"} and len(set(ranks.values())) == 2, out
 
 
 @pytest.mark.parametrize("strategy", ["horovod", "deepspeed"])
