@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from invfold.components.protein.alphabet import NUM_AA
 from invfold.components.protein.batch import Batch, collate
+from invfold.components.train.sampler import pack_by_length
 
 # Dividing logits by this before the sampler's softmax makes it one-hot on the argmax: greedy.
 GREEDY_TEMPERATURE = 1e-6
@@ -50,22 +51,6 @@ def score_batch(model, batch: Batch, seed: int) -> dict[str, torch.Tensor]:
     mask = batch.mask
     return {"nll": (nll * mask).sum(1).double(), "count": mask.sum(1).double(),
             "correct": ((designed == batch.S).float() * mask).sum(1).double(), "designed": designed}
-
-
-def length_batches(lengths: np.ndarray, indices: list[int], tokens_per_batch: int) -> list[list[int]]:
-    """`indices` sorted by length and packed under a padded-residue budget (no shuffling)."""
-    ordered = sorted(indices, key=lambda i: (int(lengths[i]), i))
-    batches, current, longest = [], [], 0
-    for i in ordered:
-        length = int(lengths[i])
-        if current and (len(current) + 1) * max(longest, length) > tokens_per_batch:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(i)
-        longest = max(longest, length)
-    if current:
-        batches.append(current)
-    return batches
 
 
 @dataclass
@@ -102,7 +87,7 @@ def score_dataset(model, dataset, indices: list[int], tokens_per_batch: int, see
     was_training = model.training
     model.eval()
     try:
-        for rows in length_batches(dataset.lengths, indices, tokens_per_batch):
+        for rows in pack_by_length(dataset.lengths, sorted(indices), tokens_per_batch):
             batch = collate([dataset[i] for i in rows]).to(device)
             out = score_batch(model, batch, seed + rows[0])
             for j, row in enumerate(rows):

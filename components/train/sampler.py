@@ -16,6 +16,23 @@ import numpy as np
 BALANCE_STEPS = 16
 
 
+def pack_by_length(lengths: np.ndarray, indices, tokens_per_batch: int) -> list[list[int]]:
+    """`indices` sorted by length (stable: ties keep their given order) and packed into batches
+    whose padded size (rows x longest) stays within the residue budget."""
+    indices = np.asarray(indices, dtype=np.int64)
+    batches, current, longest = [], [], 0
+    for index in indices[np.argsort(lengths[indices], kind="stable")].tolist():
+        length = int(lengths[index])
+        if current and (len(current) + 1) * max(longest, length) > tokens_per_batch:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(index)
+        longest = max(longest, length)
+    if current:
+        batches.append(current)
+    return batches
+
+
 @dataclass
 class TokenBudgetSampler:
     """Batches of dataset row indices whose padded size (rows x longest row) fits the budget.
@@ -62,25 +79,12 @@ class TokenBudgetSampler:
             base = cumulative[start - 1] if start else 0
             end = int(np.searchsorted(cumulative, base + pool_tokens, side="right"))
             end = max(end, start + 1)
-            batches.extend(self._pack(order[start:end]))
+            batches.extend(pack_by_length(self.lengths, order[start:end], self.tokens_per_batch))
             start = end
         if self.shuffle:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches, rng
 
-    def _pack(self, pool: np.ndarray) -> list[list[int]]:
-        pool = pool[np.argsort(self.lengths[pool], kind="stable")]
-        batches, current, longest = [], [], 0
-        for index in pool.tolist():
-            length = int(self.lengths[index])
-            if current and (len(current) + 1) * max(longest, length) > self.tokens_per_batch:
-                batches.append(current)
-                current, longest = [], 0
-            current.append(index)
-            longest = max(longest, length)
-        if current:
-            batches.append(current)
-        return batches
 
     def _balance(self, batches: list[list[int]], rng: np.random.Generator) -> list[list[int]]:
         """Give the ranks batches of similar padded size at each step, since every step waits
