@@ -39,8 +39,6 @@ def filesystem(uri: str | os.PathLike):
     return fsspec.core.url_to_fs(os.fspath(uri))
 
 
-_fs = filesystem
-
 
 def basename(uri: str | os.PathLike) -> str:
     return str(uri).rstrip("/").rsplit("/", 1)[-1]
@@ -54,7 +52,7 @@ def strip_gz(name: str) -> str:
 def _open_raw(uri: str | os.PathLike) -> Iterator[BinaryIO]:
     try:
         if is_remote(uri):
-            fs, path = _fs(str(uri))
+            fs, path = filesystem(uri)
             handle = fs.open(path, "rb")
         else:
             handle = open(_local_path(uri), "rb")
@@ -103,7 +101,7 @@ def read_bytes(uri: str | os.PathLike) -> bytes:
 def is_dir(uri: str | os.PathLike) -> bool:
     if not is_remote(uri):
         return os.path.isdir(_local_path(uri))
-    fs, path = _fs(str(uri))
+    fs, path = filesystem(uri)
     try:
         return fs.isdir(path)
     except (FileNotFoundError, OSError):
@@ -113,7 +111,7 @@ def is_dir(uri: str | os.PathLike) -> bool:
 def exists(uri: str | os.PathLike) -> bool:
     if not is_remote(uri):
         return os.path.exists(_local_path(uri))
-    fs, path = _fs(str(uri))
+    fs, path = filesystem(uri)
     return fs.exists(path)
 
 
@@ -122,7 +120,7 @@ def list_files(uri: str | os.PathLike, patterns: Iterable[str]) -> list[str]:
     in sorted order so that every run reads them in the same order. Not recursive."""
     patterns = [p.lower() for p in patterns]
     if is_remote(uri):
-        fs, path = _fs(str(uri))
+        fs, path = filesystem(uri)
         entries = [e for e in fs.ls(path, detail=True) if e.get("type") != "directory"]
         names = [e["name"] for e in entries]
         protocol = str(uri).split("://", 1)[0]

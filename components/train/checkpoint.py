@@ -22,14 +22,6 @@ MARKER = "COMPLETE"
 STEP_DIR = re.compile(r"^step-(\d{8})$")
 
 
-def _fs(root: str):
-    return storage.filesystem(root)
-
-
-def is_local(uri: str) -> bool:
-    return "://" not in uri or uri.startswith("file://")
-
-
 def step_dir(root: str, step: int) -> str:
     return f"{root.rstrip('/')}/step-{step:08d}"
 
@@ -43,7 +35,7 @@ def step_of(path: str) -> int:
 
 def complete_steps(root: str) -> list[int]:
     """Steps with a COMPLETE marker, ascending; folders without one are ignored."""
-    fs, path = _fs(root)
+    fs, path = storage.filesystem(root)
     if not fs.exists(path):
         return []
     fs.invalidate_cache(path)
@@ -63,7 +55,7 @@ def latest_complete(root: str) -> str | None:
 
 def write_bytes(uri: str, data: bytes) -> None:
     """Local: temp file + rename (never a torn file); remote: one PUT."""
-    if is_local(uri):
+    if not storage.is_remote(uri):
         local = uri.removeprefix("file://")
         os.makedirs(os.path.dirname(os.path.abspath(local)), exist_ok=True)
         tmp = f"{local}.tmp-{os.getpid()}"
@@ -73,7 +65,7 @@ def write_bytes(uri: str, data: bytes) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, local)
         return
-    fs, path = _fs(uri)
+    fs, path = storage.filesystem(uri)
     with fs.open(path, "wb") as fh:
         fh.write(data)
 
@@ -85,7 +77,7 @@ def save_torch(obj, uri: str) -> None:
 
 
 def load_bytes(uri: str) -> bytes:
-    fs, path = _fs(uri)
+    fs, path = storage.filesystem(uri)
     with fs.open(path, "rb") as fh:
         return fh.read()
 
@@ -106,7 +98,7 @@ def prune(root: str, keep: int) -> list[int]:
     if not steps:
         return []
     newest = steps[-1]
-    fs, path = _fs(root)
+    fs, path = storage.filesystem(root)
     deleted = []
     for entry in fs.ls(path, detail=False):
         match = STEP_DIR.match(entry.rstrip("/").rsplit("/", 1)[-1])
