@@ -33,8 +33,7 @@ def pick_chains(path: str, count: int, lo: int, hi: int):
     from invfold.components.protein.record import ChainRecord
     from invfold.components.protein.sources import read_protein_set
 
-    records = sorted((r for r in read_protein_set(path)
-                      if isinstance(r, ChainRecord) and lo <= len(r) <= hi), key=len)
+    records = sorted((r for r in read_protein_set(path) if isinstance(r, ChainRecord) and lo <= len(r) <= hi), key=len)
     if not records:
         sys.exit(f"{path}: no chain with {lo}-{hi} residues")
     picks = np.unique(np.linspace(0, len(records) - 1, min(count, len(records))).round().astype(int))
@@ -43,7 +42,6 @@ def pick_chains(path: str, count: int, lo: int, hi: int):
 
 def bench_model(label, model, records, threads: int, repeats: int) -> dict:
     import torch
-
     from invfold.components.export import write_onnx
     from invfold.components.export.runtime import feeds, session
     from invfold.components.protein.batch import collate
@@ -75,20 +73,30 @@ def bench_model(label, model, records, threads: int, repeats: int) -> dict:
                     fn()
                     times.append(time.perf_counter() - start)
             real = b.mask.numpy() > 0
-            rows.append({"name": record.name, "length": len(record),
-                         "torch_ms": 1e3 * min(t_torch), "onnxruntime_ms": 1e3 * min(t_ort),
-                         "torch_median_ms": 1e3 * statistics.median(t_torch),
-                         "onnxruntime_median_ms": 1e3 * statistics.median(t_ort),
-                         "max_abs_diff": float(np.abs(got - ref)[real].max())})
+            rows.append(
+                {
+                    "name": record.name,
+                    "length": len(record),
+                    "torch_ms": 1e3 * min(t_torch),
+                    "onnxruntime_ms": 1e3 * min(t_ort),
+                    "torch_median_ms": 1e3 * statistics.median(t_torch),
+                    "onnxruntime_median_ms": 1e3 * statistics.median(t_ort),
+                    "max_abs_diff": float(np.abs(got - ref)[real].max()),
+                }
+            )
     for row in rows:
         row["speedup"] = row["torch_ms"] / row["onnxruntime_ms"]
-    return {"model": label, "parameters": model.num_parameters(), "threads": threads,
-            "repeats": repeats,
-            "speedup": sum(r["torch_ms"] for r in rows) / sum(r["onnxruntime_ms"] for r in rows),
-            "median_speedup": (sum(r["torch_median_ms"] for r in rows)
-                               / sum(r["onnxruntime_median_ms"] for r in rows)),
-            "min_speedup": min(r["speedup"] for r in rows),
-            "max_abs_diff": max(r["max_abs_diff"] for r in rows), "chains": rows}
+    return {
+        "model": label,
+        "parameters": model.num_parameters(),
+        "threads": threads,
+        "repeats": repeats,
+        "speedup": sum(r["torch_ms"] for r in rows) / sum(r["onnxruntime_ms"] for r in rows),
+        "median_speedup": (sum(r["torch_median_ms"] for r in rows) / sum(r["onnxruntime_median_ms"] for r in rows)),
+        "min_speedup": min(r["speedup"] for r in rows),
+        "max_abs_diff": max(r["max_abs_diff"] for r in rows),
+        "chains": rows,
+    }
 
 
 def main(argv=None) -> int:
@@ -105,7 +113,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import torch
-
     from invfold.components.export.onnx_export import bundled_sample
     from invfold.components.model import InverseFoldingModel, ModelConfig, load_model
 
@@ -119,14 +126,17 @@ def main(argv=None) -> int:
     for label, model in models:
         result = bench_model(label, model, records, args.threads, args.repeats)
         results.append(result)
-        print(f"\n{label} ({result['parameters']:,} parameters), {args.threads} threads, "
-              f"best of {args.repeats}")
+        print(f"\n{label} ({result['parameters']:,} parameters), {args.threads} threads, best of {args.repeats}")
         print(f"{'chain':<16}{'L':>5}{'torch ms':>10}{'ORT ms':>9}{'speedup':>9}{'max|diff|':>11}")
         for r in result["chains"]:
-            print(f"{r['name']:<16}{r['length']:>5}{r['torch_ms']:>10.1f}{r['onnxruntime_ms']:>9.1f}"
-                  f"{r['speedup']:>8.2f}x{r['max_abs_diff']:>11.1e}")
-        print(f"overall speedup {result['speedup']:.2f}x best-of (medians {result['median_speedup']:.2f}x, "
-              f"lowest per chain {result['min_speedup']:.2f}x), max |diff| {result['max_abs_diff']:.1e}")
+            print(
+                f"{r['name']:<16}{r['length']:>5}{r['torch_ms']:>10.1f}{r['onnxruntime_ms']:>9.1f}"
+                f"{r['speedup']:>8.2f}x{r['max_abs_diff']:>11.1e}"
+            )
+        print(
+            f"overall speedup {result['speedup']:.2f}x best-of (medians {result['median_speedup']:.2f}x, "
+            f"lowest per chain {result['min_speedup']:.2f}x), max |diff| {result['max_abs_diff']:.1e}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"data": Path(data).name, "results": results}, indent=2))
     return 0

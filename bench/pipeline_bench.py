@@ -64,32 +64,57 @@ def main(argv: list[str] | None = None) -> int:
     timings = [json.loads(line) for line in timings_files[-1].read_text().splitlines()]
     compute = {t["step"]: t["compute_s"] for t in timings}
     walls = task_walls(proc.stdout + proc.stderr)
-    task_of = {"fingerprint": "fingerprint-op", "prep": "prep-op", "train": "train-op", "evaluate": "evaluate-op",
-               "compare": "compare-op", "register": "register-op"}
+    task_of = {
+        "fingerprint": "fingerprint-op",
+        "prep": "prep-op",
+        "train": "train-op",
+        "evaluate": "evaluate-op",
+        "compare": "compare-op",
+        "register": "register-op",
+    }
     total_compute = sum(compute.values())
     in_tasks = sum(walls.values())
     rows = []
     for step, task in task_of.items():
-        rows.append({"step": step, "task_wall_s": round(walls.get(task, 0.0), 1),
-                     "compute_s": round(compute.get(step, 0.0), 1),
-                     "overhead_s": round(walls.get(task, 0.0) - compute.get(step, 0.0), 1)})
-    rows.append({"step": "finish-tracking (exit handler)", "task_wall_s": round(walls.get("finish-tracking-op", 0), 1),
-                 "compute_s": 0.0, "overhead_s": round(walls.get("finish-tracking-op", 0), 1)})
+        rows.append(
+            {
+                "step": step,
+                "task_wall_s": round(walls.get(task, 0.0), 1),
+                "compute_s": round(compute.get(step, 0.0), 1),
+                "overhead_s": round(walls.get(task, 0.0) - compute.get(step, 0.0), 1),
+            }
+        )
+    rows.append(
+        {
+            "step": "finish-tracking (exit handler)",
+            "task_wall_s": round(walls.get("finish-tracking-op", 0), 1),
+            "compute_s": 0.0,
+            "overhead_s": round(walls.get("finish-tracking-op", 0), 1),
+        }
+    )
     report = {
         "command": " ".join(["invfold", "run", "--runs-dir", "<tmp>", "--no-cache", *args.extra]),
-        "wall_s": round(wall, 1), "compute_s": round(total_compute, 1), "ratio": round(wall / total_compute, 3),
-        "target": TARGET, "outside_tasks_s": round(wall - in_tasks, 1), "steps": rows,
+        "wall_s": round(wall, 1),
+        "compute_s": round(total_compute, 1),
+        "ratio": round(wall / total_compute, 3),
+        "target": TARGET,
+        "outside_tasks_s": round(wall - in_tasks, 1),
+        "steps": rows,
         "summary": proc.stdout.strip().splitlines()[-5:],
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
-    print(f"| step | task wall (s) | own compute (s) | overhead (s) |\n|---|---:|---:|---:|")
+    print("| step | task wall (s) | own compute (s) | overhead (s) |\n|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r['step']} | {r['task_wall_s']} | {r['compute_s']} | {r['overhead_s']} |")
-    print(f"| outside the tasks (start-up, local runner set-up, summary) | {report['outside_tasks_s']} | 0 | "
-          f"{report['outside_tasks_s']} |")
-    print(f"\nwall {wall:.1f} s, steps' own compute {total_compute:.1f} s: ratio {wall / total_compute:.2f} "
-          f"(target <= {TARGET})")
+    print(
+        f"| outside the tasks (start-up, local runner set-up, summary) | {report['outside_tasks_s']} | 0 | "
+        f"{report['outside_tasks_s']} |"
+    )
+    print(
+        f"\nwall {wall:.1f} s, steps' own compute {total_compute:.1f} s: ratio {wall / total_compute:.2f} "
+        f"(target <= {TARGET})"
+    )
     print("\n".join(report["summary"]))
     return 0 if wall / total_compute <= TARGET else 1
 

@@ -40,9 +40,16 @@ def prep(path: str, split_file: str | None, out: str) -> None:
     from invfold.components.prep.run import run_prep
 
     result = run_prep(PrepConfig(input=path, output=out, split_file=split_file))
-    print(json.dumps({"counts": result.counts, "datasets": result.datasets,
-                      "split": result.card["split"].get("method"),
-                      "identity": result.card["split"].get("highest_train_test_identity")}))
+    print(
+        json.dumps(
+            {
+                "counts": result.counts,
+                "datasets": result.datasets,
+                "split": result.card["split"].get("method"),
+                "identity": result.card["split"].get("highest_train_test_identity"),
+            }
+        )
+    )
 
 
 def measure(args: list[str]) -> tuple[float, float, str]:
@@ -65,8 +72,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--no-split-file", action="store_true", help="let prep make the split (clustering path)")
-    parser.add_argument("--no-labels", action="store_true",
-                        help="generate chains without CATH labels, so --no-split-file clusters by sequence")
+    parser.add_argument(
+        "--no-labels",
+        action="store_true",
+        help="generate chains without CATH labels, so --no-split-file clusters by sequence",
+    )
     parser.add_argument("--workdir", help="where to generate (default: a temporary folder, removed after)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -83,8 +93,9 @@ def main() -> None:
 
         tmp = Path(tmp)
         start = time.perf_counter()
-        data = write_synthetic_set(tmp / "data", SyntheticConfig(num_chains=args.chains, seed=args.seed,
-                                                                                 with_cath=not args.no_labels))
+        data = write_synthetic_set(
+            tmp / "data", SyntheticConfig(num_chains=args.chains, seed=args.seed, with_cath=not args.no_labels)
+        )
         size_mb = data.chain_set.stat().st_size / 1e6
         print(f"generated {args.chains} chains, {size_mb:.0f} MB of jsonl in {time.perf_counter() - start:.0f} s")
         split = "-" if args.no_split_file else str(data.splits)
@@ -92,8 +103,11 @@ def main() -> None:
         summary = ""
         for repeat in range(args.repeats):
             for kind in ("baseline", "prep"):
-                child = ["baseline", str(data.chain_set)] if kind == "baseline" else \
-                    ["prep", str(data.chain_set), split, str(tmp / f"out{repeat}")]
+                child = (
+                    ["baseline", str(data.chain_set)]
+                    if kind == "baseline"
+                    else ["prep", str(data.chain_set), split, str(tmp / f"out{repeat}")]
+                )
                 wall, peak, out = measure(["--child", *child])
                 runs[kind].append((wall, peak))
                 summary = out.strip() or summary
@@ -105,12 +119,15 @@ def main() -> None:
         ratio = prep_t / base_t
         print(f"prep result: {summary}")
         print(f"baseline (read + json.loads): best {base_t:.1f} s, peak {base_m:.2f} GB")
-        print(f"prep ({'own split' if args.no_split_file else 'split file'}): best {prep_t:.1f} s, "
-              f"peak {prep_m:.2f} GB")
-        print(f"time ratio prep/baseline: {ratio:.2f} (target <= {TIME_TARGET}) "
-              f"{'OK' if ratio <= TIME_TARGET else 'MISSED'}; "
-              f"peak memory {prep_m:.2f} GB (target < {MEMORY_TARGET_GB}) "
-              f"{'OK' if prep_m < MEMORY_TARGET_GB else 'MISSED'}")
+        print(
+            f"prep ({'own split' if args.no_split_file else 'split file'}): best {prep_t:.1f} s, peak {prep_m:.2f} GB"
+        )
+        print(
+            f"time ratio prep/baseline: {ratio:.2f} (target <= {TIME_TARGET}) "
+            f"{'OK' if ratio <= TIME_TARGET else 'MISSED'}; "
+            f"peak memory {prep_m:.2f} GB (target < {MEMORY_TARGET_GB}) "
+            f"{'OK' if prep_m < MEMORY_TARGET_GB else 'MISSED'}"
+        )
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ STRATEGIES = {"ddp": {}, "horovod": {}, "deepspeed": {"zero_stage": 2}}
 def prepare_sample(root: Path) -> str:
     from invfold.components.prep.config import PrepConfig
     from invfold.components.prep.run import run_prep
+
     from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
     out = root / "prepared"
@@ -46,10 +47,20 @@ def run(strategy: str, nproc: int, args, data: str, root: Path, name: str | None
     from invfold.components.train.launch import launch_local
 
     out = root / (name or f"{strategy}-{nproc}")
-    cfg = TrainConfig(data=data, out=str(out), strategy=strategy, preset=args.preset,
-                      tokens_per_batch=args.tokens_per_batch, max_steps=args.steps, threads=args.threads,
-                      validate_every=0, checkpoint_every=0, log_every=1, resume=False,
-                      **STRATEGIES[strategy])
+    cfg = TrainConfig(
+        data=data,
+        out=str(out),
+        strategy=strategy,
+        preset=args.preset,
+        tokens_per_batch=args.tokens_per_batch,
+        max_steps=args.steps,
+        threads=args.threads,
+        validate_every=0,
+        checkpoint_every=0,
+        log_every=1,
+        resume=False,
+        **STRATEGIES[strategy],
+    )
     code = launch_local(cfg, nproc)
     if code != 0:
         raise RuntimeError(f"{strategy} with {nproc} process(es) exited with {code}")
@@ -76,8 +87,11 @@ def main() -> int:
     parser.add_argument("--tokens-per-batch", type=int, default=1500)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--skip", type=int, default=5, help="warm-up steps left out of the timing")
-    parser.add_argument("--ceiling", action="store_true",
-                        help="also run nproc independent 1-process jobs at once (the machine's ceiling)")
+    parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also run nproc independent 1-process jobs at once (the machine's ceiling)",
+    )
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
 
@@ -89,28 +103,46 @@ def main() -> int:
             single = run(strategy, 1, args, data, root)
             multi = run(strategy, args.nproc, args, data, root)
             efficiency = multi / (args.nproc * single)
-            results.append({"strategy": strategy + (" ZeRO-2" if strategy == "deepspeed" else ""),
-                            "single_res_per_s": single, "multi_res_per_s": multi, "efficiency": efficiency})
-            print(f"{strategy}: 1 x {args.threads} thread(s) {single:.0f} res/s, {args.nproc} x "
-                  f"{args.threads} {multi:.0f} res/s, efficiency {efficiency:.2f}", file=sys.stderr, flush=True)
+            results.append(
+                {
+                    "strategy": strategy + (" ZeRO-2" if strategy == "deepspeed" else ""),
+                    "single_res_per_s": single,
+                    "multi_res_per_s": multi,
+                    "efficiency": efficiency,
+                }
+            )
+            print(
+                f"{strategy}: 1 x {args.threads} thread(s) {single:.0f} res/s, {args.nproc} x "
+                f"{args.threads} {multi:.0f} res/s, efficiency {efficiency:.2f}",
+                file=sys.stderr,
+                flush=True,
+            )
         ceiling = independent(args, data, root) if args.ceiling else None
     if ceiling:
         single = results[0]["single_res_per_s"]
-        print(f"ceiling: {args.nproc} independent 1-process jobs {ceiling:.0f} res/s "
-              f"({ceiling / (args.nproc * single):.2f} of {args.nproc} x 1 process)", file=sys.stderr)
+        print(
+            f"ceiling: {args.nproc} independent 1-process jobs {ceiling:.0f} res/s "
+            f"({ceiling / (args.nproc * single):.2f} of {args.nproc} x 1 process)",
+            file=sys.stderr,
+        )
         for r in results:
             r["efficiency_vs_ceiling"] = r["multi_res_per_s"] / ceiling
     print(f"\n| strategy | 1 process (res/s) | {args.nproc} processes (res/s) | efficiency |")
     print("|---|---:|---:|---:|")
     for r in results:
-        print(f"| {r['strategy']} | {r['single_res_per_s']:.0f} | {r['multi_res_per_s']:.0f} | "
-              f"**{r['efficiency']:.2f}** (target >= {TARGET}) |")
+        print(
+            f"| {r['strategy']} | {r['single_res_per_s']:.0f} | {r['multi_res_per_s']:.0f} | "
+            f"**{r['efficiency']:.2f}** (target >= {TARGET}) |"
+        )
     if ceiling:
-        print(f"| {args.nproc} independent 1-process jobs (no communication) | | {ceiling:.0f} | "
-              f"{ceiling / (args.nproc * results[0]['single_res_per_s']):.2f} |")
+        print(
+            f"| {args.nproc} independent 1-process jobs (no communication) | | {ceiling:.0f} | "
+            f"{ceiling / (args.nproc * results[0]['single_res_per_s']):.2f} |"
+        )
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results, "ceiling_res_per_s": ceiling},
-                                              indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"args": vars(args), "results": results, "ceiling_res_per_s": ceiling}, indent=2) + "\n"
+        )
     return 0
 
 

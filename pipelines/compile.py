@@ -64,8 +64,15 @@ def _answer_detail(body, token: str | None) -> str:
     return detail[:300] + ("..." if len(detail) > 300 else "")
 
 
-def submit(host: str, params: dict, package: str | None = None, experiment: str = "invfold",
-           run_name: str | None = None, token: str | None = None, namespace: str | None = None) -> dict:
+def submit(
+    host: str,
+    params: dict,
+    package: str | None = None,
+    experiment: str = "invfold",
+    run_name: str | None = None,
+    token: str | None = None,
+    namespace: str | None = None,
+) -> dict:
     """Submit the compiled pipeline (default: the committed YAML) to the KFP API at `host`, with
     a bearer token when given (else the kubeconfig / in-cluster credentials kfp.Client finds).
 
@@ -77,8 +84,12 @@ def submit(host: str, params: dict, package: str | None = None, experiment: str 
     try:
         client = kfp.Client(host=host, existing_token=token or None, namespace=namespace)
         result = client.create_run_from_pipeline_package(
-            str(package or COMMITTED_YAML), arguments=params, run_name=run_name,
-            experiment_name=experiment, namespace=namespace)
+            str(package or COMMITTED_YAML),
+            arguments=params,
+            run_name=run_name,
+            experiment_name=experiment,
+            namespace=namespace,
+        )
     except ApiException as err:
         answer = f"HTTP {err.status} {err.reason or ''}".strip() if err.status else (err.reason or "an error")
         detail = _answer_detail(err.body, token)

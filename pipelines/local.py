@@ -38,16 +38,19 @@ class LocalRun:
     timings: list[dict] = field(default_factory=list)
 
     def where_to_look(self) -> str:
-        ui = (f"mlflow ui --backend-store-uri {self.tracking_uri}" if self.tracking_uri.startswith("sqlite:")
-              else f"open {self.tracking_uri}")
+        ui = (
+            f"mlflow ui --backend-store-uri {self.tracking_uri}"
+            if self.tracking_uri.startswith("sqlite:")
+            else f"open {self.tracking_uri}"
+        )
         compute = sum(t["compute_s"] for t in self.timings)
         lines = [
             f"pipeline finished in {self.wall_s:.0f} s ({compute:.0f} s of it the steps' own compute)",
             f"  MLflow UI:        {ui}",
             f"  MLflow run:       {self.mlflow_run_id or 'not recorded'} (experiment {self.experiment!r})",
             f"  registered model: {self.registered_model} version {self.registered_version}"
-            if self.registered_version else
-            f"  registered model: {self.registered_model}: not registered this run (see compare-with-champion)",
+            if self.registered_version
+            else f"  registered model: {self.registered_model}: not registered this run (see compare-with-champion)",
             f"  artifacts:        {self.run_folder or self.pipeline_root}",
         ]
         return "\n".join(lines)
@@ -57,9 +60,8 @@ def run_local(params: dict, runs_dir: str = "runs", tracking_uri: str | None = N
     """Run the pipeline with `params` (pipeline parameters; unset ones take the pipeline's
     defaults). Raises PipelineFailed when a step fails (the exit handler has then marked the
     MLflow runs FAILED)."""
-    from kfp import local
-
     from invfold.components.tracking import default_tracking_uri
+    from kfp import local
 
     from .pipeline import invfold_pipeline
 
@@ -73,8 +75,13 @@ def run_local(params: dict, runs_dir: str = "runs", tracking_uri: str | None = N
     timings_file = runs / "tmp" / f"timings-{os.getpid()}-{int(time.time())}.jsonl"
     os.environ[TIMINGS_ENV] = str(timings_file)
     os.environ["TMPDIR"] = str(runs / "tmp")  # the local runner leaves a temp folder per task
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(runs / "pipeline_root"),
-               workspace_root=str(runs / "workspace"), enable_caching=cache, raise_on_error=True)
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(runs / "pipeline_root"),
+        workspace_root=str(runs / "workspace"),
+        enable_caching=cache,
+        raise_on_error=True,
+    )
     before = set((runs / "pipeline_root").iterdir())
     start = time.time()
     error = None
@@ -91,10 +98,13 @@ def run_local(params: dict, runs_dir: str = "runs", tracking_uri: str | None = N
     model_name = params.get("registered_model_name") or _pipeline_default("registered_model_name")
     run_id, version = _mlflow_outcome(uri, experiment, start)
     if error is not None:
-        raise PipelineFailed(f"the pipeline failed: {error} (MLflow run {run_id or 'not recorded'} marked "
-                             f"FAILED; task logs above; artifacts in {run_folder})") from error
-    return LocalRun(str(runs), str(runs / "pipeline_root"), run_folder, uri, experiment, run_id, model_name,
-                    version, wall, timings)
+        raise PipelineFailed(
+            f"the pipeline failed: {error} (MLflow run {run_id or 'not recorded'} marked "
+            f"FAILED; task logs above; artifacts in {run_folder})"
+        ) from error
+    return LocalRun(
+        str(runs), str(runs / "pipeline_root"), run_folder, uri, experiment, run_id, model_name, version, wall, timings
+    )
 
 
 def _coerce(pipeline, params: dict) -> dict:
@@ -104,8 +114,10 @@ def _coerce(pipeline, params: dict) -> dict:
     unknown = sorted(set(params) - set(inputs))
     if unknown:
         raise ValueError(f"unknown pipeline parameter(s) {unknown}; expected some of {sorted(inputs)}")
-    return {k: float(v) if inputs[k].type == "Float" and isinstance(v, int) and not isinstance(v, bool) else v
-            for k, v in params.items()}
+    return {
+        k: float(v) if inputs[k].type == "Float" and isinstance(v, int) and not isinstance(v, bool) else v
+        for k, v in params.items()
+    }
 
 
 def _pipeline_default(name: str):
@@ -143,8 +155,11 @@ def _mlflow_outcome(uri: str, experiment: str, since: float) -> tuple[str | None
         found = client.get_experiment_by_name(experiment)
         if found is None:
             return None, None
-        runs = client.search_runs([found.experiment_id], filter_string=f"attributes.start_time >= {int(since * 1000)}",
-                                  order_by=["attributes.start_time ASC"])
+        runs = client.search_runs(
+            [found.experiment_id],
+            filter_string=f"attributes.start_time >= {int(since * 1000)}",
+            order_by=["attributes.start_time ASC"],
+        )
         parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
         if not parents:
             return None, None

@@ -5,14 +5,12 @@ The same definition runs locally (`invfold run`, KFP's local runner: images igno
 as local processes) and on Kubeflow (`invfold compile` / `invfold submit`: every step in the
 runtime image, training as a Kubeflow Trainer TrainJob)."""
 
-
-from kfp import dsl, kubernetes
-
 from invfold.components.evaluate.component import evaluate_op
 from invfold.components.export.component import compare_op, register_op
 from invfold.components.prep.component import prep_op
 from invfold.components.tracking.component import finish_tracking_op
 from invfold.components.train.component import train_op
+from kfp import dsl, kubernetes
 
 from . import defaults as d
 from .settings import PIPELINE_NAME, runtime_image
@@ -30,8 +28,9 @@ def _labelled(task, role: str = "step"):
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def fingerprint_op(data_uri: str, split_file: str, pipeline_run_id: str, pipeline_run_name: str,
-                   tracking_uri: str, experiment: str) -> str:
+def fingerprint_op(
+    data_uri: str, split_file: str, pipeline_run_id: str, pipeline_run_name: str, tracking_uri: str, experiment: str
+) -> str:
     """Digest of the input data's contents, passed to prep so its cache follows the data.
 
     Args:
@@ -47,10 +46,12 @@ def fingerprint_op(data_uri: str, split_file: str, pipeline_run_id: str, pipelin
     return fingerprint_step(data_uri, split_file, pipeline_run_id, pipeline_run_name, tracking_uri, experiment)
 
 
-@dsl.pipeline(name=PIPELINE_NAME,
-              description="Train a protein inverse-folding model (backbone structure in, sequence out): "
-                          "prepare the protein set, train with DDP, Horovod or DeepSpeed, evaluate on held-out "
-                          "chains, and register the ONNX model in MLflow when it beats the champion.")
+@dsl.pipeline(
+    name=PIPELINE_NAME,
+    description="Train a protein inverse-folding model (backbone structure in, sequence out): "
+    "prepare the protein set, train with DDP, Horovod or DeepSpeed, evaluate on held-out "
+    "chains, and register the ONNX model in MLflow when it beats the champion.",
+)
 def invfold_pipeline(
     data_uri: str,
     split_file: str = "",
@@ -123,26 +124,55 @@ def invfold_pipeline(
         prep = prep_op(data_uri=data_uri, split_file=split_file, data_digest=fingerprint.output)
         _labelled(prep.set_display_name("prep"))
         train = train_op(
-            prepared=prep.outputs["prepared"], pipeline_run_name=RUN_NAME, strategy=strategy, nodes=nodes,
-            procs_per_node=procs_per_node, gpus_per_node=gpus_per_node, preset=model_preset,
-            model_overrides=model_overrides, tokens_per_batch=tokens_per_batch, max_steps=max_steps,
-            epochs=epochs, time_budget_s=time_budget_s, lr=lr, warmup_steps=warmup_steps,
-            precision=precision, zero_stage=zero_stage, seed=seed, threads=threads_per_process,
-            checkpoint_root=checkpoint_root, storage_root=storage_root, storage_secret=storage_secret,
-            workspace_pvc=workspace_pvc, runtime_kind=trainer_runtime_kind, **tracking)
-        _labelled(train.set_display_name("train").set_retry(num_retries=d.TRAIN_RETRIES, backoff_duration="10s"),
-                  role="launcher")
+            prepared=prep.outputs["prepared"],
+            pipeline_run_name=RUN_NAME,
+            strategy=strategy,
+            nodes=nodes,
+            procs_per_node=procs_per_node,
+            gpus_per_node=gpus_per_node,
+            preset=model_preset,
+            model_overrides=model_overrides,
+            tokens_per_batch=tokens_per_batch,
+            max_steps=max_steps,
+            epochs=epochs,
+            time_budget_s=time_budget_s,
+            lr=lr,
+            warmup_steps=warmup_steps,
+            precision=precision,
+            zero_stage=zero_stage,
+            seed=seed,
+            threads=threads_per_process,
+            checkpoint_root=checkpoint_root,
+            storage_root=storage_root,
+            storage_secret=storage_secret,
+            workspace_pvc=workspace_pvc,
+            runtime_kind=trainer_runtime_kind,
+            **tracking,
+        )
+        _labelled(
+            train.set_display_name("train").set_retry(num_retries=d.TRAIN_RETRIES, backoff_duration="10s"),
+            role="launcher",
+        )
         kubernetes.add_node_selector_json(train, gpu_node_selector)
         kubernetes.add_toleration_json(train, gpu_tolerations)
         kubernetes.use_field_path_as_env(train, "POD_NAME", "metadata.name")
         kubernetes.use_field_path_as_env(train, "POD_UID", "metadata.uid")
         evaluate = evaluate_op(prepared=prep.outputs["prepared"], model=train.outputs["model"], **tracking)
         _labelled(evaluate.set_display_name("evaluate"))
-        compare = compare_op(prepared=prep.outputs["prepared"], evaluation=evaluate.outputs["evaluation"],
-                             model_name=registered_model_name, threshold=registration_threshold, **tracking)
+        compare = compare_op(
+            prepared=prep.outputs["prepared"],
+            evaluation=evaluate.outputs["evaluation"],
+            model_name=registered_model_name,
+            threshold=registration_threshold,
+            **tracking,
+        )
         _labelled(compare.set_display_name("compare-with-champion").set_caching_options(False))
         with dsl.If(compare.outputs["Output"] == True, name="better-than-champion"):  # noqa: E712
-            register = register_op(prepared=prep.outputs["prepared"], model=train.outputs["model"],
-                                   comparison=compare.outputs["comparison"], model_name=registered_model_name,
-                                   **tracking)
+            register = register_op(
+                prepared=prep.outputs["prepared"],
+                model=train.outputs["model"],
+                comparison=compare.outputs["comparison"],
+                model_name=registered_model_name,
+                **tracking,
+            )
             _labelled(register.set_display_name("export-and-register").set_caching_options(False))

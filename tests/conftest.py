@@ -37,8 +37,7 @@ def http_server(tmp_path_factory):
         def log_message(self, *args):  # keep test output clean
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
-                                             functools.partial(QuietHandler, directory=str(root)))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(root)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield FileServer(root=root, url=f"http://127.0.0.1:{server.server_address[1]}")
@@ -76,8 +75,13 @@ class S3Server:
     def client(self):
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint_url, region_name="us-east-1",
-                            aws_access_key_id="testing", aws_secret_access_key="testing")
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
 
     def new_bucket(self) -> str:
         name = f"bucket-{next(self._counter)}"
@@ -95,8 +99,11 @@ _bucket_numbers = itertools.count()
 @pytest.fixture
 def s3_server(_moto_endpoint, monkeypatch, tmp_path):
     for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": _moto_endpoint, "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-credentials"),
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": _moto_endpoint,
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-credentials"),
         "AWS_CONFIG_FILE": str(tmp_path / "no-config"),
     }.items():
         monkeypatch.setenv(name, value)

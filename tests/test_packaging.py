@@ -20,7 +20,7 @@ def package_on_disk(folder: Path) -> str:
     rel = folder.relative_to(ROOT).as_posix()
     for name, base in sorted(PACKAGE_DIRS.items(), key=lambda kv: -len(kv[1])):
         if rel == base or rel.startswith(base + "/"):
-            rest = rel[len(base):].strip("/")
+            rest = rel[len(base) :].strip("/")
             return name + ("." + rest.replace("/", ".") if rest else "")
     raise AssertionError(f"{rel} is not under any package-dir")
 
@@ -37,8 +37,7 @@ def test_package_list_matches_the_tree():
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
         check=True,
     )
     (whl,) = out.glob("invfold-*.whl")
@@ -60,8 +59,7 @@ def test_wheel_carries_sample_data_schemas_and_compiled_pipeline(wheel):
 
 
 def test_cli_lists_every_step():
-    out = subprocess.run([sys.executable, "-m", "invfold", "--help"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-m", "invfold", "--help"], capture_output=True, text=True, check=True).stdout
     for command in ("prep", "train", "evaluate", "export", "design", "run", "compile", "submit"):
         assert command in out
 

@@ -11,10 +11,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from ..protein.alphabet import ALPHABET, AA_TO_INDEX
+from ..protein.alphabet import AA_TO_INDEX, ALPHABET
 from ..protein.batch import Batch, collate
 from ..protein.record import ChainRecord
 
@@ -86,14 +85,16 @@ def select_record(structure: str, name: str | None, chain: str | None) -> ChainR
     from ..protein.sources import read_protein_set
 
     records = [r for r in read_protein_set(structure) if isinstance(r, ChainRecord)]
-    picked = [r for r in records if (name is None or r.name == name)
-              and (chain is None or r.name.rsplit(".", 1)[-1] == chain)]
+    picked = [
+        r for r in records if (name is None or r.name == name) and (chain is None or r.name.rsplit(".", 1)[-1] == chain)
+    ]
     if len(picked) == 1:
         return picked[0]
     names = ", ".join(r.name for r in records[:20]) + (" ..." if len(records) > 20 else "")
     what = "no chain matches" if not picked else f"{len(picked)} chains match"
-    raise ValueError(f"{structure}: {what} name={name!r} chain={chain!r}; give --name or --chain "
-                     f"(chains: {names or 'none'})")
+    raise ValueError(
+        f"{structure}: {what} name={name!r} chain={chain!r}; give --name or --chain (chains: {names or 'none'})"
+    )
 
 
 class TorchBackend:
@@ -108,9 +109,17 @@ class TorchBackend:
             return self.model(b.X, S, b.mask, b.residue_index, order)
 
     def sample(self, b: Batch, temperature, excluded, fixed_mask, fixed_S, order, uniforms):
-        return self.model.sample(b.X, b.mask, b.residue_index, temperature, fixed_mask=fixed_mask,
-                                 fixed_S=fixed_S, excluded=excluded, decoding_order=order,
-                                 uniforms=uniforms)
+        return self.model.sample(
+            b.X,
+            b.mask,
+            b.residue_index,
+            temperature,
+            fixed_mask=fixed_mask,
+            fixed_S=fixed_S,
+            excluded=excluded,
+            decoding_order=order,
+            uniforms=uniforms,
+        )
 
 
 class OnnxBackend:
@@ -158,24 +167,27 @@ def design(cfg: DesignConfig) -> list[Design]:
     """
     from ..model.network import sampling_noise
 
-    backend = (OnnxBackend(cfg.model, cfg.threads) if str(cfg.model).endswith(".onnx")
-               else TorchBackend(cfg.model))
+    backend = OnnxBackend(cfg.model, cfg.threads) if str(cfg.model).endswith(".onnx") else TorchBackend(cfg.model)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     record = select_record(cfg.structure, cfg.name, cfg.chain)
     length = len(record)
     bad = [p for p in cfg.fixed_positions if p > length]
     if bad:
-        raise ValueError(f"fixed positions {bad[:5]} lie beyond the chain's {length} residues "
-                         f"({record.name}; positions are 1-based sequence positions)")
+        raise ValueError(
+            f"fixed positions {bad[:5]} lie beyond the chain's {length} residues "
+            f"({record.name}; positions are 1-based sequence positions)"
+        )
     n = cfg.num_sequences
     b = collate([record] * n)
     native_known = torch.tensor([c in AA_TO_INDEX for c in record.seq])
     fixed_one = ~(b.mask[0] > 0) | ~native_known
     fixed_one[[p - 1 for p in cfg.fixed_positions]] = True
     fixed = fixed_one.expand(n, length).contiguous()
-    noise = [sampling_noise(fixed[:1], backend.cfg.autoregressive,
-                            torch.Generator().manual_seed(cfg.seed + i)) for i in range(n)]
+    noise = [
+        sampling_noise(fixed[:1], backend.cfg.autoregressive, torch.Generator().manual_seed(cfg.seed + i))
+        for i in range(n)
+    ]
     order = torch.cat([o for o, _ in noise]) if backend.cfg.autoregressive else None
     uniforms = torch.cat([u for _, u in noise])
     S = backend.sample(b, cfg.temperature, cfg.excluded, fixed, b.S, order, uniforms)
@@ -191,8 +203,7 @@ def design(cfg: DesignConfig) -> list[Design]:
     designs = []
     for i in range(n):
         letters = [ALPHABET[int(s)] if d else native for s, d, native in zip(S[i], designed[i], record.seq)]
-        designs.append(Design(record.name, i, cfg.seed + i, "".join(letters),
-                              float(mean_nll[i]), float(recovery[i])))
+        designs.append(Design(record.name, i, cfg.seed + i, "".join(letters), float(mean_nll[i]), float(recovery[i])))
     write_fasta(cfg.out, designs, cfg.temperature, os.path.basename(str(cfg.model)))
     return designs
 
@@ -200,8 +211,10 @@ def design(cfg: DesignConfig) -> list[Design]:
 def write_fasta(path: str | os.PathLike, designs: list[Design], temperature: float, model: str) -> None:
     lines = []
     for d in designs:
-        lines.append(f">{d.name} sample={d.index} T={temperature:g} seed={d.seed} "
-                     f"mean_nll={d.mean_nll:.4f} recovery={d.recovery:.4f} model={model}")
+        lines.append(
+            f">{d.name} sample={d.index} T={temperature:g} seed={d.seed} "
+            f"mean_nll={d.mean_nll:.4f} recovery={d.recovery:.4f} model={model}"
+        )
         lines.append(d.sequence)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text("\n".join(lines) + "\n")

@@ -8,16 +8,22 @@ import json
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "evaluate", help="perplexity, recovery, confusion matrix and a report for a trained model",
+        "evaluate",
+        help="perplexity, recovery, confusion matrix and a report for a trained model",
         description="Score a model on the prepared test set and its subsets (short chains, "
         "single-chain, any subset datasets): perplexity, median recovery of designed sequences, "
         "confusion matrix, recovery by length, the best constant predictor; writes metrics.json, "
-        "confusion.json, PNG plots, report.md and report.html.")
+        "confusion.json, PNG plots, report.md and report.html.",
+    )
     p.add_argument("model", help="model file (model.pt)")
     p.add_argument("--data", required=True, help="prepared folder (path or URI)")
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--dataset", action="append", default=None,
-                   help="dataset to score (repeatable; default: test and every subset dataset)")
+    p.add_argument(
+        "--dataset",
+        action="append",
+        default=None,
+        help="dataset to score (repeatable; default: test and every subset dataset)",
+    )
     p.add_argument("--seed", type=int, default=0, help="seed of autoregressive decoding orders")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     p.set_defaults(func=run)
@@ -26,10 +32,18 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from .evaluate import EvaluateConfig, evaluate
 
-    cfg = EvaluateConfig(model_path=args.model, data=args.data, out=args.out,
-                         datasets=args.dataset, seed=args.seed, threads=args.threads)
+    cfg = EvaluateConfig(
+        model_path=args.model, data=args.data, out=args.out, datasets=args.dataset, seed=args.seed, threads=args.threads
+    )
     metrics = evaluate(cfg)
-    print(json.dumps({name: {k: v for k, v in m.items() if k in ("perplexity", "recovery", "proteins")}
-                      for name, m in metrics["datasets"].items()}, indent=2))
+    print(
+        json.dumps(
+            {
+                name: {k: v for k, v in m.items() if k in ("perplexity", "recovery", "proteins")}
+                for name, m in metrics["datasets"].items()
+            },
+            indent=2,
+        )
+    )
     print(f"wrote {args.out} (report.html)")
     return 0

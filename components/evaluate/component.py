@@ -4,16 +4,23 @@ What the Kubeflow UI shows: scalar Metrics (test perplexity and median recovery,
 and the constant-predictor baseline), a ClassificationMetrics confusion matrix over the 20 amino
 acids, and the HTML report with its plots embedded."""
 
+from invfold.pipelines.settings import runtime_image
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
-from invfold.pipelines.settings import runtime_image
-
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def evaluate_op(prepared: Input[Dataset], model: Input[Model], pipeline_run_id: str, tracking_uri: str,
-                experiment: str, metrics: Output[Metrics], confusion: Output[ClassificationMetrics],
-                report: Output[HTML], evaluation: Output[Artifact]):
+def evaluate_op(
+    prepared: Input[Dataset],
+    model: Input[Model],
+    pipeline_run_id: str,
+    tracking_uri: str,
+    experiment: str,
+    metrics: Output[Metrics],
+    confusion: Output[ClassificationMetrics],
+    report: Output[HTML],
+    evaluation: Output[Artifact],
+):
     """Score the model on the held-out test split and its subsets.
 
     Args:
@@ -29,9 +36,15 @@ def evaluate_op(prepared: Input[Dataset], model: Input[Model], pipeline_run_id: 
     """
     from invfold.pipelines.steps import evaluate_step
 
-    out = evaluate_step(prepared_path=prepared.path, model_path=model.path, out=evaluation.path,
-                   report_path=report.path, pipeline_run_id=pipeline_run_id, tracking_uri=tracking_uri,
-                   experiment=experiment)
+    out = evaluate_step(
+        prepared_path=prepared.path,
+        model_path=model.path,
+        out=evaluation.path,
+        report_path=report.path,
+        pipeline_run_id=pipeline_run_id,
+        tracking_uri=tracking_uri,
+        experiment=experiment,
+    )
     for key, value in out["metrics"].items():
         metrics.log_metric(key, value)
     confusion.log_confusion_matrix(out["confusion"]["labels"], out["confusion"]["matrix"])

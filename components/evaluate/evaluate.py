@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-
 from invfold.components.model.io import load_model
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA
@@ -79,8 +78,9 @@ def constant_recovery(dataset, rows: list[int], letter: str) -> float:
 def _subset(scores: DatasetScores, rows: list[int]) -> DatasetScores:
     keep = np.zeros(len(scores.nll), dtype=bool)
     keep[rows] = True
-    return DatasetScores(np.where(keep, scores.nll, 0), np.where(keep, scores.count, 0),
-                         np.where(keep, scores.correct, 0))
+    return DatasetScores(
+        np.where(keep, scores.nll, 0), np.where(keep, scores.count, 0), np.where(keep, scores.correct, 0)
+    )
 
 
 def evaluate(cfg: EvaluateConfig) -> dict:
@@ -106,7 +106,10 @@ def evaluate(cfg: EvaluateConfig) -> dict:
     subsets: dict[str, tuple[object, list[int], DatasetScores]] = {
         "test": (test, test_rows, scores),
         f"test_short_L{cfg.short_max_length}": (
-            test, [i for i, r in enumerate(records) if len(r) <= cfg.short_max_length], None),
+            test,
+            [i for i, r in enumerate(records) if len(r) <= cfg.short_max_length],
+            None,
+        ),
         "test_single_chain": (test, [i for i, r in enumerate(records) if r.num_chains == 1], None),
     }
     for name in requested:
@@ -137,19 +140,23 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         if scores.count[i] > 0:
             bin_index = int(np.searchsorted(LENGTH_BINS, len(record), side="right") - 1)
             by_length.setdefault(bin_index, []).append(scores.correct[i] / scores.count[i])
-    length_rows = [{"bin": _bin_label(b), "proteins": len(v), "recovery": float(np.median(v))}
-                   for b, v in sorted(by_length.items())]
+    length_rows = [
+        {"bin": _bin_label(b), "proteins": len(v), "recovery": float(np.median(v))}
+        for b, v in sorted(by_length.items())
+    ]
 
     metrics = {
-        "model": cfg.model_path, "model_config": model.cfg.to_dict(), "data": cfg.data,
-        "data_digest": data.digest, "seed": cfg.seed,
+        "model": cfg.model_path,
+        "model_config": model.cfg.to_dict(),
+        "data": cfg.data,
+        "data_digest": data.digest,
+        "seed": cfg.seed,
         "decoding": "greedy autoregressive, seeded random order" if model.cfg.autoregressive else "one-shot argmax",
         "datasets": results,
         "baseline": {"letter": letter, "recovery": baseline} if letter else None,
         "recovery_by_length": length_rows,
     }
-    confusion_doc = {"labels": list(ALPHABET), "rows": "native", "columns": "designed",
-                     "matrix": confusion.tolist()}
+    confusion_doc = {"labels": list(ALPHABET), "rows": "native", "columns": "designed", "matrix": confusion.tolist()}
     with open(os.path.join(cfg.out, "metrics.json"), "w") as fh:
         json.dump(metrics, fh, indent=2)
         fh.write("\n")
@@ -158,9 +165,13 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         fh.write("\n")
     plots = _plots(cfg.out, confusion, length_rows)
     _reports(cfg.out, metrics, plots)
-    log.info("test: perplexity %.3f, median recovery %.3f (constant '%s': %s)",
-             results["test"].get("perplexity", float("nan")), results["test"].get("recovery", float("nan")),
-             letter, baseline.get("test"))
+    log.info(
+        "test: perplexity %.3f, median recovery %.3f (constant '%s': %s)",
+        results["test"].get("perplexity", float("nan")),
+        results["test"].get("recovery", float("nan")),
+        letter,
+        baseline.get("test"),
+    )
     return metrics
 
 
@@ -175,8 +186,10 @@ def _plots(out: str, confusion: np.ndarray, length_rows: list[dict]) -> dict[str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    paths = {"confusion": os.path.join(out, "confusion.png"),
-             "recovery_by_length": os.path.join(out, "recovery_by_length.png")}
+    paths = {
+        "confusion": os.path.join(out, "confusion.png"),
+        "recovery_by_length": os.path.join(out, "recovery_by_length.png"),
+    }
     rows = confusion.sum(1, keepdims=True)
     normalized = np.divide(confusion, rows, out=np.zeros(confusion.shape), where=rows > 0)
     fig, ax = plt.subplots(figsize=(6.5, 5.5))
@@ -212,15 +225,22 @@ def _fmt(value) -> str:
 def _reports(out: str, metrics: dict, plots: dict[str, str]) -> None:
     baseline = metrics["baseline"] or {"letter": None, "recovery": {}}
     header = "| dataset | proteins | residues | perplexity | median recovery | constant predictor |"
-    lines = ["# Evaluation report", "",
-             f"Model `{os.path.basename(metrics['model'])}` ({metrics['model_config']['decoding']}), "
-             f"data digest `{metrics['data_digest']}`; designs: {metrics['decoding']}; seed {metrics['seed']}.",
-             f"Constant predictor: the train split's most frequent residue "
-             f"`{baseline['letter']}` everywhere.", "", header, "|---|---|---|---|---|---|"]
+    lines = [
+        "# Evaluation report",
+        "",
+        f"Model `{os.path.basename(metrics['model'])}` ({metrics['model_config']['decoding']}), "
+        f"data digest `{metrics['data_digest']}`; designs: {metrics['decoding']}; seed {metrics['seed']}.",
+        f"Constant predictor: the train split's most frequent residue `{baseline['letter']}` everywhere.",
+        "",
+        header,
+        "|---|---|---|---|---|---|",
+    ]
     for name, m in metrics["datasets"].items():
-        lines.append(f"| {name} | {m.get('proteins', 0)} | {m.get('residues', 0)} | "
-                     f"{_fmt(m.get('perplexity', '-'))} | {_fmt(m.get('recovery', '-'))} | "
-                     f"{_fmt(baseline['recovery'].get(name, '-'))} |")
+        lines.append(
+            f"| {name} | {m.get('proteins', 0)} | {m.get('residues', 0)} | "
+            f"{_fmt(m.get('perplexity', '-'))} | {_fmt(m.get('recovery', '-'))} | "
+            f"{_fmt(baseline['recovery'].get(name, '-'))} |"
+        )
     lines += ["", "## Recovery by length (test)", "", "| length | proteins | median recovery |", "|---|---|---|"]
     lines += [f"| {r['bin']} | {r['proteins']} | {r['recovery']:.3f} |" for r in metrics["recovery_by_length"]]
     lines += ["", "![confusion](confusion.png)", "", "![recovery by length](recovery_by_length.png)", ""]
@@ -243,7 +263,7 @@ def _reports(out: str, metrics: dict, plots: dict[str, str]) -> None:
             tag = "th" if line in (header, "| length | proteins | median recovery |") else "td"
             body.append("<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>")
         elif line.startswith("![") and "(" in line:
-            name = line[line.index("(") + 1:-1]
+            name = line[line.index("(") + 1 : -1]
             key = "confusion" if name.startswith("confusion") else "recovery_by_length"
             with open(plots[key], "rb") as fh:
                 encoded = base64.b64encode(fh.read()).decode()
@@ -262,9 +282,11 @@ def _reports(out: str, metrics: dict, plots: dict[str, str]) -> None:
         rendered.append(item)
     if in_table:
         rendered.append("</table>")
-    page = ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>invfold evaluation</title>"
-            "<style>body{font-family:sans-serif;max-width:60em;margin:1em auto}"
-            "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em}</style>"
-            "</head><body>" + "\n".join(rendered) + "</body></html>\n")
+    page = (
+        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>invfold evaluation</title>'
+        "<style>body{font-family:sans-serif;max-width:60em;margin:1em auto}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em}</style>"
+        "</head><body>" + "\n".join(rendered) + "</body></html>\n"
+    )
     with open(os.path.join(out, "report.html"), "w") as fh:
         fh.write(page)

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
-
 from invfold.components.protein.alphabet import NUM_AA
 from invfold.components.protein.batch import Batch, collate
 from invfold.components.train.sampler import pack_by_length
@@ -35,8 +34,13 @@ def designed_sequences(model, batch: Batch, seed: int) -> torch.Tensor:
     if not model.cfg.autoregressive:
         logits = model(batch.X, batch.S, batch.mask, batch.residue_index)
         return logits.argmax(-1)
-    return model.sample(batch.X, batch.mask, batch.residue_index, temperature=GREEDY_TEMPERATURE,
-                        generator=seeded_generator(seed, batch.X.device))
+    return model.sample(
+        batch.X,
+        batch.mask,
+        batch.residue_index,
+        temperature=GREEDY_TEMPERATURE,
+        generator=seeded_generator(seed, batch.X.device),
+    )
 
 
 @torch.no_grad()
@@ -45,12 +49,15 @@ def score_batch(model, batch: Batch, seed: int) -> dict[str, torch.Tensor]:
     generator = seeded_generator(seed + 1, batch.X.device)
     order = torch.rand(batch.mask.shape, generator=generator, device=batch.X.device)
     logits = model(batch.X, batch.S, batch.mask, batch.residue_index, order).float()
-    nll = F.cross_entropy(logits.reshape(-1, NUM_AA), batch.S.reshape(-1),
-                          reduction="none").reshape(batch.S.shape)
+    nll = F.cross_entropy(logits.reshape(-1, NUM_AA), batch.S.reshape(-1), reduction="none").reshape(batch.S.shape)
     designed = designed_sequences(model, batch, seed)
     mask = batch.mask
-    return {"nll": (nll * mask).sum(1).double(), "count": mask.sum(1).double(),
-            "correct": ((designed == batch.S).float() * mask).sum(1).double(), "designed": designed}
+    return {
+        "nll": (nll * mask).sum(1).double(),
+        "count": mask.sum(1).double(),
+        "correct": ((designed == batch.S).float() * mask).sum(1).double(),
+        "designed": designed,
+    }
 
 
 @dataclass
@@ -63,7 +70,7 @@ class DatasetScores:
     designed: list = field(default_factory=list)  # per row: designed letter indices, or None
 
     @classmethod
-    def empty(cls, n: int) -> "DatasetScores":
+    def empty(cls, n: int) -> DatasetScores:
         return cls(np.zeros(n), np.zeros(n), np.zeros(n), [None] * n)
 
     def summary(self) -> dict[str, float]:
@@ -74,13 +81,25 @@ class DatasetScores:
             return {"proteins": 0, "residues": 0}
         loss = float(self.nll[scored].sum() / residues)
         recovery = self.correct[scored] / self.count[scored]
-        return {"proteins": int(scored.sum()), "residues": int(residues), "loss": loss,
-                "perplexity": float(np.exp(loss)), "recovery": float(np.median(recovery)),
-                "recovery_mean": float(recovery.mean())}
+        return {
+            "proteins": int(scored.sum()),
+            "residues": int(residues),
+            "loss": loss,
+            "perplexity": float(np.exp(loss)),
+            "recovery": float(np.median(recovery)),
+            "recovery_mean": float(recovery.mean()),
+        }
 
 
-def score_dataset(model, dataset, indices: list[int], tokens_per_batch: int, seed: int,
-                  device=torch.device("cpu"), keep_designed: bool = False) -> DatasetScores:
+def score_dataset(
+    model,
+    dataset,
+    indices: list[int],
+    tokens_per_batch: int,
+    seed: int,
+    device=torch.device("cpu"),
+    keep_designed: bool = False,
+) -> DatasetScores:
     """Score rows `indices` of `dataset`; other rows stay zero, so per-rank results can be summed.
     A batch's randomness (autoregressive orders) is seeded by `seed` + its first row."""
     scores = DatasetScores.empty(len(dataset))

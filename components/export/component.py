@@ -6,15 +6,22 @@ match, else the champion evaluated again). register_op, under dsl.If: ONNX expor
 parity gate, MLflow logging with signature and input example, registration, both figures
 tagged on the new version, and the `champion` alias moved to it."""
 
+from invfold.pipelines.settings import runtime_image
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
-from invfold.pipelines.settings import runtime_image
-
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def compare_op(prepared: Input[Dataset], evaluation: Input[Artifact], pipeline_run_id: str, tracking_uri: str,
-               experiment: str, model_name: str, threshold: float, comparison: Output[Artifact]) -> bool:
+def compare_op(
+    prepared: Input[Dataset],
+    evaluation: Input[Artifact],
+    pipeline_run_id: str,
+    tracking_uri: str,
+    experiment: str,
+    model_name: str,
+    threshold: float,
+    comparison: Output[Artifact],
+) -> bool:
     """Decide whether the candidate is registered: it must reach the threshold and beat the champion.
 
     Args:
@@ -34,8 +41,15 @@ def compare_op(prepared: Input[Dataset], evaluation: Input[Artifact], pipeline_r
 
     from invfold.pipelines.steps import compare_step
 
-    result = compare_step(prepared_path=prepared.path, evaluation_path=evaluation.path, pipeline_run_id=pipeline_run_id,
-                     tracking_uri=tracking_uri, experiment=experiment, model_name=model_name, threshold=threshold)
+    result = compare_step(
+        prepared_path=prepared.path,
+        evaluation_path=evaluation.path,
+        pipeline_run_id=pipeline_run_id,
+        tracking_uri=tracking_uri,
+        experiment=experiment,
+        model_name=model_name,
+        threshold=threshold,
+    )
     with open(comparison.path, "w") as fh:
         json.dump(result, fh, indent=2)
     comparison.metadata.update(result)
@@ -43,9 +57,17 @@ def compare_op(prepared: Input[Dataset], evaluation: Input[Artifact], pipeline_r
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def register_op(prepared: Input[Dataset], model: Input[Model], comparison: Input[Artifact], pipeline_run_id: str,
-                tracking_uri: str, experiment: str, model_name: str, onnx_model: Output[Model],
-                metrics: Output[Metrics]):
+def register_op(
+    prepared: Input[Dataset],
+    model: Input[Model],
+    comparison: Input[Artifact],
+    pipeline_run_id: str,
+    tracking_uri: str,
+    experiment: str,
+    model_name: str,
+    onnx_model: Output[Model],
+    metrics: Output[Metrics],
+):
     """Export ONNX (parity-gated), register it in MLflow and make it the champion.
 
     Args:
@@ -63,9 +85,16 @@ def register_op(prepared: Input[Dataset], model: Input[Model], comparison: Input
 
     from invfold.pipelines.steps import register_step
 
-    out = register_step(prepared_path=prepared.path, model_path=model.path, onnx_dir=onnx_model.path,
-                   comparison=json.load(open(comparison.path)), pipeline_run_id=pipeline_run_id, tracking_uri=tracking_uri,
-                   experiment=experiment, model_name=model_name)
+    out = register_step(
+        prepared_path=prepared.path,
+        model_path=model.path,
+        onnx_dir=onnx_model.path,
+        comparison=json.load(open(comparison.path)),
+        pipeline_run_id=pipeline_run_id,
+        tracking_uri=tracking_uri,
+        experiment=experiment,
+        model_name=model_name,
+    )
     for key, value in out["metrics"].items():
         metrics.log_metric(key, value)
     onnx_model.metadata.update(out["metadata"])

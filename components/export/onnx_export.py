@@ -29,8 +29,10 @@ class ParityError(RuntimeError):
     """The ONNX graph's logits differ from PyTorch's by more than the tolerance."""
 
     def __init__(self, max_abs_diff: float, tolerance: float, report: dict):
-        super().__init__(f"ONNX parity failed: max |logit difference| {max_abs_diff:.3g} > "
-                         f"tolerance {tolerance:.3g} (details: {report.get('report_path', 'n/a')})")
+        super().__init__(
+            f"ONNX parity failed: max |logit difference| {max_abs_diff:.3g} > "
+            f"tolerance {tolerance:.3g} (details: {report.get('report_path', 'n/a')})"
+        )
         self.max_abs_diff = max_abs_diff
         self.tolerance = tolerance
         self.report = report
@@ -74,18 +76,20 @@ def report_path(out_path: str | os.PathLike) -> Path:
 def bundled_sample() -> str:
     path = resources.files("invfold.data") / SAMPLE_RESOURCE
     if not path.is_file():
-        raise FileNotFoundError(f"the bundled sample {SAMPLE_RESOURCE} is missing from invfold.data; "
-                                "give parity records or a data path")
+        raise FileNotFoundError(
+            f"the bundled sample {SAMPLE_RESOURCE} is missing from invfold.data; give parity records or a data path"
+        )
     return str(path)
 
 
 def load_parity_records(data: str | None, count: int, max_length: int) -> list[ChainRecord]:
     """`count` real chains of different lengths (shortest, longest and evenly between)."""
-    records = [r for r in _read_records(data or bundled_sample())
-               if len(r) <= max_length and np.asarray(r.mask).any()]
+    records = [r for r in _read_records(data or bundled_sample()) if len(r) <= max_length and np.asarray(r.mask).any()]
     if not records:
-        raise ValueError(f"{data or SAMPLE_RESOURCE}: no chain of at most {max_length} residues "
-                         "with an observed residue for the parity check")
+        raise ValueError(
+            f"{data or SAMPLE_RESOURCE}: no chain of at most {max_length} residues "
+            "with an observed residue for the parity check"
+        )
     records.sort(key=len)
     picks = np.unique(np.linspace(0, len(records) - 1, min(count, len(records))).round().astype(int))
     return [records[i] for i in picks]
@@ -111,8 +115,13 @@ def _example_inputs(length: int, batch: int = 2):
     X = torch.cumsum(torch.randn(batch, length, 1, 3, generator=g), 1) * 2.0
     X = X + torch.randn(batch, length, 4, 3, generator=g)
     ridx = torch.arange(length).expand(batch, length).contiguous()
-    return (X, torch.zeros(batch, length, dtype=torch.long), torch.ones(batch, length), ridx,
-            torch.rand(batch, length, generator=g))
+    return (
+        X,
+        torch.zeros(batch, length, dtype=torch.long),
+        torch.ones(batch, length),
+        ridx,
+        torch.rand(batch, length, generator=g),
+    )
 
 
 def write_onnx(model, out_path: str | os.PathLike, opset: int | None = None) -> int:
@@ -127,21 +136,34 @@ def write_onnx(model, out_path: str | os.PathLike, opset: int | None = None) -> 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*axis name.*will not be used.*")
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
-        torch.onnx.export(model.eval(), example, str(out_path), dynamo=True, external_data=False,
-                          dynamic_shapes=dynamic, input_names=list(runtime.INPUT_NAMES),
-                          output_names=list(runtime.OUTPUT_NAMES), optimize=True, verbose=False,
-                          **kwargs)
+        torch.onnx.export(
+            model.eval(),
+            example,
+            str(out_path),
+            dynamo=True,
+            external_data=False,
+            dynamic_shapes=dynamic,
+            input_names=list(runtime.INPUT_NAMES),
+            output_names=list(runtime.OUTPUT_NAMES),
+            optimize=True,
+            verbose=False,
+            **kwargs,
+        )
     proto = onnx.load(str(out_path))
-    onnx.helper.set_model_props(proto, {
-        runtime.META_CONFIG: json.dumps(model.cfg.to_dict(), sort_keys=True),
-        runtime.META_ALPHABET: ALPHABET,
-    })
+    onnx.helper.set_model_props(
+        proto,
+        {
+            runtime.META_CONFIG: json.dumps(model.cfg.to_dict(), sort_keys=True),
+            runtime.META_ALPHABET: ALPHABET,
+        },
+    )
     onnx.save_model(proto, str(out_path), save_as_external_data=False)
     return next(op.version for op in proto.opset_import if op.domain in ("", "ai.onnx"))
 
 
-def check_parity(onnx_path: str | os.PathLike, model, records: list[ChainRecord],
-                 tolerance: float, seed: int = 0) -> dict:
+def check_parity(
+    onnx_path: str | os.PathLike, model, records: list[ChainRecord], tolerance: float, seed: int = 0
+) -> dict:
     """Max |logit difference| between onnxruntime and PyTorch eager, per chain (batch of one)
     and for all chains padded into one batch. Native sequences and a seeded random decoding
     order are the S and decoding_order inputs. Returns the figures; never raises."""
@@ -162,20 +184,29 @@ def check_parity(onnx_path: str | os.PathLike, model, records: list[ChainRecord]
     chains = [{"name": r.name, "length": len(r), "max_abs_diff": diff(collate([r]))} for r in records]
     padded = diff(collate(records))
     worst = max([c["max_abs_diff"] for c in chains] + [padded])
-    return {"tolerance": tolerance, "max_abs_diff": worst, "passed": bool(worst <= tolerance),
-            "chains": chains, "padded_batch": {"size": len(records), "max_abs_diff": padded}}
+    return {
+        "tolerance": tolerance,
+        "max_abs_diff": worst,
+        "passed": bool(worst <= tolerance),
+        "chains": chains,
+        "padded_batch": {"size": len(records), "max_abs_diff": padded},
+    }
 
 
 def export_onnx(cfg: ExportConfig) -> dict:
     """Export, check parity, and write <stem>.parity.json. On a parity failure the graph is kept
     as <stem>.rejected.onnx (for inspection), nothing is left at out_path, and ParityError is
     raised."""
-    from ..model.io import load_model
     import onnxruntime
 
+    from ..model.io import load_model
+
     model = load_model(cfg.model_path)
-    records = (cfg.parity_records if cfg.parity_records is not None
-               else load_parity_records(cfg.parity_data, cfg.parity_chains, cfg.max_length))
+    records = (
+        cfg.parity_records
+        if cfg.parity_records is not None
+        else load_parity_records(cfg.parity_data, cfg.parity_chains, cfg.max_length)
+    )
     out = Path(cfg.out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.with_name(out.stem + ".rejected.onnx")
@@ -194,9 +225,11 @@ def export_onnx(cfg: ExportConfig) -> dict:
         "onnxruntime_version": onnxruntime.__version__,
         "model_config": model.cfg.to_dict(),
         "num_parameters": model.num_parameters(),
-        "contract": {"inputs": {n: _describe(n) for n in runtime.INPUT_NAMES},
-                     "outputs": {n: _describe(n) for n in runtime.OUTPUT_NAMES},
-                     "dynamic_axes": ["B", "L"]},
+        "contract": {
+            "inputs": {n: _describe(n) for n in runtime.INPUT_NAMES},
+            "outputs": {n: _describe(n) for n in runtime.OUTPUT_NAMES},
+            "dynamic_axes": ["B", "L"],
+        },
         "parity": parity,
         "report_path": str(report_path(out)),
     }
@@ -205,8 +238,14 @@ def export_onnx(cfg: ExportConfig) -> dict:
         out.unlink(missing_ok=True)
         raise ParityError(parity["max_abs_diff"], cfg.tolerance, result)
     os.replace(staging, out)
-    log.info("exported %s (opset %d, %.1f MB); parity max |diff| %.2e over %d chains",
-             out, opset, len(data) / 1e6, parity["max_abs_diff"], len(records))
+    log.info(
+        "exported %s (opset %d, %.1f MB); parity max |diff| %.2e over %d chains",
+        out,
+        opset,
+        len(data) / 1e6,
+        parity["max_abs_diff"],
+        len(records),
+    )
     return result
 
 

@@ -16,13 +16,24 @@ OUTPUT_NAMES = ("logits",)
 # name -> (dtype, shape); B and L are dynamic.
 CONTRACT = {
     "X": ("float32", ["B", "L", 4, 3], "backbone N, CA, C, O coordinates in Angstrom; 0 where unobserved"),
-    "S": ("int64", ["B", "L"], "sequence as indices into ALPHABET (ACDEFGHIKLMNPQRSTVWY); read only by "
-          "autoregressive models, and only at positions decoded earlier"),
+    "S": (
+        "int64",
+        ["B", "L"],
+        "sequence as indices into ALPHABET (ACDEFGHIKLMNPQRSTVWY); read only by "
+        "autoregressive models, and only at positions decoded earlier",
+    ),
     "mask": ("float32", ["B", "L"], "1 = observed residue (all four backbone atoms), 0 = unobserved or padding"),
-    "residue_index": ("int64", ["B", "L"], "residue numbering; a jump > 1 is a chain break; padding "
-                      "continues the numbering far away (+1000)"),
-    "decoding_order": ("float32", ["B", "L"], "residue j is visible to residue i iff order[j] < order[i] "
-                       "(argsort ascending = decoding order); ignored by one-shot models"),
+    "residue_index": (
+        "int64",
+        ["B", "L"],
+        "residue numbering; a jump > 1 is a chain break; padding continues the numbering far away (+1000)",
+    ),
+    "decoding_order": (
+        "float32",
+        ["B", "L"],
+        "residue j is visible to residue i iff order[j] < order[i] "
+        "(argsort ascending = decoding order); ignored by one-shot models",
+    ),
     "logits": ("float32", ["B", "L", 20], "unnormalized log-probabilities over ALPHABET"),
 }
 
@@ -46,14 +57,19 @@ def session(path: str | os.PathLike, threads: int | None = None):
 
 def feeds(X, S, mask, residue_index, decoding_order) -> dict[str, np.ndarray]:
     """Numpy inputs in the contract's dtypes from tensors or arrays."""
+
     def arr(value, dtype):
         if hasattr(value, "detach"):
             value = value.detach().cpu().numpy()
         return np.ascontiguousarray(value, dtype=dtype)
 
-    return {"X": arr(X, np.float32), "S": arr(S, np.int64), "mask": arr(mask, np.float32),
-            "residue_index": arr(residue_index, np.int64),
-            "decoding_order": arr(decoding_order, np.float32)}
+    return {
+        "X": arr(X, np.float32),
+        "S": arr(S, np.int64),
+        "mask": arr(mask, np.float32),
+        "residue_index": arr(residue_index, np.int64),
+        "decoding_order": arr(decoding_order, np.float32),
+    }
 
 
 def model_config_of(sess):
@@ -62,6 +78,5 @@ def model_config_of(sess):
 
     props = sess.get_modelmeta().custom_metadata_map
     if META_CONFIG not in props:
-        raise ValueError(f"the ONNX model has no {META_CONFIG!r} metadata: it was not written by "
-                         "invfold export")
+        raise ValueError(f"the ONNX model has no {META_CONFIG!r} metadata: it was not written by invfold export")
     return ModelConfig.from_dict(json.loads(props[META_CONFIG]))

@@ -33,12 +33,13 @@ class Resources:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Resources.{name}: expected a positive int, got {value!r}")
-        if not isinstance(self.gpus_per_node, int) or isinstance(self.gpus_per_node, bool) \
-                or self.gpus_per_node < 0:
+        if not isinstance(self.gpus_per_node, int) or isinstance(self.gpus_per_node, bool) or self.gpus_per_node < 0:
             raise ValueError(f"Resources.gpus_per_node: expected an int >= 0, got {self.gpus_per_node!r}")
         if self.gpus_per_node and self.procs_per_node > self.gpus_per_node:
-            raise ValueError(f"Resources: {self.procs_per_node} processes per node need as many GPUs, "
-                             f"got gpus_per_node={self.gpus_per_node}")
+            raise ValueError(
+                f"Resources: {self.procs_per_node} processes per node need as many GPUs, "
+                f"got gpus_per_node={self.gpus_per_node}"
+            )
 
     @property
     def world_size(self) -> int:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from invfold.components.train.config import TrainConfig
 
 from . import schema, trainjob
-from .base import LaunchError, Launcher, LaunchResult, Resources
+from .base import Launcher, LaunchError, LaunchResult, Resources
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +46,14 @@ def condition(job: dict, kind: str) -> dict | None:
 class KubernetesLauncher(Launcher):
     name = "kubernetes"
 
-    def __init__(self, options: trainjob.ClusterOptions, api=None,
-                 clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep,
-                 fetch: Callable[[str, str], None] | None = None):
+    def __init__(
+        self,
+        options: trainjob.ClusterOptions,
+        api=None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        fetch: Callable[[str, str], None] | None = None,
+    ):
         self.options = options
         self._api = api
         self.clock, self.sleep = clock, sleep
@@ -61,14 +66,21 @@ class KubernetesLauncher(Launcher):
         return self._api
 
     def _call(self, method: str, **kwargs):
-        return getattr(self.api, method)(group=trainjob.GROUP, version=trainjob.VERSION,
-                                         namespace=self.options.namespace, plural=trainjob.PLURAL, **kwargs)
+        return getattr(self.api, method)(
+            group=trainjob.GROUP,
+            version=trainjob.VERSION,
+            namespace=self.options.namespace,
+            plural=trainjob.PLURAL,
+            **kwargs,
+        )
 
     def run(self, cfg: TrainConfig, resources: Resources) -> LaunchResult:
         opts = self.options
         if not opts.storage_root:
-            raise LaunchError("train on Kubernetes: set the storage root (object-storage URI the "
-                              "TrainJob writes its outputs to, e.g. s3://bucket/invfold)")
+            raise LaunchError(
+                "train on Kubernetes: set the storage root (object-storage URI the "
+                "TrainJob writes its outputs to, e.g. s3://bucket/invfold)"
+            )
         if not opts.namespace:
             raise LaunchError("train on Kubernetes: namespace unknown (not in a pod and none given)")
         name = trainjob.job_name(cfg.strategy, opts.pipeline_run_id)
@@ -80,15 +92,28 @@ class KubernetesLauncher(Launcher):
         try:
             self._call("create_namespaced_custom_object", body=manifest)
             created = True
-            log.info("created TrainJob %s/%s (runtime %s, %d x %d processes, %d GPUs/node)", opts.namespace,
-                     name, manifest["spec"]["runtimeRef"]["name"], resources.nodes, resources.procs_per_node,
-                     resources.gpus_per_node)
+            log.info(
+                "created TrainJob %s/%s (runtime %s, %d x %d processes, %d GPUs/node)",
+                opts.namespace,
+                name,
+                manifest["spec"]["runtimeRef"]["name"],
+                resources.nodes,
+                resources.procs_per_node,
+                resources.gpus_per_node,
+            )
             job = self._wait(name)
             self.fetch(output_uri, cfg.out)
             created = False  # finished: leave it for inspection; the owner reference cleans up
-            return LaunchResult(out=cfg.out, backend=self.name, job_name=name,
-                                details={"namespace": opts.namespace, "output_uri": output_uri,
-                                         "conditions": (job.get("status") or {}).get("conditions", [])})
+            return LaunchResult(
+                out=cfg.out,
+                backend=self.name,
+                job_name=name,
+                details={
+                    "namespace": opts.namespace,
+                    "output_uri": output_uri,
+                    "conditions": (job.get("status") or {}).get("conditions", []),
+                },
+            )
         finally:
             _restore_signals(previous)
             if created:
@@ -101,8 +126,10 @@ class KubernetesLauncher(Launcher):
             job = self._call("get_namespaced_custom_object", name=name)
             failed = condition(job, "Failed")
             if failed:
-                raise LaunchError(f"TrainJob {self.options.namespace}/{name} failed: "
-                                  f"{failed.get('reason', 'Failed')}: {failed.get('message', '(no message)')}")
+                raise LaunchError(
+                    f"TrainJob {self.options.namespace}/{name} failed: "
+                    f"{failed.get('reason', 'Failed')}: {failed.get('message', '(no message)')}"
+                )
             if condition(job, "Complete"):
                 log.info("TrainJob %s complete", name)
                 return job
@@ -111,8 +138,10 @@ class KubernetesLauncher(Launcher):
                 log.info("TrainJob %s %s", name, state)
                 last_state = state
             if self.clock() >= deadline:
-                raise LaunchError(f"TrainJob {self.options.namespace}/{name} did not finish within "
-                                  f"{self.options.timeout_s:.0f} s; job deleted")
+                raise LaunchError(
+                    f"TrainJob {self.options.namespace}/{name} did not finish within "
+                    f"{self.options.timeout_s:.0f} s; job deleted"
+                )
             self.sleep(self.options.poll_s)
 
     def _delete(self, name: str) -> None:

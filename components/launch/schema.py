@@ -4,7 +4,7 @@ the typed models by scripts/generate_schemas.py; unknown fields are errors)."""
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 SCHEMA_FILES = {"TrainJob": "trainjob.json", "ClusterTrainingRuntime": "clustertrainingruntime.json"}
@@ -14,7 +14,7 @@ class ManifestError(ValueError):
     """A manifest that a Trainer v2 API server would not accept as written."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def _validator(kind: str):
     import jsonschema
 

@@ -94,10 +94,14 @@ class ClusterOptions:
         if not self.timeout_s > 0 or not self.poll_s > 0:
             raise ValueError(f"ClusterOptions: timeout_s and poll_s must be > 0, got {self.timeout_s}, {self.poll_s}")
         if self.storage_root and "://" not in self.storage_root:
-            raise ValueError(f"ClusterOptions.storage_root: expected an object-storage URI "
-                             f"(s3://bucket/prefix), got {self.storage_root!r}")
+            raise ValueError(
+                f"ClusterOptions.storage_root: expected an object-storage URI "
+                f"(s3://bucket/prefix), got {self.storage_root!r}"
+            )
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.node_selector.items()):
-            raise ValueError(f"ClusterOptions.node_selector: expected string keys and values, got {self.node_selector!r}")
+            raise ValueError(
+                f"ClusterOptions.node_selector: expected string keys and values, got {self.node_selector!r}"
+            )
         if not all(isinstance(t, dict) for t in self.tolerations):
             raise ValueError(f"ClusterOptions.tolerations: expected a list of objects, got {self.tolerations!r}")
 
@@ -118,13 +122,16 @@ def _env(options: ClusterOptions, environ: Mapping[str, str]) -> list[dict]:
     if options.storage_endpoint:
         env.append({"name": "AWS_ENDPOINT_URL", "value": options.storage_endpoint})
     if options.storage_secret:
-        env += [{"name": key, "valueFrom": {"secretKeyRef": {"name": options.storage_secret, "key": key}}}
-                for key in options.secret_keys]
+        env += [
+            {"name": key, "valueFrom": {"secretKeyRef": {"name": options.storage_secret, "key": key}}}
+            for key in options.secret_keys
+        ]
     return env
 
 
-def _command(name: str, cfg: TrainConfig, resources: Resources, output_uri: str,
-             env: list[dict]) -> tuple[list[str], list[str]]:
+def _command(
+    name: str, cfg: TrainConfig, resources: Resources, output_uri: str, env: list[dict]
+) -> tuple[list[str], list[str]]:
     """(command, args): both set, so neither the runtime's command nor its args survive.
     Under mpirun, torch.distributed's rendezvous (DeepSpeed) is the launcher pod: our MPI runtimes
     run the launcher as node 0 (runLauncherAsNode), reachable through the job's headless Service."""
@@ -133,10 +140,23 @@ def _command(name: str, cfg: TrainConfig, resources: Resources, output_uri: str,
         # The torch runtime sets PET_NNODES / PET_NPROC_PER_NODE / PET_NODE_RANK / PET_MASTER_*.
         return ["torchrun"], ["--module", *entry]
     rendezvous = [f"MASTER_ADDR={name}-launcher-0-0.{name}", f"MASTER_PORT={RENDEZVOUS_PORT}"]
-    exports = ([arg for item in env for arg in ("-x", item["name"])] + ["-x", "OMP_NUM_THREADS"]
-               + [arg for pair in rendezvous for arg in ("-x", pair)])
-    return ["mpirun"], ["--hostfile", "/etc/mpi/hostfile", "-np", str(resources.world_size),
-                        "--bind-to", "none", *exports, "python", "-m", *entry]
+    exports = (
+        [arg for item in env for arg in ("-x", item["name"])]
+        + ["-x", "OMP_NUM_THREADS"]
+        + [arg for pair in rendezvous for arg in ("-x", pair)]
+    )
+    return ["mpirun"], [
+        "--hostfile",
+        "/etc/mpi/hostfile",
+        "-np",
+        str(resources.world_size),
+        "--bind-to",
+        "none",
+        *exports,
+        "python",
+        "-m",
+        *entry,
+    ]
 
 
 def _runtime_patches(strategy: str, options: ClusterOptions) -> list[dict]:
@@ -146,20 +166,31 @@ def _runtime_patches(strategy: str, options: ClusterOptions) -> list[dict]:
     if options.tolerations:
         pod_spec["tolerations"] = [dict(t) for t in options.tolerations]
     if options.workspace_pvc:
-        pod_spec["volumes"] = [{"name": "invfold-workspace",
-                                "persistentVolumeClaim": {"claimName": options.workspace_pvc}}]
-        pod_spec["containers"] = [{"name": TRAINER_CONTAINER, "volumeMounts": [
-            {"name": "invfold-workspace", "mountPath": options.workspace_mount}]}]
+        pod_spec["volumes"] = [
+            {"name": "invfold-workspace", "persistentVolumeClaim": {"claimName": options.workspace_pvc}}
+        ]
+        pod_spec["containers"] = [
+            {
+                "name": TRAINER_CONTAINER,
+                "volumeMounts": [{"name": "invfold-workspace", "mountPath": options.workspace_mount}],
+            }
+        ]
     if not pod_spec:
         return []
-    replicated = [{"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}}
-                  for name in REPLICATED_JOBS[strategy]]
-    return [{"manager": PATCH_MANAGER,
-             "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": replicated}}}}]
+    replicated = [
+        {"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}} for name in REPLICATED_JOBS[strategy]
+    ]
+    return [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": replicated}}}}]
 
 
-def build_trainjob(name: str, cfg: TrainConfig, resources: Resources, options: ClusterOptions,
-                   output_uri: str, environ: Mapping[str, str] = os.environ) -> dict:
+def build_trainjob(
+    name: str,
+    cfg: TrainConfig,
+    resources: Resources,
+    options: ClusterOptions,
+    output_uri: str,
+    environ: Mapping[str, str] = os.environ,
+) -> dict:
     """The TrainJob manifest (a plain dict, validated by schema.validate_trainjob)."""
     if not NAME.match(name) or len(name) > 63:
         raise ValueError(f"TrainJob name {name!r}: expected an RFC 1035 label of at most 63 characters")
@@ -179,19 +210,32 @@ def build_trainjob(name: str, cfg: TrainConfig, resources: Resources, options: C
         trainer["image"] = options.image
     metadata: dict = {
         "name": name,
-        "labels": {"app.kubernetes.io/part-of": "invfold", "app.kubernetes.io/component": "train",
-                   "invfold.dev/strategy": cfg.strategy},
+        "labels": {
+            "app.kubernetes.io/part-of": "invfold",
+            "app.kubernetes.io/component": "train",
+            "invfold.dev/strategy": cfg.strategy,
+        },
     }
     if options.pipeline_run_id:
         metadata["annotations"] = {"invfold.dev/pipeline-run-id": options.pipeline_run_id}
     if options.namespace:
         metadata["namespace"] = options.namespace
     if options.owner_pod_name and options.owner_pod_uid:
-        metadata["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": options.owner_pod_name,
-                                        "uid": options.owner_pod_uid, "blockOwnerDeletion": False}]
+        metadata["ownerReferences"] = [
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "name": options.owner_pod_name,
+                "uid": options.owner_pod_uid,
+                "blockOwnerDeletion": False,
+            }
+        ]
     spec: dict = {
-        "runtimeRef": {"apiGroup": GROUP, "kind": options.runtime_kind,
-                       "name": runtime_name(cfg.strategy, options.runtime_prefix)},
+        "runtimeRef": {
+            "apiGroup": GROUP,
+            "kind": options.runtime_kind,
+            "name": runtime_name(cfg.strategy, options.runtime_prefix),
+        },
         "trainer": trainer,
     }
     patches = _runtime_patches(cfg.strategy, options)

@@ -38,25 +38,25 @@ class ModelConfig:
     activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
-        positive = {"hidden": self.hidden, "encoder_layers": self.encoder_layers,
-                    "k_neighbors": self.k_neighbors, "num_rbf": self.num_rbf,
-                    "max_relative_position": self.max_relative_position,
-                    "message_mlp_layers": self.message_mlp_layers}
+        positive = {
+            "hidden": self.hidden,
+            "encoder_layers": self.encoder_layers,
+            "k_neighbors": self.k_neighbors,
+            "num_rbf": self.num_rbf,
+            "max_relative_position": self.max_relative_position,
+            "message_mlp_layers": self.message_mlp_layers,
+        }
         for name, value in positive.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"ModelConfig.{name}: expected a positive int, got {value!r}")
         if not isinstance(self.decoder_layers, int) or self.decoder_layers < 0:
-            raise ValueError(f"ModelConfig.decoder_layers: expected an int >= 0, "
-                             f"got {self.decoder_layers!r}")
+            raise ValueError(f"ModelConfig.decoder_layers: expected an int >= 0, got {self.decoder_layers!r}")
         if self.decoding not in DECODING_MODES:
-            raise ValueError(f"ModelConfig.decoding: expected one of {DECODING_MODES}, "
-                             f"got {self.decoding!r}")
+            raise ValueError(f"ModelConfig.decoding: expected one of {DECODING_MODES}, got {self.decoding!r}")
         if self.decoding == "autoregressive" and self.decoder_layers < 1:
-            raise ValueError("ModelConfig.decoder_layers: an autoregressive model needs >= 1 "
-                             "decoder layer")
+            raise ValueError("ModelConfig.decoder_layers: an autoregressive model needs >= 1 decoder layer")
         if not 0.0 <= float(self.dropout) < 1.0:
-            raise ValueError(f"ModelConfig.dropout: expected 0 <= dropout < 1, "
-                             f"got {self.dropout!r}")
+            raise ValueError(f"ModelConfig.dropout: expected 0 <= dropout < 1, got {self.dropout!r}")
 
     @property
     def autoregressive(self) -> bool:
@@ -66,16 +66,15 @@ class ModelConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"ModelConfig: unknown fields {unknown}; expected some of "
-                             f"{sorted(known)}")
+            raise ValueError(f"ModelConfig: unknown fields {unknown}; expected some of {sorted(known)}")
         return cls(**data)
 
     @classmethod
-    def preset(cls, name: str, **overrides: Any) -> "ModelConfig":
+    def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named starting point ("default", "proteinmpnn", "small", "tiny") with fields overridden."""
         if name not in PRESETS:
             raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
@@ -85,19 +84,52 @@ class ModelConfig:
 PRESETS: dict[str, ModelConfig] = {
     # PiFold-like: one-shot, geometric features, 10 layers over 30 neighbours with lighter
     # 2-linear messages (~2.7M parameters, about as fast per residue as "proteinmpnn").
-    "default": ModelConfig(hidden=128, encoder_layers=10, decoder_layers=1, k_neighbors=30,
-                           num_rbf=16, dropout=0.1, decoding="one_shot",
-                           message_mlp_layers=2, geometric_features=True),
+    "default": ModelConfig(
+        hidden=128,
+        encoder_layers=10,
+        decoder_layers=1,
+        k_neighbors=30,
+        num_rbf=16,
+        dropout=0.1,
+        decoding="one_shot",
+        message_mlp_layers=2,
+        geometric_features=True,
+    ),
     # ProteinMPNN's size: hidden 128, 3 + 3 layers, k = 48, random-order autoregressive decoder.
-    "proteinmpnn": ModelConfig(hidden=128, encoder_layers=3, decoder_layers=3, k_neighbors=48,
-                               num_rbf=16, dropout=0.1, decoding="autoregressive",
-                               message_mlp_layers=3, geometric_features=False),
+    "proteinmpnn": ModelConfig(
+        hidden=128,
+        encoder_layers=3,
+        decoder_layers=3,
+        k_neighbors=48,
+        num_rbf=16,
+        dropout=0.1,
+        decoding="autoregressive",
+        message_mlp_layers=3,
+        geometric_features=False,
+    ),
     # The default architecture shrunk (0.29M parameters) so a few CPU minutes on a few hundred
     # chains train well past the constant predictor: `invfold run`'s model and the quality gate's.
-    "small": ModelConfig(hidden=64, encoder_layers=4, decoder_layers=1, k_neighbors=16,
-                         num_rbf=16, dropout=0.1, decoding="one_shot",
-                         message_mlp_layers=2, geometric_features=True),
-    "tiny": ModelConfig(hidden=32, encoder_layers=1, decoder_layers=1, k_neighbors=8,
-                        num_rbf=8, dropout=0.0, decoding="one_shot", max_relative_position=8,
-                        message_mlp_layers=2, geometric_features=True),
+    "small": ModelConfig(
+        hidden=64,
+        encoder_layers=4,
+        decoder_layers=1,
+        k_neighbors=16,
+        num_rbf=16,
+        dropout=0.1,
+        decoding="one_shot",
+        message_mlp_layers=2,
+        geometric_features=True,
+    ),
+    "tiny": ModelConfig(
+        hidden=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        k_neighbors=8,
+        num_rbf=8,
+        dropout=0.0,
+        decoding="one_shot",
+        max_relative_position=8,
+        message_mlp_layers=2,
+        geometric_features=True,
+    ),
 }

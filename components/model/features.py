@@ -86,8 +86,7 @@ def rbf_features(atoms: torch.Tensor, E_idx: torch.Tensor, num_rbf: int) -> torc
     return torch.exp(-(z * z).clamp(max=60.0)).reshape(b, length, E_idx.shape[2], 25 * num_rbf)
 
 
-def relative_position_buckets(residue_index: torch.Tensor, E_idx: torch.Tensor,
-                              max_relative: int) -> torch.Tensor:
+def relative_position_buckets(residue_index: torch.Tensor, E_idx: torch.Tensor, max_relative: int) -> torch.Tensor:
     """[B, L, K] long in [0, 2 * max_relative + 1]: clipped offset, or the last bucket across a
     chain break (pairs in different segments)."""
     seg = segment_ids(residue_index)

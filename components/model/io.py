@@ -10,7 +10,6 @@ import io as _io
 import os
 
 import torch
-
 from invfold.components.protein import io as storage
 
 from .config import ModelConfig
@@ -26,16 +25,17 @@ def _open(path: str, mode: str):
 
 def model_payload(model: InverseFoldingModel) -> dict:
     """What save_model writes (fp32 CPU tensors), e.g. for embedding in a training checkpoint."""
-    state = {k: v.detach().to("cpu", torch.float32) if v.is_floating_point() else v.detach().cpu()
-             for k, v in model.state_dict().items()}
+    state = {
+        k: v.detach().to("cpu", torch.float32) if v.is_floating_point() else v.detach().cpu()
+        for k, v in model.state_dict().items()
+    }
     return {"format": FORMAT, "config": model.cfg.to_dict(), "state_dict": state}
 
 
 def model_from_payload(payload: dict, source: str = "<memory>") -> InverseFoldingModel:
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
-        raise ValueError(f"{source}: not an invfold model file (format {found!r}, "
-                         f"expected {FORMAT!r})")
+        raise ValueError(f"{source}: not an invfold model file (format {found!r}, expected {FORMAT!r})")
     try:
         cfg = ModelConfig.from_dict(payload["config"])
     except (TypeError, ValueError) as err:

@@ -64,8 +64,7 @@ class EncoderLayer(nn.Module):
         h_V = self.norm_msg(h_V + self.dropout(message.sum(2) / MESSAGE_SCALE))
         h_V = self.norm_ffn(h_V + self.dropout(self.ffn(h_V))) * mask.unsqueeze(-1)
         if self.update_edges:
-            pre = (self.upd_edge(h_E) + ft.gather_nodes(self.upd_nb(h_V), E_idx)
-                   + self.upd_self(h_V).unsqueeze(2))
+            pre = self.upd_edge(h_E) + ft.gather_nodes(self.upd_nb(h_V), E_idx) + self.upd_self(h_V).unsqueeze(2)
             h_E = self.norm_edge(h_E + self.dropout(self.upd_tail(pre)))
         return h_V, h_E
 
@@ -121,7 +120,8 @@ class InverseFoldingModel(nn.Module):
         n_enc = cfg.encoder_layers
         # a one-shot read-out never uses the last layer's edges: skip that update
         self.encoder = nn.ModuleList(
-            EncoderLayer(cfg, update_edges=cfg.autoregressive or i < n_enc - 1) for i in range(n_enc))
+            EncoderLayer(cfg, update_edges=cfg.autoregressive or i < n_enc - 1) for i in range(n_enc)
+        )
         if cfg.autoregressive:
             self.seq_embed = nn.Embedding(NUM_AA, h)
             self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
@@ -179,9 +179,20 @@ class InverseFoldingModel(nn.Module):
         return self.readout(h_V)
 
     @torch.no_grad()
-    def sample(self, X, mask, residue_index, temperature: float = 0.1, seed: int | None = None,
-               generator: torch.Generator | None = None, fixed_mask=None, fixed_S=None,
-               excluded: str = "", decoding_order=None, uniforms=None) -> torch.Tensor:
+    def sample(
+        self,
+        X,
+        mask,
+        residue_index,
+        temperature: float = 0.1,
+        seed: int | None = None,
+        generator: torch.Generator | None = None,
+        fixed_mask=None,
+        fixed_S=None,
+        excluded: str = "",
+        decoding_order=None,
+        uniforms=None,
+    ) -> torch.Tensor:
         """Design sequences -> S [B, L] long.
 
         Randomness is the decoding order (autoregressive only) and one uniform per residue that
@@ -196,8 +207,7 @@ class InverseFoldingModel(nn.Module):
             generator.manual_seed(0 if seed is None else int(seed))
         b, length = mask.shape
         mask = mask.to(X.dtype)
-        fixed_mask = (torch.zeros_like(mask, dtype=torch.bool) if fixed_mask is None
-                      else fixed_mask.to(torch.bool))
+        fixed_mask = torch.zeros_like(mask, dtype=torch.bool) if fixed_mask is None else fixed_mask.to(torch.bool)
         fixed_S = torch.zeros(b, length, dtype=torch.long, device=X.device) if fixed_S is None else fixed_S
         bias = letter_bias(excluded).to(X.device, X.dtype)
         if uniforms is None or (self.cfg.autoregressive and decoding_order is None):
@@ -211,13 +221,15 @@ class InverseFoldingModel(nn.Module):
                 logits = self.readout(self.encode(X, mask, residue_index)[0])
                 S = pick_letters(logits, temperature, bias, uniforms)
                 return torch.where(fixed_mask, fixed_S, S)
-            return self._sample_autoregressive(X, mask, residue_index, temperature, bias,
-                                               uniforms, fixed_mask, fixed_S, decoding_order)
+            return self._sample_autoregressive(
+                X, mask, residue_index, temperature, bias, uniforms, fixed_mask, fixed_S, decoding_order
+            )
         finally:
             self.train(was_training)
 
-    def _sample_autoregressive(self, X, mask, residue_index, temperature, bias, uniforms,
-                               fixed_mask, fixed_S, decoding_order):
+    def _sample_autoregressive(
+        self, X, mask, residue_index, temperature, bias, uniforms, fixed_mask, fixed_S, decoding_order
+    ):
         """One residue per step with cached per-layer projections (O(L * K) per step, not a
         full forward), giving the same logits as forward() on the final sequence."""
         h_enc, h_E, E_idx, nb_mask = self.encode(X, mask, residue_index)
@@ -238,8 +250,7 @@ class InverseFoldingModel(nn.Module):
             m = mask[rows, pos].unsqueeze(1)
             h = h_enc[rows, pos].unsqueeze(1)
             for li, layer in enumerate(self.decoder):
-                nb_proj = torch.where(earlier, ft.gather_nodes(dec_proj[li], idx),
-                                      ft.gather_nodes(enc_proj[li], idx))
+                nb_proj = torch.where(earlier, ft.gather_nodes(dec_proj[li], idx), ft.gather_nodes(enc_proj[li], idx))
                 h = layer(h, e_proj[li][rows, pos].unsqueeze(1), nb_proj, nbm, m)
                 h_layers[li + 1][rows, pos] = h[:, 0]
             letter = pick_letters(self.readout(h[:, 0]), temperature, bias, uniforms[rows, pos])
@@ -251,8 +262,7 @@ class InverseFoldingModel(nn.Module):
         return S
 
 
-def sampling_noise(fixed_mask: torch.Tensor, autoregressive: bool,
-                   generator: torch.Generator | None = None):
+def sampling_noise(fixed_mask: torch.Tensor, autoregressive: bool, generator: torch.Generator | None = None):
     """(decoding_order or None, uniforms [B, L]) drawn in this order from `generator`: the one
     definition of a seed's randomness, shared by PyTorch and onnxruntime design."""
     order = random_decoding_order(fixed_mask, generator) if autoregressive else None

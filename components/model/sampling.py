@@ -21,8 +21,7 @@ def letter_bias(excluded: str = "") -> torch.Tensor:
     return bias
 
 
-def pick_letters(logits: torch.Tensor, temperature: float, bias: torch.Tensor,
-                 uniforms: torch.Tensor) -> torch.Tensor:
+def pick_letters(logits: torch.Tensor, temperature: float, bias: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF sampling from softmax(logits / T + bias): logits [..., 20], uniforms [...]."""
     probs = torch.softmax(logits.float() / temperature + bias.float(), dim=-1)
     cdf = torch.cumsum(probs, dim=-1)

@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-
 from invfold.components.protein.alphabet import ALPHABET
 
 HISTOGRAM_WIDTH = 50
@@ -43,8 +42,10 @@ class CompositionStats:
                 "min": int(lengths.min()) if len(lengths) else 0,
                 "median": float(np.median(lengths)) if len(lengths) else 0.0,
                 "max": int(lengths.max(initial=0)),
-                "histogram": [{"from": int(lo), "to": int(hi), "chains": int(c)}
-                              for lo, hi, c in zip(edges[:-1], edges[1:], counts)],
+                "histogram": [
+                    {"from": int(lo), "to": int(hi), "chains": int(c)}
+                    for lo, hi, c in zip(edges[:-1], edges[1:], counts)
+                ],
             },
             "composition": {a: round(int(self.letters[ord(a)]) / residues, 6) if residues else 0.0 for a in ALPHABET},
             "missing_coordinate_rate": round(self.unobserved / residues, 6) if residues else 0.0,
@@ -63,8 +64,7 @@ def render_markdown(card: dict) -> str:
         "",
         f"Digest: `{card['digest']}`  ",
         f"Input: `{card['options']['input']}`  ",
-        f"Split: {card['split']['method']}"
-        + (f" ({card['split']['tool']})" if card["split"].get("tool") else ""),
+        f"Split: {card['split']['method']}" + (f" ({card['split']['tool']})" if card["split"].get("tool") else ""),
         "",
         "## Datasets",
         "",
@@ -88,12 +88,17 @@ def render_markdown(card: dict) -> str:
         lines.append("")
     absent = {k: v for k, v in card["split"].get("absent_from_set", {}).items() if v}
     if absent:
-        lines += ["Names in split/subset files but not in the set: "
-                  + ", ".join(f"{k} {v}" for k, v in absent.items()), ""]
+        lines += [
+            "Names in split/subset files but not in the set: " + ", ".join(f"{k} {v}" for k, v in absent.items()),
+            "",
+        ]
     identity = card["split"].get("highest_train_test_identity")
     if identity and identity["test"]:
-        lines += [f"Highest train-test identity: {identity['identity']:.3f} "
-                  f"({identity['test']} vs {identity['train']}, {identity['tool']}).", ""]
+        lines += [
+            f"Highest train-test identity: {identity['identity']:.3f} "
+            f"({identity['test']} vs {identity['train']}, {identity['tool']}).",
+            "",
+        ]
     elif identity:
         lines += [f"Highest train-test identity: 0 (no test chain aligns with a train chain; {identity['tool']}).", ""]
     stats = card["kept"]
@@ -107,7 +112,12 @@ def render_markdown(card: dict) -> str:
         "|---|---:|",
     ]
     lines += [f"| {b['from']}-{b['to'] - 1} | {b['chains']} |" for b in stats["length"]["histogram"] if b["chains"]]
-    lines += ["", "| residue | " + " | ".join(ALPHABET) + " |", "|---|" + "---:|" * len(ALPHABET),
-              "| % | " + " | ".join(f"{100 * stats['composition'][a]:.1f}" for a in ALPHABET) + " |", ""]
+    lines += [
+        "",
+        "| residue | " + " | ".join(ALPHABET) + " |",
+        "|---|" + "---:|" * len(ALPHABET),
+        "| % | " + " | ".join(f"{100 * stats['composition'][a]:.1f}" for a in ALPHABET) + " |",
+        "",
+    ]
     lines += ["## Options", "", "```json", json.dumps(card["options"], indent=1, sort_keys=True), "```", ""]
     return "\n".join(lines)

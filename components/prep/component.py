@@ -4,15 +4,13 @@ Outputs the prepared folder (Dataset, with digest and datasets in its metadata) 
 card (Markdown, shown in the Kubeflow UI). No Metrics output: it would defeat caching, which
 follows the data fingerprint passed in."""
 
+from invfold.pipelines.settings import runtime_image
 from kfp import dsl
 from kfp.dsl import Dataset, Markdown, Output
 
-from invfold.pipelines.settings import runtime_image
-
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def prep_op(data_uri: str, split_file: str, data_digest: str,
-            prepared: Output[Dataset], card: Output[Markdown]):
+def prep_op(data_uri: str, split_file: str, data_digest: str, prepared: Output[Dataset], card: Output[Markdown]):
     """Validate, filter, split and shard the protein set; write the dataset card.
 
     Args:

@@ -62,16 +62,26 @@ class PrepConfig:
         if not self.input or not self.output:
             raise ValueError("input and output must be given")
         if not 1 <= self.min_length <= self.max_length:
-            raise ValueError(f"need 1 <= min_length <= max_length, got min_length={self.min_length}, "
-                             f"max_length={self.max_length}")
+            raise ValueError(
+                f"need 1 <= min_length <= max_length, got min_length={self.min_length}, max_length={self.max_length}"
+            )
         if not 0.0 <= self.min_observed_fraction <= 1.0:
             raise ValueError(f"min_observed_fraction must be in [0, 1], got {self.min_observed_fraction}")
-        if not self.alphabet or not set(self.alphabet) <= set(ALPHABET) or len(set(self.alphabet)) != len(self.alphabet):
+        if (
+            not self.alphabet
+            or not set(self.alphabet) <= set(ALPHABET)
+            or len(set(self.alphabet)) != len(self.alphabet)
+        ):
             raise ValueError(f"alphabet must be distinct letters of {ALPHABET}, got {self.alphabet!r}")
-        if (len(self.split_fractions) != 3 or min(self.split_fractions) < 0
-                or abs(sum(self.split_fractions) - 1.0) > 1e-6 or self.split_fractions[0] <= 0):
-            raise ValueError("split_fractions must be 3 non-negative numbers (train > 0) summing to 1, "
-                             f"got {self.split_fractions}")
+        if (
+            len(self.split_fractions) != 3
+            or min(self.split_fractions) < 0
+            or abs(sum(self.split_fractions) - 1.0) > 1e-6
+            or self.split_fractions[0] <= 0
+        ):
+            raise ValueError(
+                f"split_fractions must be 3 non-negative numbers (train > 0) summing to 1, got {self.split_fractions}"
+            )
         if self.split_by not in SPLIT_METHODS:
             raise ValueError(f"split_by must be one of {SPLIT_METHODS}, got {self.split_by!r}")
         if self.identity_tool not in IDENTITY_TOOLS:

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
 from invfold.components.protein import io as protein_io
 from invfold.components.protein.errors import InputError, Skip
 from invfold.components.protein.record import ChainRecord
@@ -87,12 +86,22 @@ class _Screen:
         self.names.add(record.name)
         bad = INVALID_LETTER.search(record.seq)
         if bad:
-            return self.drop(record, "invalid_letters", "seq", "upper-case residue letters",
-                             f"{bad.group()!r} at residue {bad.start()}")
+            return self.drop(
+                record,
+                "invalid_letters",
+                "seq",
+                "upper-case residue letters",
+                f"{bad.group()!r} at residue {bad.start()}",
+            )
         bad = self.unknown_letter.search(record.seq)
         if bad:
-            return self.drop(record, "unknown_letters", "seq", f"letters of {self.cfg.alphabet}",
-                             f"{bad.group()!r} at residue {bad.start()}")
+            return self.drop(
+                record,
+                "unknown_letters",
+                "seq",
+                f"letters of {self.cfg.alphabet}",
+                f"{bad.group()!r} at residue {bad.start()}",
+            )
         length = len(record.seq)
         if length > self.cfg.max_length:
             return self.drop(record, "too_long", "seq", f"at most {self.cfg.max_length} residues", length)
@@ -100,21 +109,32 @@ class _Screen:
             return self.drop(record, "too_short", "seq", f"at least {self.cfg.min_length} residues", length)
         observed = int(np.count_nonzero(record.mask))
         if observed == 0:
-            return self.drop(record, "no_observed_residue", "coords", "at least one residue with N, CA, C, O",
-                             "none")
+            return self.drop(record, "no_observed_residue", "coords", "at least one residue with N, CA, C, O", "none")
         if observed < self.cfg.min_observed_fraction * length:
-            return self.drop(record, "low_observed_fraction", "coords",
-                             f"at least {self.cfg.min_observed_fraction:g} of residues observed",
-                             f"{observed}/{length}")
+            return self.drop(
+                record,
+                "low_observed_fraction",
+                "coords",
+                f"at least {self.cfg.min_observed_fraction:g} of residues observed",
+                f"{observed}/{length}",
+            )
         return record
 
     def drop(self, record: ChainRecord, reason: str, field: str, expected: str, got) -> None:
         if self.cfg.strict and reason in STRICT_REASONS:
-            raise InputError(record.source or self.cfg.input, f"record '{record.name}'", field, expected, got,
-                             reason=reason, name=record.name)
+            raise InputError(
+                record.source or self.cfg.input,
+                f"record '{record.name}'",
+                field,
+                expected,
+                got,
+                reason=reason,
+                name=record.name,
+            )
         self.filtered[reason] += 1
-        self.examples.setdefault(reason, f"{record.source or record.name}: {reason} ({field}: expected "
-                                         f"{expected}, got {got})")
+        self.examples.setdefault(
+            reason, f"{record.source or record.name}: {reason} ({field}: expected {expected}, got {got})"
+        )
         return None
 
     @property
@@ -135,9 +155,14 @@ def _with_progress(items: Iterable, label: str, log_every: int) -> Iterator:
         from rich.console import Console
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                            TextColumn("{task.completed} records"), TimeElapsedColumn(),
-                            console=Console(stderr=True), transient=True)
+        progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            TextColumn("{task.completed} records"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
         progress.start()
         task = progress.add_task(label)
     n = 0
@@ -159,19 +184,32 @@ def _read_splits(cfg: PrepConfig) -> tuple[dict[str, list[str]] | None, dict[str
     if cfg.split_file:
         parsed = read_split_file(cfg.split_file)
         if not parsed.splits:
-            raise InputError(cfg.split_file, None, None, "a split file with train / validation / test lists",
-                             "a subset file (only a 'test' list); pass it as a subset file", reason="not_a_split_file")
+            raise InputError(
+                cfg.split_file,
+                None,
+                None,
+                "a split file with train / validation / test lists",
+                "a subset file (only a 'test' list); pass it as a subset file",
+                reason="not_a_split_file",
+            )
         splits = parsed.splits
     subsets: dict[str, list[str]] = {}
     for path in cfg.subset_files:
         parsed = read_split_file(path)
         if parsed.splits or not parsed.subsets:
-            raise InputError(path, None, None, "a subset file with only a 'test' list",
-                             "train / validation lists; pass it as the split file", reason="not_a_subset_file")
+            raise InputError(
+                path,
+                None,
+                None,
+                "a subset file with only a 'test' list",
+                "train / validation lists; pass it as the split file",
+                reason="not_a_subset_file",
+            )
         for name, names in parsed.subsets.items():
             if name in subsets or name in SPLIT_NAMES:
-                raise InputError(path, None, None, "a subset name not used already", f"'{name}'",
-                                 reason="duplicate_subset")
+                raise InputError(
+                    path, None, None, "a subset name not used already", f"'{name}'", reason="duplicate_subset"
+                )
             subsets[name] = names
     return splits, subsets
 
@@ -198,8 +236,12 @@ def _make_split(cfg: PrepConfig) -> tuple[dict[str, str], dict]:
     sizes = Counter(groups.values())
     by_group = splitting.assign_groups(dict(sorted(sizes.items())), cfg.split_fractions, cfg.seed)
     assignment = {name: by_group[group] for name, group in groups.items()}
-    split_info = {"method": method, "tool": tool if method == "identity" else None, "groups": len(sizes),
-                  "highest_train_test_identity": _identity(assignment, seqs, tool)}
+    split_info = {
+        "method": method,
+        "tool": tool if method == "identity" else None,
+        "groups": len(sizes),
+        "highest_train_test_identity": _identity(assignment, seqs, tool),
+    }
     return assignment, split_info
 
 
@@ -207,8 +249,11 @@ def _identity(assignment: dict[str, str], seqs: dict[str, str], tool: str) -> di
     test = {n: seqs[n] for n, s in assignment.items() if s == "test"}
     train = {n: seqs[n] for n, s in assignment.items() if s == "train"}
     hit = splitting.highest_identity(test, train, tool)
-    return None if hit is None else {"identity": round(hit.identity, 4), "test": hit.test, "train": hit.train,
-                                     "tool": hit.tool}
+    return (
+        None
+        if hit is None
+        else {"identity": round(hit.identity, 4), "test": hit.test, "train": hit.train, "tool": hit.tool}
+    )
 
 
 def run_prep(cfg: PrepConfig) -> PrepResult:
@@ -233,8 +278,9 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
     staging = Path(tempfile.mkdtemp(prefix=".prep-", dir=None if remote else out_dir))
     try:
         screen = _Screen(cfg)
-        writers = {name: DatasetWriter(staging / dataset_file(name), cfg.batch_rows, cfg.batch_bytes)
-                   for name in dataset_names}
+        writers = {
+            name: DatasetWriter(staging / dataset_file(name), cfg.batch_rows, cfg.batch_bytes) for name in dataset_names
+        }
         stats = CompositionStats()
         collect_identity = splits is not None and cfg.check_identity
         identity_seqs: dict[str, str] = {}
@@ -246,8 +292,9 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
             split = assignment.get(record.name)
             targets = ([split] if split else []) + subset_of.get(record.name, [])
             if not targets:
-                screen.drop(record, "not_in_split_file", "name", "a chain named in the split or subset files",
-                            "not named")
+                screen.drop(
+                    record, "not_in_split_file", "name", "a chain named in the split or subset files", "not named"
+                )
                 continue
             for target in targets:
                 writers[target].add(record)
@@ -258,16 +305,24 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
         for writer in writers.values():
             writer.close()
         if screen.read != kept + screen.skipped:
-            raise AssertionError(f"records do not reconcile: read {screen.read} != kept {kept} + skipped {screen.skipped}")
+            raise AssertionError(
+                f"records do not reconcile: read {screen.read} != kept {kept} + skipped {screen.skipped}"
+            )
         if kept == 0:
-            raise InputError(cfg.input, None, None, "at least one chain passing the checks",
-                             f"none of {screen.read} records ({dict(screen.reader_skips + screen.filtered)})",
-                             reason="nothing_kept")
+            raise InputError(
+                cfg.input,
+                None,
+                None,
+                "at least one chain passing the checks",
+                f"none of {screen.read} records ({dict(screen.reader_skips + screen.filtered)})",
+                reason="nothing_kept",
+            )
 
         split_info["absent_from_set"] = _absent(cfg, splits, subsets, screen.names)
         if collect_identity:
             split_info["highest_train_test_identity"] = _identity(
-                {n: assignment[n] for n in identity_seqs}, identity_seqs, splitting.resolve_tool(cfg.identity_tool))
+                {n: assignment[n] for n in identity_seqs}, identity_seqs, splitting.resolve_tool(cfg.identity_tool)
+            )
         split_info["subset_members_by_split"] = {
             subset: dict(Counter(assignment.get(n, "none") for n in names if n in screen.names))
             for subset, names in sorted(subsets.items())
@@ -277,21 +332,37 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
         index = {
             "format": FORMAT,
             "digest": digest,
-            "datasets": {name: {"file": dataset_file(name), "rows": len(writers[name].lengths),
-                                "residues": int(sum(writers[name].lengths)), "lengths": writers[name].lengths}
-                         for name in dataset_names},
+            "datasets": {
+                name: {
+                    "file": dataset_file(name),
+                    "rows": len(writers[name].lengths),
+                    "residues": int(sum(writers[name].lengths)),
+                    "lengths": writers[name].lengths,
+                }
+                for name in dataset_names
+            },
         }
-        counts = {"read": screen.read, "kept": kept, "skipped": screen.skipped,
-                  "reader_skipped": sum(screen.reader_skips.values()), "filtered": sum(screen.filtered.values())}
+        counts = {
+            "read": screen.read,
+            "kept": kept,
+            "skipped": screen.skipped,
+            "reader_skipped": sum(screen.reader_skips.values()),
+            "filtered": sum(screen.filtered.values()),
+        }
         card = {
             "format": FORMAT,
             "digest": digest,
             "counts": counts,
             "dropped": dict(sorted((screen.reader_skips + screen.filtered).items())),
             "drop_examples": dict(sorted(screen.examples.items())),
-            "datasets": {name: {"chains": len(w.lengths), "residues": int(sum(w.lengths)),
-                                "median_length": float(np.median(w.lengths)) if w.lengths else 0.0}
-                         for name, w in writers.items()},
+            "datasets": {
+                name: {
+                    "chains": len(w.lengths),
+                    "residues": int(sum(w.lengths)),
+                    "median_length": float(np.median(w.lengths)) if w.lengths else 0.0,
+                }
+                for name, w in writers.items()
+            },
             "split": split_info,
             "kept": stats.summary(cfg.max_length),
             "options": cfg.options(),
@@ -302,8 +373,14 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     seconds = time.monotonic() - start
-    log.info("prep: kept %d of %d records (%s) in %.1f s; digest %s", kept, screen.read,
-             ", ".join(f"{k} {v}" for k, v in card["dropped"].items()) or "nothing dropped", seconds, digest)
+    log.info(
+        "prep: kept %d of %d records (%s) in %.1f s; digest %s",
+        kept,
+        screen.read,
+        ", ".join(f"{k} {v}" for k, v in card["dropped"].items()) or "nothing dropped",
+        seconds,
+        digest,
+    )
     return PrepResult(cfg.output, digest, counts, {n: d["chains"] for n, d in card["datasets"].items()}, card, seconds)
 
 
@@ -315,8 +392,14 @@ def _absent(cfg: PrepConfig, splits, subsets, seen: set[str]) -> dict[str, int]:
         detail = ", ".join(f"{k} {len(v)} (e.g. '{v[0]}')" for k, v in absent.items() if v)
         source = cfg.split_file or cfg.subset_files[0]
         if cfg.strict:
-            raise InputError(source, None, None, "every named chain present in the protein set",
-                             f"{total} absent: {detail}", reason="absent_from_set")
+            raise InputError(
+                source,
+                None,
+                None,
+                "every named chain present in the protein set",
+                f"{total} absent: {detail}",
+                reason="absent_from_set",
+            )
         warnings.warn(f"{source}: {total} named chain(s) absent from {cfg.input}: {detail}", stacklevel=3)
         log.warning("split names absent from the set: %s", detail)
     return {name: len(v) for name, v in absent.items()}

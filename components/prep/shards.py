@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
 from invfold.components.protein import io as protein_io
 from invfold.components.protein.record import ChainRecord, observed_mask
 
@@ -156,8 +155,13 @@ class ShardedDataset(Sequence):
         if views is None:
             batch = self._batches[b]
             coords, ridx = batch.column("coords"), batch.column("residue_index")
-            views = (coords.offsets.to_numpy(), coords.values.to_numpy(),
-                     ridx.offsets.to_numpy(), ridx.values.to_numpy(), batch)
+            views = (
+                coords.offsets.to_numpy(),
+                coords.values.to_numpy(),
+                ridx.offsets.to_numpy(),
+                ridx.values.to_numpy(),
+                batch,
+            )
             self._views[b] = views
         return views
 

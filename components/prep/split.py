@@ -34,8 +34,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .config import SPLIT_NAMES
-
 log = logging.getLogger(__name__)
 
 KMER = 4
@@ -58,7 +56,7 @@ class IdentityHit:
 
 
 def resolve_tool(preferred: str) -> str:
-    """"mmseqs" when asked for or available, else "kmer"; asking for mmseqs without it is an error."""
+    """ "mmseqs" when asked for or available, else "kmer"; asking for mmseqs without it is an error."""
     found = shutil.which("mmseqs") is not None
     if preferred == "mmseqs" and not found:
         raise RuntimeError("identity_tool='mmseqs' but no `mmseqs` on PATH (Debian: apt-get install mmseqs2)")
@@ -99,8 +97,10 @@ def assign_groups(group_sizes: dict[str, int], fractions: tuple[float, float, fl
     targets = {"test": fractions[2] * total, "validation": fractions[1] * total}
     needed = 1 + sum(1 for f in fractions[1:] if f > 0)
     if len(group_sizes) < needed:
-        raise ValueError(f"cannot split {len(group_sizes)} group(s) of related chains into {needed} non-empty "
-                         "splits; give a split file or more chains")
+        raise ValueError(
+            f"cannot split {len(group_sizes)} group(s) of related chains into {needed} non-empty "
+            "splits; give a split file or more chains"
+        )
     filled = Counter()
     out = {}
     ordered = sorted(group_sizes, key=lambda g: (_hash_unit(seed, g), g))
@@ -154,8 +154,22 @@ def _mmseqs_cluster(seqs: dict[str, str], threshold: float) -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="invfold-mmseqs-") as tmp:
         tmp = Path(tmp)
         names = _write_fasta(tmp / "in.fasta", seqs)
-        _mmseqs("easy-cluster", "in.fasta", "res", "tmp", "--min-seq-id", str(threshold),
-                "-c", str(MMSEQS_COVERAGE), "--cov-mode", "1", "--single-step-clustering", "1", *MMSEQS_SPEED, cwd=tmp)
+        _mmseqs(
+            "easy-cluster",
+            "in.fasta",
+            "res",
+            "tmp",
+            "--min-seq-id",
+            str(threshold),
+            "-c",
+            str(MMSEQS_COVERAGE),
+            "--cov-mode",
+            "1",
+            "--single-step-clustering",
+            "1",
+            *MMSEQS_SPEED,
+            cwd=tmp,
+        )
         out = {}
         for line in (tmp / "res_cluster.tsv").read_text().splitlines():
             rep, member = line.split("\t")
@@ -171,8 +185,17 @@ def _mmseqs_highest(test: dict[str, str], train: dict[str, str]) -> IdentityHit 
         tmp = Path(tmp)
         test_names = _write_fasta(tmp / "test.fasta", test)
         train_names = _write_fasta(tmp / "train.fasta", train)
-        _mmseqs("easy-search", "test.fasta", "train.fasta", "hits.m8", "tmp",
-                "--format-output", "query,target,fident,alnlen,qlen,tlen", *MMSEQS_SPEED, cwd=tmp)
+        _mmseqs(
+            "easy-search",
+            "test.fasta",
+            "train.fasta",
+            "hits.m8",
+            "tmp",
+            "--format-output",
+            "query,target,fident,alnlen,qlen,tlen",
+            *MMSEQS_SPEED,
+            cwd=tmp,
+        )
         best = None
         for line in (tmp / "hits.m8").read_text().splitlines():
             # nident reads 0 without backtraces in MMseqs2 14; fident * alnlen is the same count
@@ -208,8 +231,9 @@ def _kmer_matrix(seqs: list[str]):
         cols.append(kmers)
     data_rows = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
     data_cols = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
-    return sparse.csr_matrix((np.ones(len(data_rows), dtype=np.float32), (data_rows, data_cols)),
-                             shape=(len(seqs), 20**KMER))
+    return sparse.csr_matrix(
+        (np.ones(len(data_rows), dtype=np.float32), (data_rows, data_cols)), shape=(len(seqs), 20**KMER)
+    )
 
 
 def _kmer_identity(shared: np.ndarray, n: np.ndarray, chance: np.ndarray) -> np.ndarray:

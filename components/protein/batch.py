@@ -23,9 +23,15 @@ class Batch:
     lengths: torch.Tensor
     names: list[str]
 
-    def to(self, device) -> "Batch":
-        return Batch(self.X.to(device), self.S.to(device), self.mask.to(device),
-                     self.residue_index.to(device), self.lengths.to(device), self.names)
+    def to(self, device) -> Batch:
+        return Batch(
+            self.X.to(device),
+            self.S.to(device),
+            self.mask.to(device),
+            self.residue_index.to(device),
+            self.lengths.to(device),
+            self.names,
+        )
 
     @property
     def num_residues(self) -> int:
@@ -51,6 +57,11 @@ def collate(records: list[ChainRecord]) -> Batch:
         ridx[i, :n] = r.residue_index
         # padding continues the numbering far away so it never looks adjacent to real residues
         ridx[i, n:] = (int(r.residue_index[-1]) if n else 0) + 1000 + np.arange(L - n)
-    return Batch(torch.from_numpy(X), torch.from_numpy(S), torch.from_numpy(mask),
-                 torch.from_numpy(ridx), torch.tensor([len(r) for r in records]),
-                 [r.name for r in records])
+    return Batch(
+        torch.from_numpy(X),
+        torch.from_numpy(S),
+        torch.from_numpy(mask),
+        torch.from_numpy(ridx),
+        torch.tensor([len(r) for r in records]),
+        [r.name for r in records],
+    )

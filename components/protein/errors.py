@@ -19,8 +19,17 @@ class InputError(ValueError):
     `field` is a dotted field name ("coords.CA") or None for a problem with the whole file.
     """
 
-    def __init__(self, path, location: int | str | None, field: str | None, expected: str,
-                 got: object = None, *, reason: str = "invalid_input", name: str | None = None):
+    def __init__(
+        self,
+        path,
+        location: int | str | None,
+        field: str | None,
+        expected: str,
+        got: object = None,
+        *,
+        reason: str = "invalid_input",
+        name: str | None = None,
+    ):
         self.path = str(path)
         self.location = location
         self.field = field
@@ -51,5 +60,5 @@ class Skip:
     name: str | None = None
 
     @classmethod
-    def from_error(cls, err: InputError) -> "Skip":
+    def from_error(cls, err: InputError) -> Skip:
         return cls(err.reason, str(err), err.name)

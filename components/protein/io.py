@@ -29,7 +29,7 @@ def is_remote(uri: str | os.PathLike) -> bool:
 
 def _local_path(uri: str | os.PathLike) -> str:
     text = os.fspath(uri)
-    return text[len("file://"):] if text.startswith("file://") else text
+    return text[len("file://") :] if text.startswith("file://") else text
 
 
 def filesystem(uri: str | os.PathLike):
@@ -37,7 +37,6 @@ def filesystem(uri: str | os.PathLike):
     import fsspec
 
     return fsspec.core.url_to_fs(os.fspath(uri))
-
 
 
 def basename(uri: str | os.PathLike) -> str:
@@ -57,8 +56,7 @@ def _open_raw(uri: str | os.PathLike) -> Iterator[BinaryIO]:
         else:
             handle = open(_local_path(uri), "rb")
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
-        raise InputError(uri, None, None, "an existing file", type(err).__name__,
-                         reason="missing_file") from None
+        raise InputError(uri, None, None, "an existing file", type(err).__name__, reason="missing_file") from None
     with handle:
         yield handle
 
@@ -85,8 +83,9 @@ def open_text(uri: str | os.PathLike) -> Iterator[TextIO]:
 
 
 def gzip_error(uri: str | os.PathLike, err: Exception) -> InputError:
-    return InputError(uri, None, None, "a complete, valid gzip stream", f"{type(err).__name__}: {err}",
-                      reason="corrupt_gzip")
+    return InputError(
+        uri, None, None, "a complete, valid gzip stream", f"{type(err).__name__}: {err}", reason="corrupt_gzip"
+    )
 
 
 def read_bytes(uri: str | os.PathLike) -> bytes:

@@ -84,8 +84,9 @@ def parse_line(raw: bytes, path: str | os.PathLike, lineno: int) -> ChainRecord:
         detail = f"{err.msg} at column {err.colno}" if isinstance(err, json.JSONDecodeError) else str(err)
         if not raw.endswith(b"\n"):
             detail += "; the line has no end (truncated file?)"
-        raise InputError(path, lineno, None, "one JSON object per line", f"invalid JSON ({detail})",
-                         reason="invalid_json") from None
+        raise InputError(
+            path, lineno, None, "one JSON object per line", f"invalid JSON ({detail})", reason="invalid_json"
+        ) from None
     return parse_object(obj, path, lineno, source)
 
 
@@ -113,8 +114,9 @@ def parse_object(obj, path: str | os.PathLike, location: int | str, source: str)
     name = obj.get("name")
 
     def fail(field: str, expected: str, got: object, reason: str) -> InputError:
-        return InputError(path, location, field, expected, got, reason=reason,
-                          name=name if isinstance(name, str) else None)
+        return InputError(
+            path, location, field, expected, got, reason=reason, name=name if isinstance(name, str) else None
+        )
 
     for key in ("name", "seq", "coords"):
         if key not in obj:
@@ -141,9 +143,15 @@ def parse_object(obj, path: str | os.PathLike, location: int | str, source: str)
         raise fail("cluster", "a string or integer id", _describe(cluster), "wrong_type")
 
     return ChainRecord(
-        name=name, seq=seq, coords=coords, mask=observed_mask(coords),
-        residue_index=infer_residue_index(coords), num_chains=num_chains, cath=tuple(cath),
-        cluster=None if cluster is None else str(cluster), source=source,
+        name=name,
+        seq=seq,
+        coords=coords,
+        mask=observed_mask(coords),
+        residue_index=infer_residue_index(coords),
+        num_chains=num_chains,
+        cath=tuple(cath),
+        cluster=None if cluster is None else str(cluster),
+        source=source,
         extra={k: v for k, v in obj.items() if k not in KNOWN_KEYS},
     )
 
@@ -153,8 +161,7 @@ def _coords(value, length: int, fail) -> np.ndarray:
     if isinstance(value, dict):
         missing = [a for a in BACKBONE_ATOMS if a not in value]
         if missing:
-            raise fail(f"coords.{missing[0]}", "a list of [x, y, z] triples", "nothing (key missing)",
-                       "missing_field")
+            raise fail(f"coords.{missing[0]}", "a list of [x, y, z] triples", "nothing (key missing)", "missing_field")
         out = np.empty((length, len(BACKBONE_ATOMS), 3), dtype=np.float32)
         for i, atom in enumerate(BACKBONE_ATOMS):
             out[:, i, :] = _atom_column(value[atom], f"coords.{atom}", length, fail)
@@ -180,8 +187,12 @@ def coords_from_residues(rows, field: str, length: int, fail) -> np.ndarray:
         pass
     for i, row in enumerate(rows):
         if not isinstance(row, list) or len(row) != 4:
-            raise fail(field, "4 [x, y, z] triples (N, CA, C, O) per residue", f"{_describe(row)} at residue {i}",
-                       "wrong_shape")
+            raise fail(
+                field,
+                "4 [x, y, z] triples (N, CA, C, O) per residue",
+                f"{_describe(row)} at residue {i}",
+                "wrong_shape",
+            )
     return np.stack([_slow_column([row[a] for row in rows], field, fail) for a in range(4)], axis=1)
 
 

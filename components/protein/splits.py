@@ -38,15 +38,16 @@ class SplitFile:
 
 def subset_name(path: str | os.PathLike) -> str:
     stem = strip_gz(basename(path)).rsplit(".", 1)[0]
-    return stem[len(SUBSET_PREFIX):] if stem.startswith(SUBSET_PREFIX) and len(stem) > len(SUBSET_PREFIX) else stem
+    return stem[len(SUBSET_PREFIX) :] if stem.startswith(SUBSET_PREFIX) and len(stem) > len(SUBSET_PREFIX) else stem
 
 
 def read_split_file(path: str | os.PathLike) -> SplitFile:
     content = load_json(path)
     if not isinstance(content, dict) or not set(content) & set(SPLIT_KEYS):
         got = f"keys {sorted(content)}" if isinstance(content, dict) else type(content).__name__
-        raise InputError(path, None, None, "a JSON object with train / validation / test lists", got,
-                         reason="not_a_split_file")
+        raise InputError(
+            path, None, None, "a JSON object with train / validation / test lists", got, reason="not_a_split_file"
+        )
     lists = {}
     for key in SPLIT_KEYS:
         if key in content:
@@ -56,11 +57,11 @@ def read_split_file(path: str | os.PathLike) -> SplitFile:
             lists[key] = list(dict.fromkeys(names))
     ignored = tuple(sorted(k for k in content if k not in SPLIT_KEYS and k != "cath_nodes"))
     if ignored:
-        warnings.warn(f"{path}: ignoring keys {list(ignored)} (known: {list(SPLIT_KEYS)} and cath_nodes)",
-                      stacklevel=2)
+        warnings.warn(f"{path}: ignoring keys {list(ignored)} (known: {list(SPLIT_KEYS)} and cath_nodes)", stacklevel=2)
     if set(lists) == {"test"}:
-        return SplitFile(subsets={subset_name(path): lists["test"]}, cath_nodes=content.get("cath_nodes"),
-                         ignored_keys=ignored)
+        return SplitFile(
+            subsets={subset_name(path): lists["test"]}, cath_nodes=content.get("cath_nodes"), ignored_keys=ignored
+        )
     _check_disjoint(path, lists)
     splits = {key: lists.get(key, []) for key in SPLIT_KEYS}
     return SplitFile(splits=splits, cath_nodes=content.get("cath_nodes"), ignored_keys=ignored)
@@ -73,14 +74,16 @@ def read_split_files(paths: Iterable[str | os.PathLike]) -> SplitFile:
     for path in paths:
         part = read_split_file(path)
         if part.splits and combined.splits:
-            raise InputError(path, None, None, "one train/validation/test split file", "a second one",
-                             reason="duplicate_split_file")
+            raise InputError(
+                path, None, None, "one train/validation/test split file", "a second one", reason="duplicate_split_file"
+            )
         if part.splits:
             combined.splits, combined.cath_nodes = part.splits, part.cath_nodes
         for name, names in part.subsets.items():
             if name in combined.subsets:
-                raise InputError(path, None, None, f"a unique subset name", f"a second subset '{name}'",
-                                 reason="duplicate_subset")
+                raise InputError(
+                    path, None, None, "a unique subset name", f"a second subset '{name}'", reason="duplicate_subset"
+                )
             combined.subsets[name] = names
         combined.ignored_keys += part.ignored_keys
     return combined
@@ -91,9 +94,15 @@ def _check_disjoint(path, lists: dict[str, list[str]]) -> None:
     for split, names in lists.items():
         for name in names:
             if name in owner:
-                raise InputError(path, f"chain '{name}'", None, "each chain in exactly one split",
-                                 f"it is in both '{owner[name]}' and '{split}'", reason="overlapping_splits",
-                                 name=name)
+                raise InputError(
+                    path,
+                    f"chain '{name}'",
+                    None,
+                    "each chain in exactly one split",
+                    f"it is in both '{owner[name]}' and '{split}'",
+                    reason="overlapping_splits",
+                    name=name,
+                )
             owner[name] = split
 
 

@@ -31,9 +31,28 @@ from .record import BACKBONE_ATOMS, ChainRecord, observed_mask
 # Simulation force fields name protonation states of standard residues differently (CHARMM HSD,
 # AMBER HIE, CYX, ...): the same residues, so they map silently, unlike modified residues.
 FORCE_FIELD_ALIASES = {
-    "HSD": "H", "HSE": "H", "HSP": "H", "HID": "H", "HIE": "H", "HIP": "H", "HIS1": "H", "HISA": "H",
-    "HISB": "H", "HISD": "H", "HISE": "H", "HISH": "H", "CYX": "C", "CYM": "C", "CYS2": "C",
-    "ASH": "D", "ASPH": "D", "GLH": "E", "GLUH": "E", "LYN": "K", "LSN": "K", "ARN": "R",
+    "HSD": "H",
+    "HSE": "H",
+    "HSP": "H",
+    "HID": "H",
+    "HIE": "H",
+    "HIP": "H",
+    "HIS1": "H",
+    "HISA": "H",
+    "HISB": "H",
+    "HISD": "H",
+    "HISE": "H",
+    "HISH": "H",
+    "CYX": "C",
+    "CYM": "C",
+    "CYS2": "C",
+    "ASH": "D",
+    "ASPH": "D",
+    "GLH": "E",
+    "GLUH": "E",
+    "LYN": "K",
+    "LSN": "K",
+    "ARN": "R",
 }
 BLANK_CHAIN_ID = "_"  # simulation files often leave the chain column blank
 STRUCTURE_PATTERNS = tuple(f"*.{ext}{gz}" for ext in ("pdb", "ent", "cif", "mmcif") for gz in ("", ".gz"))
@@ -46,8 +65,14 @@ def read_structures(path: str | os.PathLike, strict: bool = False) -> Iterator[C
         return
     files = list_files(path, STRUCTURE_PATTERNS)
     if not files:
-        raise InputError(path, None, None, f"a folder with structure files ({', '.join(STRUCTURE_PATTERNS[::2])}, "
-                         "optionally .gz)", "none", reason="empty_file")
+        raise InputError(
+            path,
+            None,
+            None,
+            f"a folder with structure files ({', '.join(STRUCTURE_PATTERNS[::2])}, optionally .gz)",
+            "none",
+            reason="empty_file",
+        )
     for file in files:
         try:
             chains = list(read_structure(file, strict))
@@ -79,8 +104,14 @@ def read_structure(path: str | os.PathLike, strict: bool = False) -> Iterator[Ch
                 raise
             records.append(Skip.from_error(err))
     if not any(isinstance(r, ChainRecord) for r in records):
-        raise InputError(path, None, None, "at least one protein chain with standard residues",
-                         "none in the first model", reason="no_protein_chain")
+        raise InputError(
+            path,
+            None,
+            None,
+            "at least one protein chain with standard residues",
+            "none in the first model",
+            reason="no_protein_chain",
+        )
     yield from records
 
 
@@ -92,7 +123,8 @@ def _parse(path):
         raise InputError(path, None, None, "a PDB or mmCIF file", "an empty file", reason="empty_file")
     lower = strip_gz(basename(path).lower())
     is_cif = lower.endswith((".cif", ".mmcif")) or (
-        not lower.endswith((".pdb", ".ent")) and data.lstrip()[:5] == b"data_")
+        not lower.endswith((".pdb", ".ent")) and data.lstrip()[:5] == b"data_"
+    )
     try:
         if is_cif:
             structure = gemmi.read_structure_string(data, format=gemmi.CoorFormat.Mmcif)
@@ -103,8 +135,14 @@ def _parse(path):
                 # Old files put serial numbers in columns 79-80, where the charge now lives.
                 structure = gemmi.read_pdb_string(data, max_line_length=78)
     except (RuntimeError, ValueError) as err:
-        raise InputError(path, None, None, "a readable PDB or mmCIF file", str(err).splitlines()[0][:200],
-                         reason="unreadable_structure") from None
+        raise InputError(
+            path,
+            None,
+            None,
+            "a readable PDB or mmCIF file",
+            str(err).splitlines()[0][:200],
+            reason="unreadable_structure",
+        ) from None
     if len(structure) == 0 or not any(len(chain) for chain in structure[0]):
         raise InputError(path, None, None, "a PDB or mmCIF file with atoms", "no atoms", reason="not_a_structure")
     structure.setup_entities()
@@ -137,18 +175,31 @@ def _record(path, stem: str, chain_id: str, polymer, num_chains: int) -> ChainRe
                 xyz[i] = (atom.pos.x, atom.pos.y, atom.pos.z)
         coords.append(xyz)
     if not letters:
-        raise InputError(path, f"chain '{chain_id}'", "residues", "at least one standard or modified amino acid",
-                         ", ".join(f"{n} x{c}" for n, c in sorted(dropped.items())),
-                         reason="no_standard_residues", name=f"{stem}.{chain_id}")
+        raise InputError(
+            path,
+            f"chain '{chain_id}'",
+            "residues",
+            "at least one standard or modified amino acid",
+            ", ".join(f"{n} x{c}" for n, c in sorted(dropped.items())),
+            reason="no_standard_residues",
+            name=f"{stem}.{chain_id}",
+        )
     coords = np.stack(coords)
     extra = {}
     if modified:
         extra["modified"] = dict(sorted(modified.items()))
     if dropped:
         extra["dropped"] = dict(sorted(dropped.items()))
-    return ChainRecord(name=f"{stem}.{chain_id}", seq="".join(letters), coords=coords,
-                       mask=observed_mask(coords), residue_index=increasing_numbering(numbers),
-                       num_chains=num_chains, source=f"{path}#{chain_id}", extra=extra)
+    return ChainRecord(
+        name=f"{stem}.{chain_id}",
+        seq="".join(letters),
+        coords=coords,
+        mask=observed_mask(coords),
+        residue_index=increasing_numbering(numbers),
+        num_chains=num_chains,
+        source=f"{path}#{chain_id}",
+        extra=extra,
+    )
 
 
 def residue_letter(name: str) -> str | None:

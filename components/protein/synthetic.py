@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import gzip
-import io
 import hashlib
+import io
 import json
 import math
 from collections.abc import Iterator
@@ -40,8 +40,30 @@ STATE_PREFERENCES = {
     "L": "GPNDSGPTK",
 }
 # Background residue frequencies (UniProt), in ALPHABET order.
-BACKGROUND = np.array([8.25, 1.37, 5.45, 6.75, 3.86, 7.07, 2.27, 5.96, 5.84, 9.66,
-                       2.42, 4.06, 4.70, 3.93, 5.53, 6.56, 5.34, 6.87, 1.08, 2.92])
+BACKGROUND = np.array(
+    [
+        8.25,
+        1.37,
+        5.45,
+        6.75,
+        3.86,
+        7.07,
+        2.27,
+        5.96,
+        5.84,
+        9.66,
+        2.42,
+        4.06,
+        4.70,
+        3.93,
+        5.53,
+        6.56,
+        5.34,
+        6.87,
+        1.08,
+        2.92,
+    ]
+)
 
 
 @dataclass
@@ -81,7 +103,11 @@ class SyntheticConfig:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
-        if len(self.split_fractions) != 3 or abs(sum(self.split_fractions) - 1.0) > 1e-6 or min(self.split_fractions) < 0:
+        if (
+            len(self.split_fractions) != 3
+            or abs(sum(self.split_fractions) - 1.0) > 1e-6
+            or min(self.split_fractions) < 0
+        ):
             raise ValueError(f"split_fractions must be 3 non-negative numbers summing to 1, got {self.split_fractions}")
 
 
@@ -100,8 +126,13 @@ def _place(a: np.ndarray, b: np.ndarray, c: np.ndarray, bond: float, angle: floa
     n = np.cross(b - a, bc)
     n /= np.linalg.norm(n)
     m = np.cross(n, bc)
-    d2 = np.array([-bond * math.cos(angle), bond * math.sin(angle) * math.cos(torsion),
-                   bond * math.sin(angle) * math.sin(torsion)])
+    d2 = np.array(
+        [
+            -bond * math.cos(angle),
+            bond * math.sin(angle) * math.cos(torsion),
+            bond * math.sin(angle) * math.sin(torsion),
+        ]
+    )
     return c + d2[0] * bc + d2[1] * m + d2[2] * n
 
 
@@ -266,16 +297,19 @@ def generate_chains(cfg: SyntheticConfig) -> Iterator[tuple[dict, int]]:
         if remaining == 0:
             family += 1
             remaining = 1 + int(rng.poisson(cfg.family_size - 1))
-            fam_length = int(np.clip(rng.lognormal(math.log(cfg.median_length), cfg.length_sigma),
-                                     cfg.min_length, cfg.max_length))
+            fam_length = int(
+                np.clip(rng.lognormal(math.log(cfg.median_length), cfg.length_sigma), cfg.min_length, cfg.max_length)
+            )
             fam_layout = _layout(rng, fam_length, len(templates.loops))
             fam_states = "".join(s * n for s, n, _ in fam_layout)[:fam_length]
             fam_codes = _draw_letters(rng, fam_states, weights)
             fam_mutation = rng.uniform(0.05, 0.2)  # members stay above ~60% identity to each other
         remaining -= 1
         # each member swaps some loop conformations and mutates the ancestor
-        layout = [(s, n, int(rng.integers(len(templates.loops))) if s == "L" and rng.random() < 0.5 else t)
-                  for s, n, t in fam_layout]
+        layout = [
+            (s, n, int(rng.integers(len(templates.loops))) if s == "L" and rng.random() < 0.5 else t)
+            for s, n, t in fam_layout
+        ]
         coords, states = _assemble(templates, layout, fam_length)
         mutate = rng.random(fam_length) < fam_mutation
         codes = np.where(mutate, _draw_letters(rng, states, weights), fam_codes)

@@ -23,12 +23,18 @@ from .splits import SPLIT_KEYS
 def read_ts50(path: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:
     entries = load_json(path)
     if isinstance(entries, dict) and set(entries) & (set(SPLIT_KEYS) | {"cath_nodes"}):
-        raise InputError(path, None, None, "a JSON list of protein records",
-                         "a split file (train/validation/test lists); pass it as the split file",
-                         reason="not_a_protein_set")
+        raise InputError(
+            path,
+            None,
+            None,
+            "a JSON list of protein records",
+            "a split file (train/validation/test lists); pass it as the split file",
+            reason="not_a_protein_set",
+        )
     if not isinstance(entries, list):
-        raise InputError(path, None, None, "a JSON list of protein records", type(entries).__name__,
-                         reason="not_a_protein_set")
+        raise InputError(
+            path, None, None, "a JSON list of protein records", type(entries).__name__, reason="not_a_protein_set"
+        )
     if not entries:
         raise InputError(path, None, None, "at least one record", "an empty list", reason="empty_file")
     for i, entry in enumerate(entries):

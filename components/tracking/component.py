@@ -1,13 +1,11 @@
 """KFP exit-handler component: close the pipeline run's MLflow runs, FAILED when a step failed."""
 
-from kfp import dsl
-
 from invfold.pipelines.settings import runtime_image
+from kfp import dsl
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def finish_tracking_op(status: dsl.PipelineTaskFinalStatus, pipeline_run_id: str, tracking_uri: str,
-                       experiment: str):
+def finish_tracking_op(status: dsl.PipelineTaskFinalStatus, pipeline_run_id: str, tracking_uri: str, experiment: str):
     """Mark the pipeline's MLflow runs FAILED when a step failed, FINISHED otherwise.
 
     Args:

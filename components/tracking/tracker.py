@@ -16,9 +16,10 @@ import json
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,7 @@ class Tracker:
             self.reason = ""
 
     # -- lifecycle -------------------------------------------------------------------------
-    def __enter__(self) -> "Tracker":
+    def __enter__(self) -> Tracker:
         self._record("step run", self._start, needs_run=False)
         if self._initial_params:
             self.log_params(self._initial_params)
@@ -107,8 +108,12 @@ class Tracker:
         if self.run_id and not os.environ.get("MLFLOW_RUN_ID"):
             self._record(f"step run status {status}", lambda: self.client.set_terminated(self.run_id, status))
         if self.skipped:
-            log.warning("MLflow: the %s step did NOT record: %s%s", self.step, "; ".join(self.skipped),
-                        f" ({self.reason})" if self.reason else "")
+            log.warning(
+                "MLflow: the %s step did NOT record: %s%s",
+                self.step,
+                "; ".join(self.skipped),
+                f" ({self.reason})" if self.reason else "",
+            )
 
     def _record(self, what: str, fn: Callable[[], Any], needs_run: bool = True) -> Any:
         if not self.available or (needs_run and self.run_id is None):
@@ -136,12 +141,23 @@ class Tracker:
         else:
             experiment_id = _experiment_id(self.client, self.ctx.experiment)
             self.parent_run_id = _find_or_create_parent(self.client, experiment_id, self.ctx)
-            run = self.client.create_run(experiment_id, run_name=self.step,
-                                         tags={PARENT_TAG: self.parent_run_id, "invfold.step": self.step,
-                                               PIPELINE_RUN_TAG: self.ctx.pipeline_run_id})
+            run = self.client.create_run(
+                experiment_id,
+                run_name=self.step,
+                tags={
+                    PARENT_TAG: self.parent_run_id,
+                    "invfold.step": self.step,
+                    PIPELINE_RUN_TAG: self.ctx.pipeline_run_id,
+                },
+            )
             self.run_id = run.info.run_id
-        log.info("MLflow: %s step run %s (pipeline run %s) at %s", self.step, self.run_id,
-                 self.parent_run_id, self.ctx.tracking_uri)
+        log.info(
+            "MLflow: %s step run %s (pipeline run %s) at %s",
+            self.step,
+            self.run_id,
+            self.parent_run_id,
+            self.ctx.tracking_uri,
+        )
 
     # -- recording -------------------------------------------------------------------------
     def log_params(self, params: dict[str, Any], parent: bool = False) -> None:
@@ -155,6 +171,7 @@ class Tracker:
         def do():
             for k, v in tags.items():
                 self.client.set_tag(self.parent_run_id if parent else self.run_id, k, str(v))
+
         self._record(f"tags {sorted(tags)}", do)
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None, parent: bool = False) -> None:
@@ -182,34 +199,43 @@ class Tracker:
 
         def do():
             for start in range(0, len(points), 900):  # the REST API takes 1000 per batch
-                self.client.log_batch(self.run_id, metrics=points[start:start + 900])
+                self.client.log_batch(self.run_id, metrics=points[start : start + 900])
+
         self._record(f"{len(points)} metric points from {Path(path).name}", do)
         return len(points)
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
-        self._record(f"artifact {Path(path).name}",
-                     lambda: self.client.log_artifact(self.run_id, str(path), artifact_path))
+        self._record(
+            f"artifact {Path(path).name}", lambda: self.client.log_artifact(self.run_id, str(path), artifact_path)
+        )
 
     def log_artifacts(self, folder: str | os.PathLike, artifact_path: str | None = None) -> None:
-        self._record(f"artifacts {Path(folder).name}/",
-                     lambda: self.client.log_artifacts(self.run_id, str(folder), artifact_path))
+        self._record(
+            f"artifacts {Path(folder).name}/",
+            lambda: self.client.log_artifacts(self.run_id, str(folder), artifact_path),
+        )
 
-    def log_dataset(self, name: str, digest: str, source: str, context: str,
-                    profile: dict | None = None) -> None:
+    def log_dataset(self, name: str, digest: str, source: str, context: str, profile: dict | None = None) -> None:
         """A prepared dataset as an MLflow dataset input of this run (context: training,
         validation, testing); the digest is prep's content digest."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        dataset = Dataset(name=name, digest=digest[:36], source_type="invfold-prepared",
-                          source=json.dumps({"uri": source, "digest": digest}),
-                          profile=json.dumps(profile or {}))
+        dataset = Dataset(
+            name=name,
+            digest=digest[:36],
+            source_type="invfold-prepared",
+            source=json.dumps({"uri": source, "digest": digest}),
+            profile=json.dumps(profile or {}),
+        )
         tags = [InputTag("mlflow.data.context", context)]
-        self._record(f"dataset input {name}",
-                     lambda: self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, tags)]))
+        self._record(
+            f"dataset input {name}", lambda: self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, tags)])
+        )
 
     # -- model registry --------------------------------------------------------------------
     def champion(self, model_name: str) -> dict | None:
         """{'version', 'tags', 'run_id'} of the version holding the `champion` alias, or None."""
+
         def do():
             from mlflow.exceptions import MlflowException
 
@@ -220,42 +246,54 @@ class Tracker:
                     return {}
                 raise
             return {"version": version.version, "tags": dict(version.tags), "run_id": version.run_id}
+
         found = self._record(f"champion of {model_name}", do)
         return found or None
 
     def download_artifact(self, run_id: str, artifact_path: str, dst: str) -> str | None:
-        return self._record(f"download {artifact_path} of run {run_id}",
-                            lambda: self.client.download_artifacts(run_id, artifact_path, dst))
+        return self._record(
+            f"download {artifact_path} of run {run_id}",
+            lambda: self.client.download_artifacts(run_id, artifact_path, dst),
+        )
 
-    def log_onnx_model(self, onnx_path: str, model_name: str, input_example: dict,
-                       version_tags: dict[str, Any]) -> str | None:
+    def log_onnx_model(
+        self, onnx_path: str, model_name: str, input_example: dict, version_tags: dict[str, Any]
+    ) -> str | None:
         """Log the ONNX graph with signature and input example into this run, register it under
         model_name, tag the new version; returns the version (None when not recorded)."""
+
         def do():
             import mlflow
             import onnx
-            from mlflow.models import infer_signature
-
             import onnxruntime as ort
+            from mlflow.models import infer_signature
 
             session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
             outputs = session.run(None, input_example)
             signature = infer_signature(input_example, {o.name: v for o, v in zip(session.get_outputs(), outputs)})
             mlflow.set_tracking_uri(self.ctx.tracking_uri)
             with mlflow.start_run(run_id=self.run_id):
-                info = mlflow.onnx.log_model(onnx.load(onnx_path), name="model", signature=signature,
-                                             input_example=input_example, registered_model_name=model_name,
-                                             save_as_external_data=False,
-                                             onnx_execution_providers=["CPUExecutionProvider"])
+                info = mlflow.onnx.log_model(
+                    onnx.load(onnx_path),
+                    name="model",
+                    signature=signature,
+                    input_example=input_example,
+                    registered_model_name=model_name,
+                    save_as_external_data=False,
+                    onnx_execution_providers=["CPUExecutionProvider"],
+                )
             version = str(info.registered_model_version)
             for key, value in version_tags.items():
                 self.client.set_model_version_tag(model_name, version, key, str(value))
             return version
+
         return self._record(f"ONNX model registration as {model_name}", do)
 
     def set_champion(self, model_name: str, version: str) -> None:
-        self._record(f"alias {CHAMPION} -> {model_name} v{version}",
-                     lambda: self.client.set_registered_model_alias(model_name, CHAMPION, version))
+        self._record(
+            f"alias {CHAMPION} -> {model_name} v{version}",
+            lambda: self.client.set_registered_model_alias(model_name, CHAMPION, version),
+        )
 
 
 def finish_pipeline(ctx: RunContext, failed: bool, message: str = "") -> list[str]:
@@ -265,15 +303,20 @@ def finish_pipeline(ctx: RunContext, failed: bool, message: str = "") -> list[st
 
     ok, why = reachable(ctx.tracking_uri)
     if not ok:
-        log.warning("MLflow unreachable (%s): pipeline run %s not marked %s", why, ctx.pipeline_run_id,
-                    "FAILED" if failed else "FINISHED")
+        log.warning(
+            "MLflow unreachable (%s): pipeline run %s not marked %s",
+            why,
+            ctx.pipeline_run_id,
+            "FAILED" if failed else "FINISHED",
+        )
         return []
     client = MlflowClient(ctx.tracking_uri)
     experiment = client.get_experiment_by_name(ctx.experiment)
     if experiment is None:
         return []
-    runs = client.search_runs([experiment.experiment_id],
-                              filter_string=f"tags.`{PIPELINE_RUN_TAG}` = '{ctx.pipeline_run_id}'")
+    runs = client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.`{PIPELINE_RUN_TAG}` = '{ctx.pipeline_run_id}'"
+    )
     closed = []
     for run in runs:
         is_parent = PARENT_TAG not in run.data.tags
@@ -301,12 +344,19 @@ def _find_or_create_parent(client, experiment_id: str, ctx: RunContext) -> str:
     parents = [r for r in runs if PARENT_TAG not in r.data.tags]
     if parents:
         return parents[0].info.run_id
-    tags = {PIPELINE_RUN_TAG: ctx.pipeline_run_id, "kfp.pipeline_run_name": ctx.pipeline_run_name,
-            "kfp.pipeline_version": ctx.pipeline_version, **ctx.tags}
+    tags = {
+        PIPELINE_RUN_TAG: ctx.pipeline_run_id,
+        "kfp.pipeline_run_name": ctx.pipeline_run_name,
+        "kfp.pipeline_version": ctx.pipeline_version,
+        **ctx.tags,
+    }
     if ctx.run_url:
         tags["kfp.run_url"] = ctx.run_url
-    run = client.create_run(experiment_id, run_name=ctx.pipeline_run_name or f"pipeline-{ctx.pipeline_run_id[:12]}",
-                            tags={k: str(v) for k, v in tags.items() if v})
+    run = client.create_run(
+        experiment_id,
+        run_name=ctx.pipeline_run_name or f"pipeline-{ctx.pipeline_run_id[:12]}",
+        tags={k: str(v) for k, v in tags.items() if v},
+    )
     return run.info.run_id
 
 
@@ -316,8 +366,12 @@ def _param_value(value: Any) -> str:
 
 
 def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value \
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value == value
         and value not in (float("inf"), float("-inf"))
+    )
 
 
 def _is_connection_error(err: Exception) -> bool:

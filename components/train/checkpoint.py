@@ -15,7 +15,6 @@ import re
 
 import numpy as np
 import torch
-
 from invfold.components.protein import io as storage
 
 MARKER = "COMPLETE"

@@ -20,20 +20,31 @@ def _override(text: str) -> tuple[str, object]:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
-        "train", help="train a model on prepared data with N local processes",
+        "train",
+        help="train a model on prepared data with N local processes",
         description="Train an inverse-folding model on a prep output folder with DDP, Horovod or "
         "DeepSpeed, on N processes of this machine. Writes model.pt, checkpoints/, metrics.jsonl, "
-        "tensorboard/ and summary.json under --out; resumes from the newest complete checkpoint.")
+        "tensorboard/ and summary.json under --out; resumes from the newest complete checkpoint.",
+    )
     p.add_argument("--data", required=True, help="prepared folder (invfold prep output; path or URI)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--strategy", choices=("ddp", "horovod", "deepspeed"), default="ddp")
     p.add_argument("--nproc", type=int, default=2, help="processes on this machine (default 2)")
-    p.add_argument("--launcher", choices=("torchrun", "horovodrun", "mpirun"),
-                   help="default: torchrun (ddp, deepspeed), horovodrun (horovod)")
+    p.add_argument(
+        "--launcher",
+        choices=("torchrun", "horovodrun", "mpirun"),
+        help="default: torchrun (ddp, deepspeed), horovodrun (horovod)",
+    )
     p.add_argument("--threads", type=int, default=1, help="threads per process (default 1)")
     p.add_argument("--preset", default="default", help="model preset: default, proteinmpnn, small, tiny")
-    p.add_argument("--model", action="append", type=_override, default=[], metavar="NAME=VALUE",
-                   help="model config override, e.g. --model hidden=64 (repeatable)")
+    p.add_argument(
+        "--model",
+        action="append",
+        type=_override,
+        default=[],
+        metavar="NAME=VALUE",
+        help="model config override, e.g. --model hidden=64 (repeatable)",
+    )
     p.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--tokens-per-batch", type=int, default=3000, help="residue budget per process and step")
@@ -63,15 +74,33 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         cfg = TrainConfig(
-            data=args.data, out=args.out, checkpoint_dir=args.checkpoint_dir, preset=args.preset,
-            model_overrides=dict(args.model), strategy=args.strategy, zero_stage=args.zero_stage,
-            precision=args.precision, tokens_per_batch=args.tokens_per_batch, max_steps=args.max_steps,
-            epochs=args.epochs, time_budget_s=args.time_budget, lr=args.lr, warmup_steps=args.warmup_steps,
-            schedule=args.schedule, weight_decay=args.weight_decay, label_smoothing=args.label_smoothing,
-            backbone_noise=args.backbone_noise, grad_clip=args.grad_clip, grad_accum=args.grad_accum,
-            activation_checkpointing=args.activation_checkpointing, validate_every=args.validate_every,
-            checkpoint_every=args.checkpoint_every, seed=args.seed, threads=args.threads,
-            resume=not args.no_resume)
+            data=args.data,
+            out=args.out,
+            checkpoint_dir=args.checkpoint_dir,
+            preset=args.preset,
+            model_overrides=dict(args.model),
+            strategy=args.strategy,
+            zero_stage=args.zero_stage,
+            precision=args.precision,
+            tokens_per_batch=args.tokens_per_batch,
+            max_steps=args.max_steps,
+            epochs=args.epochs,
+            time_budget_s=args.time_budget,
+            lr=args.lr,
+            warmup_steps=args.warmup_steps,
+            schedule=args.schedule,
+            weight_decay=args.weight_decay,
+            label_smoothing=args.label_smoothing,
+            backbone_noise=args.backbone_noise,
+            grad_clip=args.grad_clip,
+            grad_accum=args.grad_accum,
+            activation_checkpointing=args.activation_checkpointing,
+            validate_every=args.validate_every,
+            checkpoint_every=args.checkpoint_every,
+            seed=args.seed,
+            threads=args.threads,
+            resume=not args.no_resume,
+        )
         cfg.model_config()
     except (ValueError, TypeError) as err:
         print(f"invfold train: error: {err}", file=sys.stderr)

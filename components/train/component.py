@@ -5,23 +5,47 @@ TrainJob (components/launch), with the node selector and tolerations of the task
 (dsl.TaskConfig) to the TrainJob's runtimePatches. Checkpoints live under a location keyed by
 the KFP run id, so a retried step resumes from the last complete checkpoint."""
 
+from invfold.pipelines.settings import runtime_image
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
-from invfold.pipelines.settings import runtime_image
 
-
-@dsl.component(base_image=runtime_image(), install_kfp_package=False,
-               task_config_passthroughs=[dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR,
-                                         dsl.TaskConfigField.KUBERNETES_TOLERATIONS])
-def train_op(prepared: Input[Dataset], pipeline_run_id: str, pipeline_run_name: str,
-             tracking_uri: str, experiment: str, strategy: str, nodes: int, procs_per_node: int,
-             gpus_per_node: int, preset: str, model_overrides: dict, tokens_per_batch: int,
-             max_steps: int, epochs: int, time_budget_s: float, lr: float, warmup_steps: int,
-             precision: str, zero_stage: int, seed: int, threads: int, checkpoint_root: str,
-             storage_root: str, storage_secret: str, workspace_pvc: str, runtime_kind: str,
-             model: Output[Model], metrics: Output[Metrics],
-             task_config: dsl.TaskConfig = None):
+@dsl.component(
+    base_image=runtime_image(),
+    install_kfp_package=False,
+    task_config_passthroughs=[dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR, dsl.TaskConfigField.KUBERNETES_TOLERATIONS],
+)
+def train_op(
+    prepared: Input[Dataset],
+    pipeline_run_id: str,
+    pipeline_run_name: str,
+    tracking_uri: str,
+    experiment: str,
+    strategy: str,
+    nodes: int,
+    procs_per_node: int,
+    gpus_per_node: int,
+    preset: str,
+    model_overrides: dict,
+    tokens_per_batch: int,
+    max_steps: int,
+    epochs: int,
+    time_budget_s: float,
+    lr: float,
+    warmup_steps: int,
+    precision: str,
+    zero_stage: int,
+    seed: int,
+    threads: int,
+    checkpoint_root: str,
+    storage_root: str,
+    storage_secret: str,
+    workspace_pvc: str,
+    runtime_kind: str,
+    model: Output[Model],
+    metrics: Output[Metrics],
+    task_config: dsl.TaskConfig = None,
+):
     """Train the model with the chosen strategy (local processes, or a TrainJob on a cluster).
 
     Args:
@@ -57,17 +81,39 @@ def train_op(prepared: Input[Dataset], pipeline_run_id: str, pipeline_run_name: 
     """
     from invfold.pipelines.steps import train_step
 
-    out = train_step(prepared_path=prepared.path, prepared_uri=prepared.uri, model_path=model.path,
-                   pipeline_run_id=pipeline_run_id, pipeline_run_name=pipeline_run_name,
-                   tracking_uri=tracking_uri, experiment=experiment, strategy=strategy, nodes=nodes,
-                   procs_per_node=procs_per_node, gpus_per_node=gpus_per_node,
-                   train_options={"preset": preset, "model_overrides": model_overrides,
-                                  "tokens_per_batch": tokens_per_batch, "max_steps": max_steps, "epochs": epochs,
-                                  "time_budget_s": time_budget_s, "lr": lr, "warmup_steps": warmup_steps,
-                                  "precision": precision, "zero_stage": zero_stage, "seed": seed,
-                                  "threads": threads},
-                   checkpoint_root=checkpoint_root, storage_root=storage_root, storage_secret=storage_secret,
-                   workspace_pvc=workspace_pvc, runtime_kind=runtime_kind, task_config=task_config)
+    out = train_step(
+        prepared_path=prepared.path,
+        prepared_uri=prepared.uri,
+        model_path=model.path,
+        pipeline_run_id=pipeline_run_id,
+        pipeline_run_name=pipeline_run_name,
+        tracking_uri=tracking_uri,
+        experiment=experiment,
+        strategy=strategy,
+        nodes=nodes,
+        procs_per_node=procs_per_node,
+        gpus_per_node=gpus_per_node,
+        train_options={
+            "preset": preset,
+            "model_overrides": model_overrides,
+            "tokens_per_batch": tokens_per_batch,
+            "max_steps": max_steps,
+            "epochs": epochs,
+            "time_budget_s": time_budget_s,
+            "lr": lr,
+            "warmup_steps": warmup_steps,
+            "precision": precision,
+            "zero_stage": zero_stage,
+            "seed": seed,
+            "threads": threads,
+        },
+        checkpoint_root=checkpoint_root,
+        storage_root=storage_root,
+        storage_secret=storage_secret,
+        workspace_pvc=workspace_pvc,
+        runtime_kind=runtime_kind,
+        task_config=task_config,
+    )
     for key, value in out["metrics"].items():
         metrics.log_metric(key, value)
     model.metadata.update(out["metadata"])

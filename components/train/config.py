@@ -74,8 +74,9 @@ class TrainConfig:
         if not self.data or not self.out:
             raise ValueError("TrainConfig.data and TrainConfig.out must be given")
         if "://" in self.out and not self.out.startswith("file://"):
-            raise ValueError(f"TrainConfig.out: expected a local folder, got {self.out!r} "
-                             "(use checkpoint_dir for object storage)")
+            raise ValueError(
+                f"TrainConfig.out: expected a local folder, got {self.out!r} (use checkpoint_dir for object storage)"
+            )
         self.out = self.out.removeprefix("file://")
         if self.checkpoint_dir is None:
             self.checkpoint_dir = f"{self.out.rstrip('/')}/checkpoints"
@@ -92,20 +93,31 @@ class TrainConfig:
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"TrainConfig.zero_stage: expected 0, 1, 2 or 3, got {self.zero_stage!r}")
         if self.zero_stage and self.strategy != "deepspeed":
-            raise ValueError(f"TrainConfig.zero_stage={self.zero_stage} needs strategy 'deepspeed', "
-                             f"got {self.strategy!r}")
-        if self.strategy == "deepspeed" and "://" in self.checkpoint_dir \
-                and not self.checkpoint_dir.startswith("file://"):
-            raise ValueError(f"TrainConfig.checkpoint_dir: DeepSpeed writes checkpoints as local files; "
-                             f"got {self.checkpoint_dir!r} (use a mounted volume)")
+            raise ValueError(
+                f"TrainConfig.zero_stage={self.zero_stage} needs strategy 'deepspeed', got {self.strategy!r}"
+            )
+        if (
+            self.strategy == "deepspeed"
+            and "://" in self.checkpoint_dir
+            and not self.checkpoint_dir.startswith("file://")
+        ):
+            raise ValueError(
+                f"TrainConfig.checkpoint_dir: DeepSpeed writes checkpoints as local files; "
+                f"got {self.checkpoint_dir!r} (use a mounted volume)"
+            )
         if self.max_steps is None and self.epochs is None and self.time_budget_s is None:
             raise ValueError("TrainConfig: give max_steps, epochs or time_budget_s")
         if self.schedule == "one_cycle" and self.max_steps is None and self.epochs is None:
-            raise ValueError("TrainConfig.schedule 'one_cycle' needs max_steps or epochs "
-                             "(its cosine ends at the last step)")
-        positive_ints = {"tokens_per_batch": self.tokens_per_batch, "pool_batches": self.pool_batches,
-                         "grad_accum": self.grad_accum, "threads": self.threads,
-                         "keep_checkpoints": self.keep_checkpoints}
+            raise ValueError(
+                "TrainConfig.schedule 'one_cycle' needs max_steps or epochs (its cosine ends at the last step)"
+            )
+        positive_ints = {
+            "tokens_per_batch": self.tokens_per_batch,
+            "pool_batches": self.pool_batches,
+            "grad_accum": self.grad_accum,
+            "threads": self.threads,
+            "keep_checkpoints": self.keep_checkpoints,
+        }
         for name in ("max_steps", "epochs"):
             if getattr(self, name) is not None:
                 positive_ints[name] = getattr(self, name)
@@ -151,7 +163,7 @@ class TrainConfig:
             fh.write("\n")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> "TrainConfig":
+    def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> TrainConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -159,7 +171,7 @@ class TrainConfig:
         return cls(**data)
 
     @classmethod
-    def from_json(cls, path: str) -> "TrainConfig":
+    def from_json(cls, path: str) -> TrainConfig:
         with open(path) as fh:
             try:
                 data = json.load(fh)

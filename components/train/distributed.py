@@ -42,8 +42,15 @@ def launcher_ranks(env: Mapping[str, str] = os.environ) -> tuple[int, int, int, 
     (0, 1, 0, 1) for a plain `python` process."""
     for prefix, names in (
         ("torchrun", ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")),
-        ("mpirun", ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-                    "OMPI_COMM_WORLD_LOCAL_SIZE")),
+        (
+            "mpirun",
+            (
+                "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_SIZE",
+                "OMPI_COMM_WORLD_LOCAL_RANK",
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+            ),
+        ),
         ("horovodrun", ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE")),
     ):
         if names[0] in env and names[1] in env:
@@ -76,8 +83,10 @@ def _rendezvous_env(rank: int, world: int, local: int, local_world: int) -> None
     os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"] = str(local), str(local_world)
     if "MASTER_ADDR" not in os.environ:
         if world != local_world:
-            raise ValueError("MASTER_ADDR is not set and the job spans several nodes: set it to the "
-                             "first host of the MPI hostfile (e.g. mpirun -x MASTER_ADDR=...)")
+            raise ValueError(
+                "MASTER_ADDR is not set and the job spans several nodes: set it to the "
+                "first host of the MPI hostfile (e.g. mpirun -x MASTER_ADDR=...)"
+            )
         os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ.setdefault("MASTER_PORT", DEFAULT_MASTER_PORT)
 
@@ -107,14 +116,14 @@ def setup(strategy: str, timeout_s: float = 600.0, trace_dir: str | None = None)
             # Training never uses DeepSpeed's inference all-reduce, whose CPU op would otherwise be
             # JIT-compiled (about a minute) by init_distributed on first use.
             deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-            deepspeed.init_distributed(dist_backend=backend, auto_mpi_discovery=False, timeout=timeout,
-                                       rank=rank, world_size=world)
+            deepspeed.init_distributed(
+                dist_backend=backend, auto_mpi_discovery=False, timeout=timeout, rank=rank, world_size=world
+            )
         else:
             import torch.distributed as dist
 
             device_id = torch.device("cuda", local) if cuda else None
-            dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout,
-                                    device_id=device_id)
+            dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, device_id=device_id)
     if cuda:
         torch.cuda.set_device(local)
     device = torch.device("cuda", local) if cuda else torch.device("cpu")

@@ -25,9 +25,12 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = TrainConfig.from_json(args.config)
     info = setup(cfg.strategy, cfg.dist_timeout_s, trace_dir=os.path.join(cfg.out, "nccl-traces"))
-    logging.basicConfig(level=logging.INFO if info.is_main else logging.WARNING,
-                        format=f"%(asctime)s rank{info.rank} %(levelname)s %(name)s: %(message)s",
-                        datefmt="%H:%M:%S", force=True)
+    logging.basicConfig(
+        level=logging.INFO if info.is_main else logging.WARNING,
+        format=f"%(asctime)s rank{info.rank} %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        force=True,
+    )
     # An exception leaves without teardown: a barrier would wait for ranks that may never come;
     # the launcher stops the others when this process exits non-zero.
     result = train(cfg, info)

@@ -50,8 +50,9 @@ def launch_command(cfg: TrainConfig, nproc: int, config_path: str, launcher: str
     ddp and deepspeed, horovodrun for horovod)."""
     launcher = launcher or ("horovodrun" if cfg.strategy == "horovod" else "torchrun")
     if launcher not in LAUNCHERS[cfg.strategy]:
-        raise ValueError(f"launcher {launcher!r} cannot start strategy {cfg.strategy!r}; "
-                         f"expected one of {LAUNCHERS[cfg.strategy]}")
+        raise ValueError(
+            f"launcher {launcher!r} cannot start strategy {cfg.strategy!r}; expected one of {LAUNCHERS[cfg.strategy]}"
+        )
     entry = [sys.executable, "-m", ENTRYPOINT, "--config", config_path]
     if launcher == "horovodrun":
         return [_horovodrun(), "-np", str(nproc), "-H", f"localhost:{nproc}", "--gloo", *entry]
@@ -59,13 +60,24 @@ def launch_command(cfg: TrainConfig, nproc: int, config_path: str, launcher: str
         root = ["--allow-run-as-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
         # no core binding: each rank runs cfg.threads threads
         return ["mpirun", *root, "-np", str(nproc), "--bind-to", "none", *entry]
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={nproc}",
-            "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}",
-            "--module", ENTRYPOINT, "--config", config_path]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{_free_port()}",
+        "--module",
+        ENTRYPOINT,
+        "--config",
+        config_path,
+    ]
 
 
-def launch_local(cfg: TrainConfig, nproc: int, launcher: str | None = None,
-                 extra_env: dict[str, str] | None = None) -> int:
+def launch_local(
+    cfg: TrainConfig, nproc: int, launcher: str | None = None, extra_env: dict[str, str] | None = None
+) -> int:
     """Run the job to its end, output streamed to ours; returns the launcher's exit status.
     SIGTERM/SIGINT to this process are passed on, so the ranks checkpoint before leaving."""
     if nproc < 1:
@@ -73,8 +85,12 @@ def launch_local(cfg: TrainConfig, nproc: int, launcher: str | None = None,
     os.makedirs(cfg.out, exist_ok=True)
     config_path = os.path.abspath(os.path.join(cfg.out, CONFIG_FILE))
     cfg.to_json(config_path)
-    env = {"GLIBC_TUNABLES": KEEP_FREED_MEMORY, **os.environ,
-           "OMP_NUM_THREADS": str(cfg.threads), "MKL_NUM_THREADS": str(cfg.threads)}
+    env = {
+        "GLIBC_TUNABLES": KEEP_FREED_MEMORY,
+        **os.environ,
+        "OMP_NUM_THREADS": str(cfg.threads),
+        "MKL_NUM_THREADS": str(cfg.threads),
+    }
     if launcher == "mpirun":  # torchrun finds its own port; under mpirun we choose the rendezvous
         env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
     env.update(extra_env or {})
@@ -84,8 +100,7 @@ def launch_local(cfg: TrainConfig, nproc: int, launcher: str | None = None,
         proc.send_signal(signum)
 
     in_main_thread = threading.current_thread() is threading.main_thread()  # else signals cannot be handled
-    previous = ({sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-                if in_main_thread else {})
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)} if in_main_thread else {}
     try:
         return proc.wait()
     finally:

@@ -59,9 +59,11 @@ class TokenBudgetSampler:
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"TokenBudgetSampler: rank {self.rank} outside world of {self.world_size}")
         if self.batches_per_rank(0) < 1:
-            raise ValueError(f"TokenBudgetSampler: {len(self.lengths)} chains make "
-                             f"{len(self._packed(0)[0])} batches of {self.tokens_per_batch} residues, "
-                             f"fewer than the {self.world_size} ranks; lower tokens_per_batch")
+            raise ValueError(
+                f"TokenBudgetSampler: {len(self.lengths)} chains make "
+                f"{len(self._packed(0)[0])} batches of {self.tokens_per_batch} residues, "
+                f"fewer than the {self.world_size} ranks; lower tokens_per_batch"
+            )
 
     def all_batches(self, epoch: int) -> list[list[int]]:
         """Every rank's batches of this epoch, in step order (identical on all ranks)."""
@@ -85,7 +87,6 @@ class TokenBudgetSampler:
             batches = [batches[i] for i in rng.permutation(len(batches))]
         return batches, rng
 
-
     def _balance(self, batches: list[list[int]], rng: np.random.Generator) -> list[list[int]]:
         """Give the ranks batches of similar padded size at each step, since every step waits
         for the slowest rank: within chunks of BALANCE_STEPS steps, sort by padded size, cut into
@@ -99,9 +100,9 @@ class TokenBudgetSampler:
         out: list[list[int]] = []
         chunk = world * BALANCE_STEPS
         for start in range(0, len(batches), chunk):
-            ordered = sorted(batches[start:start + chunk], key=lambda b: padded[id(b)])
-            steps = [ordered[i:i + world] for i in range(0, len(ordered), world)]
-            for j in (rng.permutation(len(steps)) if self.shuffle else range(len(steps))):
+            ordered = sorted(batches[start : start + chunk], key=lambda b: padded[id(b)])
+            steps = [ordered[i : i + world] for i in range(0, len(ordered), world)]
+            for j in rng.permutation(len(steps)) if self.shuffle else range(len(steps)):
                 out.extend(steps[j])
         return out
 
@@ -110,7 +111,7 @@ class TokenBudgetSampler:
 
     def rank_batches(self, epoch: int) -> list[list[int]]:
         """This rank's batches of the epoch: every world_size-th batch."""
-        return self.all_batches(epoch)[self.rank::self.world_size]
+        return self.all_batches(epoch)[self.rank :: self.world_size]
 
     def iterate(self, epoch: int, position: int):
         """From (epoch, position) onwards, forever: yield (batch, next_epoch, next_position),

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-
 from invfold.components.evaluate.metrics import DatasetScores, score_dataset
 from invfold.components.model.io import save_model
 from invfold.components.model.network import InverseFoldingModel
@@ -155,10 +154,14 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
         os.makedirs(cfg.out, exist_ok=True)
     data = open_prepared(cfg.data)
     train_set = data.open(cfg.train_dataset)
-    val_set = (data.open(cfg.validation_dataset)
-               if cfg.validation_dataset and cfg.validation_dataset in data.datasets else None)
-    sampler = TokenBudgetSampler(train_set.lengths, cfg.tokens_per_batch, info.rank, info.world_size,
-                                 cfg.seed, cfg.pool_batches)
+    val_set = (
+        data.open(cfg.validation_dataset)
+        if cfg.validation_dataset and cfg.validation_dataset in data.datasets
+        else None
+    )
+    sampler = TokenBudgetSampler(
+        train_set.lengths, cfg.tokens_per_batch, info.rank, info.world_size, cfg.seed, cfg.pool_batches
+    )
     steps_per_epoch = max(1, sampler.batches_per_rank(0) // cfg.grad_accum)
     total_steps = cfg.max_steps or (cfg.epochs * steps_per_epoch if cfg.epochs else None)
 
@@ -173,16 +176,25 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     pos = _Position()
     latest = ckpt.latest_complete(cfg.checkpoint_dir)
     if latest and not cfg.resume:
-        raise ValueError(f"{cfg.checkpoint_dir} holds checkpoints of an earlier run (newest {latest}) and "
-                         "resume is off: remove them or choose another checkpoint_dir")
+        raise ValueError(
+            f"{cfg.checkpoint_dir} holds checkpoints of an earlier run (newest {latest}) and "
+            "resume is off: remove them or choose another checkpoint_dir"
+        )
     if latest:
         pos = _resume(strategy, latest, cfg, info)
     metrics = MetricsLog(cfg.out, pos.step) if main else None
     if main:
-        log.info("training %s (%d parameters) with %s on %d process(es) x %d thread(s); "
-                 "%d train chains, %d steps/epoch%s", cfg.preset, model.num_parameters(), cfg.strategy,
-                 info.world_size, cfg.threads, len(train_set), steps_per_epoch,
-                 f"; resumed from {latest}" if latest else "")
+        log.info(
+            "training %s (%d parameters) with %s on %d process(es) x %d thread(s); %d train chains, %d steps/epoch%s",
+            cfg.preset,
+            model.num_parameters(),
+            cfg.strategy,
+            info.world_size,
+            cfg.threads,
+            len(train_set),
+            steps_per_epoch,
+            f"; resumed from {latest}" if latest else "",
+        )
 
     preemption = _Preemption()
     start = time.monotonic()
@@ -208,8 +220,10 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
             grad_norm = strategy.step()
             pos.step += 1
 
-            flags = torch.tensor([STOP_PREEMPTED if preemption.requested else 0,
-                                  STOP_TIME_BUDGET if _over_budget(cfg, start) else 0], dtype=torch.float64)
+            flags = torch.tensor(
+                [STOP_PREEMPTED if preemption.requested else 0, STOP_TIME_BUDGET if _over_budget(cfg, start) else 0],
+                dtype=torch.float64,
+            )
             stop = int(strategy.all_reduce(flags, "max").max())
 
             if cfg.log_every and pos.step % cfg.log_every == 0 or stop or _done(cfg, pos):
@@ -217,8 +231,14 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
                 now = time.monotonic()
                 pos.residues += float(stats[2])
                 if main:
-                    _log_train(metrics, pos, stats, strategy.current_lr(), grad_norm,
-                               float(stats[2]) / max(now - window_start, 1e-9))
+                    _log_train(
+                        metrics,
+                        pos,
+                        stats,
+                        strategy.current_lr(),
+                        grad_norm,
+                        float(stats[2]) / max(now - window_start, 1e-9),
+                    )
                 window.zero_()
                 window_loss, window_start = 0.0, now
 
@@ -266,21 +286,36 @@ def _over_budget(cfg: TrainConfig, start: float) -> bool:
     return cfg.time_budget_s is not None and time.monotonic() - start >= cfg.time_budget_s
 
 
-def _log_train(metrics: MetricsLog, pos: _Position, stats: torch.Tensor, lr: float, grad_norm: float,
-               residues_per_s: float) -> None:
+def _log_train(
+    metrics: MetricsLog, pos: _Position, stats: torch.Tensor, lr: float, grad_norm: float, residues_per_s: float
+) -> None:
     nll, correct, count, smoothed = (float(x) for x in stats)
     count = max(count, 1.0)
-    values = {"loss": smoothed / count, "nll": nll / count, "perplexity": math.exp(nll / count),
-              "accuracy": correct / count, "lr": lr, "grad_norm": grad_norm,
-              "residues": count, "residues_per_s": residues_per_s, "epoch": pos.epoch}
+    values = {
+        "loss": smoothed / count,
+        "nll": nll / count,
+        "perplexity": math.exp(nll / count),
+        "accuracy": correct / count,
+        "lr": lr,
+        "grad_norm": grad_norm,
+        "residues": count,
+        "residues_per_s": residues_per_s,
+        "epoch": pos.epoch,
+    }
     metrics.write("train", pos.step, values)
-    log.info("step %d | epoch %d | loss %.4f | ppl %.2f | acc %.3f | lr %.2e | %.0f res/s",
-             pos.step, pos.epoch, values["loss"], values["perplexity"], values["accuracy"], lr,
-             residues_per_s)
+    log.info(
+        "step %d | epoch %d | loss %.4f | ppl %.2f | acc %.3f | lr %.2e | %.0f res/s",
+        pos.step,
+        pos.epoch,
+        values["loss"],
+        values["perplexity"],
+        values["accuracy"],
+        lr,
+        residues_per_s,
+    )
 
 
-def _validate(strategy, val_set, cfg: TrainConfig, info: DistInfo, metrics: MetricsLog | None,
-              step: int) -> dict:
+def _validate(strategy, val_set, cfg: TrainConfig, info: DistInfo, metrics: MetricsLog | None, step: int) -> dict:
     """Each rank scores every world_size-th chain with complete fp32 weights; per-protein sums
     are all-reduced, so the median recovery is over the whole set."""
     model = strategy.eval_module()
@@ -291,22 +326,31 @@ def _validate(strategy, val_set, cfg: TrainConfig, info: DistInfo, metrics: Metr
     summary = DatasetScores(total[0], total[1], total[2]).summary()
     if metrics is not None:
         metrics.write("validation", step, summary)
-        log.info("step %d | validation | loss %.4f | ppl %.2f | recovery %.3f", step,
-                 summary.get("loss", float("nan")), summary.get("perplexity", float("nan")),
-                 summary.get("recovery", float("nan")))
+        log.info(
+            "step %d | validation | loss %.4f | ppl %.2f | recovery %.3f",
+            step,
+            summary.get("loss", float("nan")),
+            summary.get("perplexity", float("nan")),
+            summary.get("recovery", float("nan")),
+        )
     return summary
 
 
 def _save(strategy, cfg: TrainConfig, info: DistInfo, pos: _Position) -> None:
     """Collective: every rank writes its part, a barrier, then rank 0 writes COMPLETE."""
     directory = ckpt.step_dir(cfg.checkpoint_dir, pos.step)
-    trainer_state = {**dataclasses.asdict(pos), "world_size": info.world_size,
-                     "rng": strategy.all_gather_object(ckpt.capture_rng())}
+    trainer_state = {
+        **dataclasses.asdict(pos),
+        "world_size": info.world_size,
+        "rng": strategy.all_gather_object(ckpt.capture_rng()),
+    }
     strategy.save(directory, trainer_state)
     strategy.barrier()
     if info.is_main:
-        ckpt.mark_complete(directory, {"step": pos.step, "strategy": cfg.strategy,
-                                       "zero_stage": cfg.zero_stage, "world_size": info.world_size})
+        ckpt.mark_complete(
+            directory,
+            {"step": pos.step, "strategy": cfg.strategy, "zero_stage": cfg.zero_stage, "world_size": info.world_size},
+        )
         ckpt.prune(cfg.checkpoint_dir, cfg.keep_checkpoints)
         log.info("checkpoint %s", directory)
     strategy.barrier()
@@ -315,15 +359,21 @@ def _save(strategy, cfg: TrainConfig, info: DistInfo, pos: _Position) -> None:
 def _resume(strategy, directory: str, cfg: TrainConfig, info: DistInfo) -> _Position:
     marker = json.loads(ckpt.load_bytes(f"{directory}/{ckpt.MARKER}"))
     if (marker.get("strategy"), marker.get("zero_stage")) != (cfg.strategy, cfg.zero_stage):
-        raise ValueError(f"{directory}: written by strategy {marker.get('strategy')!r} (ZeRO stage "
-                         f"{marker.get('zero_stage')}), cannot resume with {cfg.strategy!r} "
-                         f"(ZeRO stage {cfg.zero_stage}); use a new checkpoint_dir or resume=False")
+        raise ValueError(
+            f"{directory}: written by strategy {marker.get('strategy')!r} (ZeRO stage "
+            f"{marker.get('zero_stage')}), cannot resume with {cfg.strategy!r} "
+            f"(ZeRO stage {cfg.zero_stage}); use a new checkpoint_dir or resume=False"
+        )
     state = strategy.load(directory)
     if state["world_size"] == info.world_size:
         ckpt.restore_rng(state["rng"][info.rank])
     else:  # a different process count cannot replay the same streams; stay deterministic anyway
-        log.warning("%s: saved with %d processes, resuming with %d: RNG streams restart",
-                    directory, state["world_size"], info.world_size)
+        log.warning(
+            "%s: saved with %d processes, resuming with %d: RNG streams restart",
+            directory,
+            state["world_size"],
+            info.world_size,
+        )
         _seed_everything(cfg.seed + 1000 * (info.rank + 1) + state["step"])
     return _Position(state["step"], state["epoch"], state["position"], state["residues"])
 
@@ -331,13 +381,23 @@ def _resume(strategy, directory: str, cfg: TrainConfig, info: DistInfo) -> _Posi
 def _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_path) -> dict:
     digests = strategy.all_gather_object(strategy.params_digest())
     elapsed = time.monotonic() - start
-    return {"stop_reason": stop_reason, "step": pos.step, "epoch": pos.epoch,
-            "world_size": info.world_size, "strategy": cfg.strategy, "zero_stage": cfg.zero_stage,
-            "precision": cfg.precision, "elapsed_s": round(elapsed, 3),
-            "residues": pos.residues, "residues_per_s": round(pos.residues / max(elapsed, 1e-9), 1),
-            "validation": val_summary, "model": model_path,
-            "checkpoint": ckpt.latest_complete(cfg.checkpoint_dir), "params_digests": digests,
-            "config": cfg.to_dict()}
+    return {
+        "stop_reason": stop_reason,
+        "step": pos.step,
+        "epoch": pos.epoch,
+        "world_size": info.world_size,
+        "strategy": cfg.strategy,
+        "zero_stage": cfg.zero_stage,
+        "precision": cfg.precision,
+        "elapsed_s": round(elapsed, 3),
+        "residues": pos.residues,
+        "residues_per_s": round(pos.residues / max(elapsed, 1e-9), 1),
+        "validation": val_summary,
+        "model": model_path,
+        "checkpoint": ckpt.latest_complete(cfg.checkpoint_dir),
+        "params_digests": digests,
+        "config": cfg.to_dict(),
+    }
 
 
 def _finish(strategy, metrics, summary: dict, cfg: TrainConfig, main: bool) -> None:

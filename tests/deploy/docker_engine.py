@@ -22,8 +22,16 @@ DOCKER = "/usr/bin/docker"  # the Debian client: BuildKit (RUN --mount) works wi
 STATE = REPO / ".cache" / "docker"
 SETUP_HINT = "install the engine with `bash scripts/setup.sh test` (apt: docker.io debootstrap)"
 # The inputs of the images: a change to any of them gives new tags and a rebuild.
-IMAGE_INPUTS = ("images", "src", "components", "pipelines", "pyproject.toml", "constraints/ci.txt",
-                "scripts/build_images.sh", "scripts/make_base_image.sh")
+IMAGE_INPUTS = (
+    "images",
+    "src",
+    "components",
+    "pipelines",
+    "pyproject.toml",
+    "constraints/ci.txt",
+    "scripts/build_images.sh",
+    "scripts/make_base_image.sh",
+)
 CPU_IMAGES = ("runtime", "mpi", "deepspeed", "ci-cpu", "mlflow")
 
 
@@ -39,8 +47,9 @@ class Engine:
 
 
 def _alive(host: str) -> bool:
-    proc = subprocess.run([DOCKER, "-H", host, "version", "--format", "{{.Server.Version}}"],
-                          capture_output=True, text=True, timeout=20)
+    proc = subprocess.run(
+        [DOCKER, "-H", host, "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, timeout=20
+    )
     return proc.returncode == 0
 
 
@@ -54,9 +63,21 @@ def start_engine():
         yield Engine(host)
         return
     log = open(STATE / "dockerd.log", "ab")
-    proc = subprocess.Popen(["dockerd", "--data-root", str(STATE / "data"), "--exec-root", str(STATE / "exec"),
-                             "--pidfile", str(STATE / "docker.pid"), "-H", host],
-                            stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            "dockerd",
+            "--data-root",
+            str(STATE / "data"),
+            "--exec-root",
+            str(STATE / "exec"),
+            "--pidfile",
+            str(STATE / "docker.pid"),
+            "-H",
+            host,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 60
         while not _alive(host):
@@ -79,8 +100,11 @@ def inputs_digest() -> str:
     paths = []
     for name in IMAGE_INPUTS:
         root = REPO / name
-        paths += [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file()
-                                                      and "__pycache__" not in p.parts)
+        paths += (
+            [root]
+            if root.is_file()
+            else sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+        )
     for path in paths + horovod:
         digest.update(str(path.relative_to(REPO)).encode())
         digest.update(path.read_bytes() if path.stat().st_size < 50_000_000 else str(path.stat().st_size).encode())
@@ -102,15 +126,31 @@ def build_cpu_images(engine: Engine) -> Images:
     given = os.environ.get("INVFOLD_TEST_IMAGES_TAG")
     images = Images(engine, given or inputs_digest())
     if given:
-        missing = [images[n] for n in CPU_IMAGES if engine.docker("image", "inspect", images[n], check=False).returncode]
+        missing = [
+            images[n] for n in CPU_IMAGES if engine.docker("image", "inspect", images[n], check=False).returncode
+        ]
         assert not missing, f"INVFOLD_TEST_IMAGES_TAG={given}: these images do not exist: {missing}"
         return images
     missing = [n for n in CPU_IMAGES if engine.docker("image", "inspect", images[n], check=False).returncode != 0]
     if missing:
         only = [arg for name in CPU_IMAGES for arg in ("--only", name)]
         started = time.monotonic()
-        run(["bash", str(REPO / "scripts" / "build_images.sh"), "--variant", "cpu", "--registry", "invfold-test",
-             "--tag", images.tag, *only], timeout=1800, env={**engine.env(), "DOCKER": DOCKER}, cwd=REPO)
+        run(
+            [
+                "bash",
+                str(REPO / "scripts" / "build_images.sh"),
+                "--variant",
+                "cpu",
+                "--registry",
+                "invfold-test",
+                "--tag",
+                images.tag,
+                *only,
+            ],
+            timeout=1800,
+            env={**engine.env(), "DOCKER": DOCKER},
+            cwd=REPO,
+        )
         print(f"built {', '.join(CPU_IMAGES)} in {time.monotonic() - started:.0f} s")
         _remove_stale_test_images(engine, images.tag)
     return images

@@ -24,8 +24,18 @@ from tests.deploy.tools import REPO
 
 pytestmark = pytest.mark.timeout(2400)
 OFFLINE = ("-e", "PIP_NO_INDEX=1", "-e", "OMP_NUM_THREADS=1")
-TRAIN_OPTIONS = ("--preset", "tiny", "--max-steps", "4", "--tokens-per-batch", "800", "--validate-every", "2",
-                 "--checkpoint-every", "2")
+TRAIN_OPTIONS = (
+    "--preset",
+    "tiny",
+    "--max-steps",
+    "4",
+    "--tokens-per-batch",
+    "800",
+    "--validate-every",
+    "2",
+    "--checkpoint-every",
+    "2",
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,12 +46,18 @@ def work(tmp_path_factory) -> Path:
     return folder
 
 
-def in_image(cpu_images, image: str, work: Path, *command: str, network: str = "none",
-             name: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
+def in_image(
+    cpu_images,
+    image: str,
+    work: Path,
+    *command: str,
+    network: str = "none",
+    name: str | None = None,
+    timeout: float = 600,
+) -> subprocess.CompletedProcess:
     # Without a network the container's own hostname does not resolve, and torchrun's rendezvous
     # looks it up: call it localhost.
-    args = ["run", "--rm", "--network", network, "-v", f"{work}:/work", *OFFLINE,
-            "--hostname", name or "localhost"]
+    args = ["run", "--rm", "--network", network, "-v", f"{work}:/work", *OFFLINE, "--hostname", name or "localhost"]
     if name:
         args += ["--name", name]
     return cpu_images.engine.docker(*args, cpu_images[image], *command, timeout=timeout)
@@ -50,10 +66,16 @@ def in_image(cpu_images, image: str, work: Path, *command: str, network: str = "
 @pytest.fixture(scope="module")
 def prepared(cpu_images, work) -> Path:
     """`invfold prep` on the sample data shipped inside the image."""
-    in_image(cpu_images, "runtime", work, "bash", "-c",
-             'data=$(python -c "import invfold.data, os; print(os.path.dirname(invfold.data.__file__))") && '
-             'invfold prep "$data/sample_chain_set.jsonl.gz" --split-file "$data/sample_chain_set_splits.json" '
-             "--out /work/prep")
+    in_image(
+        cpu_images,
+        "runtime",
+        work,
+        "bash",
+        "-c",
+        'data=$(python -c "import invfold.data, os; print(os.path.dirname(invfold.data.__file__))") && '
+        'invfold prep "$data/sample_chain_set.jsonl.gz" --split-file "$data/sample_chain_set_splits.json" '
+        "--out /work/prep",
+    )
     return work / "prep"
 
 
@@ -76,8 +98,22 @@ def assert_trained(out: Path) -> None:
 
 
 def test_ddp_trains_with_two_ranks_under_torchrun(cpu_images, prepared, work):
-    in_image(cpu_images, "runtime", work, "invfold", "train", "--data", "/work/prep", "--out", "/work/ddp",
-             "--strategy", "ddp", "--nproc", "2", *TRAIN_OPTIONS)
+    in_image(
+        cpu_images,
+        "runtime",
+        work,
+        "invfold",
+        "train",
+        "--data",
+        "/work/prep",
+        "--out",
+        "/work/ddp",
+        "--strategy",
+        "ddp",
+        "--nproc",
+        "2",
+        *TRAIN_OPTIONS,
+    )
     assert_trained(work / "ddp")
 
 
@@ -95,17 +131,57 @@ def mpi_pair(cpu_images, work):
         path.chmod(0o644)
     (work / f"hostfile-{tag}").write_text(f"{launcher} slots=1\n{node} slots=1\n")
     engine.docker("network", "create", "--internal", network)
-    mounts = ["-v", f"{work}:/work", "-v", f"{ssh}:/home/invfold/.ssh:ro",
-              "-v", f"{work / f'hostfile-{tag}'}:/etc/mpi/hostfile:ro", *OFFLINE]
+    mounts = [
+        "-v",
+        f"{work}:/work",
+        "-v",
+        f"{ssh}:/home/invfold/.ssh:ro",
+        "-v",
+        f"{work / f'hostfile-{tag}'}:/etc/mpi/hostfile:ro",
+        *OFFLINE,
+    ]
     try:
-        engine.docker("run", "-d", "--name", node, "--hostname", node, "--network", network, *mounts,
-                      cpu_images["ci-cpu"], "/usr/local/bin/invfold-sshd")
+        engine.docker(
+            "run",
+            "-d",
+            "--name",
+            node,
+            "--hostname",
+            node,
+            "--network",
+            network,
+            *mounts,
+            cpu_images["ci-cpu"],
+            "/usr/local/bin/invfold-sshd",
+        )
 
         def mpirun(*command: str, timeout: float = 600) -> subprocess.CompletedProcess:
-            return engine.docker("run", "--rm", "--name", launcher, "--hostname", launcher, "--network", network,
-                                 *mounts, cpu_images["ci-cpu"], "mpirun", "-np", "2", "--bind-to", "none",
-                                 "-x", "OMP_NUM_THREADS", "-x", f"MASTER_ADDR={launcher}",
-                                 "-x", "MASTER_PORT=29500", *command, timeout=timeout)
+            return engine.docker(
+                "run",
+                "--rm",
+                "--name",
+                launcher,
+                "--hostname",
+                launcher,
+                "--network",
+                network,
+                *mounts,
+                cpu_images["ci-cpu"],
+                "mpirun",
+                "-np",
+                "2",
+                "--bind-to",
+                "none",
+                "-x",
+                "OMP_NUM_THREADS",
+                "-x",
+                f"MASTER_ADDR={launcher}",
+                "-x",
+                "MASTER_PORT=29500",
+                *command,
+                timeout=timeout,
+            )
+
         yield mpirun
     finally:
         engine.docker("rm", "-f", node, launcher, check=False)
@@ -113,7 +189,9 @@ def mpi_pair(cpu_images, work):
 
 
 def test_mpirun_reaches_the_other_container_over_sshd_2222(mpi_pair):
-    script = "import os, socket; print(f\"rank={os.environ['OMPI_COMM_WORLD_RANK']}@{socket.gethostname()};\", flush=True)"
+    script = (
+        "import os, socket; print(f\"rank={os.environ['OMPI_COMM_WORLD_RANK']}@{socket.gethostname()};\", flush=True)"
+    )
     out = mpi_pair("python", "-c", script).stdout
     # mpirun forwards each rank's output in chunks that may interleave: match, do not split lines.
     ranks = dict(re.findall(r"rank=(\d+)@([\w.-]+);", out))
@@ -123,11 +201,26 @@ def test_mpirun_reaches_the_other_container_over_sshd_2222(mpi_pair):
 @pytest.mark.parametrize("strategy", ["horovod", "deepspeed"])
 def test_mpi_strategy_trains_across_two_containers(cpu_images, prepared, work, mpi_pair, strategy):
     out = f"/work/{strategy}-mpi"
-    config = {"data": "/work/prep", "out": out, "strategy": strategy, "preset": "tiny", "max_steps": 4,
-              "tokens_per_batch": 800, "validate_every": 2, "checkpoint_every": 2}
-    in_image(cpu_images, "ci-cpu", work, "python", "-c",
-             "import json, sys; from invfold.components.train.config import TrainConfig; "
-             f"TrainConfig(**json.loads(sys.argv[1])).to_json('{out}.json')", json.dumps(config))
+    config = {
+        "data": "/work/prep",
+        "out": out,
+        "strategy": strategy,
+        "preset": "tiny",
+        "max_steps": 4,
+        "tokens_per_batch": 800,
+        "validate_every": 2,
+        "checkpoint_every": 2,
+    }
+    in_image(
+        cpu_images,
+        "ci-cpu",
+        work,
+        "python",
+        "-c",
+        "import json, sys; from invfold.components.train.config import TrainConfig; "
+        f"TrainConfig(**json.loads(sys.argv[1])).to_json('{out}.json')",
+        json.dumps(config),
+    )
     mpi_pair("python", "-m", "invfold.components.train.entrypoint", "--config", f"{out}.json", timeout=900)
     assert_trained(work / f"{strategy}-mpi")
 
@@ -140,10 +233,27 @@ def _free_port() -> int:
 
 def test_mlflow_image_serves_health_and_artifacts(cpu_images, tmp_path, monkeypatch):
     engine, port, name = cpu_images.engine, _free_port(), f"mlflow-{uuid.uuid4().hex[:8]}"
-    engine.docker("run", "-d", "--rm", "--name", name, "-p", f"127.0.0.1:{port}:5000", cpu_images["mlflow"],
-                  "--host", "0.0.0.0", "--port", "5000", "--workers", "1",
-                  "--backend-store-uri", "sqlite:////tmp/mlflow.db",
-                  "--serve-artifacts", "--artifacts-destination", "/tmp/artifacts")
+    engine.docker(
+        "run",
+        "-d",
+        "--rm",
+        "--name",
+        name,
+        "-p",
+        f"127.0.0.1:{port}:5000",
+        cpu_images["mlflow"],
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "5000",
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        "sqlite:////tmp/mlflow.db",
+        "--serve-artifacts",
+        "--artifacts-destination",
+        "/tmp/artifacts",
+    )
     try:
         url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
         while True:
@@ -152,7 +262,9 @@ def test_mlflow_image_serves_health_and_artifacts(cpu_images, tmp_path, monkeypa
                 break
             except OSError:
                 if time.monotonic() > deadline:
-                    pytest.fail("MLflow image: /health did not answer:\n" + engine.docker("logs", name, check=False).stderr)
+                    pytest.fail(
+                        "MLflow image: /health did not answer:\n" + engine.docker("logs", name, check=False).stderr
+                    )
                 time.sleep(1)
         import mlflow
 
@@ -180,23 +292,50 @@ def test_compiled_pipeline_runs_through_kfp_docker_runner_offline(cpu_images, tm
 
     compiled = tmp_path / "pipeline.yaml"
     registry, tag = cpu_images["runtime"].rsplit(":", 1)[0].rsplit("/", 1)[0], cpu_images["runtime"].rsplit(":", 1)[1]
-    subprocess.run([str(REPO / ".venv" / "bin" / "invfold"), "compile", "--registry", registry, "--tag", tag,
-                    "--out", str(compiled)], check=True, capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [
+            str(REPO / ".venv" / "bin" / "invfold"),
+            "compile",
+            "--registry",
+            registry,
+            "--tag",
+            tag,
+            "--out",
+            str(compiled),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert f"image: {cpu_images['runtime']}" in compiled.read_text()
     root = tmp_path / "root"
     monkeypatch.setenv("DOCKER_HOST", cpu_images.engine.host)
     old_umask = os.umask(0)  # the steps run as uid 10001 and write into folders made here
     try:
         root.mkdir(mode=0o777)
-        local.init(runner=local.DockerRunner(network_mode="none", hostname="localhost", environment={"PIP_NO_INDEX": "1",
-                                                                               "OMP_NUM_THREADS": "1"}),
-                   pipeline_root=str(root), raise_on_error=True, enable_caching=False)
+        local.init(
+            runner=local.DockerRunner(
+                network_mode="none", hostname="localhost", environment={"PIP_NO_INDEX": "1", "OMP_NUM_THREADS": "1"}
+            ),
+            pipeline_root=str(root),
+            raise_on_error=True,
+            enable_caching=False,
+        )
         pipeline = components.load_component_from_file(str(compiled))
-        pipeline(data_uri=f"{SAMPLE_IN_IMAGE}/sample_chain_set.jsonl.gz",
-                 split_file=f"{SAMPLE_IN_IMAGE}/sample_chain_set_splits.json",
-                 strategy="ddp", procs_per_node=2, model_preset="tiny", model_overrides={}, max_steps=4,
-                 tokens_per_batch=800, time_budget_s=60.0, mlflow_tracking_uri=f"sqlite:///{root}/mlflow.db",
-                 checkpoint_root=str(root / "checkpoints"))
+        pipeline(
+            data_uri=f"{SAMPLE_IN_IMAGE}/sample_chain_set.jsonl.gz",
+            split_file=f"{SAMPLE_IN_IMAGE}/sample_chain_set_splits.json",
+            strategy="ddp",
+            procs_per_node=2,
+            model_preset="tiny",
+            model_overrides={},
+            max_steps=4,
+            tokens_per_batch=800,
+            time_budget_s=60.0,
+            mlflow_tracking_uri=f"sqlite:///{root}/mlflow.db",
+            checkpoint_root=str(root / "checkpoints"),
+        )
     finally:
         os.umask(old_umask)
     assert list(root.rglob("model.onnx")) or list(root.rglob("*.onnx")), "no ONNX model came out of the pipeline"

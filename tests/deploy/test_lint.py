@@ -25,23 +25,40 @@ def test_hadolint_is_clean(dockerfile):
 def test_hadolint_flags_an_unpinned_package(tmp_path):
     """The check above can fail: an unpinned apt install is reported."""
     bad = tmp_path / "Dockerfile"
-    bad.write_text("FROM debian:12.5\nRUN apt-get update && apt-get install -y --no-install-recommends curl "
-                   "&& rm -rf /var/lib/apt/lists/*\nUSER 10001\n")
+    bad.write_text(
+        "FROM debian:12.5\nRUN apt-get update && apt-get install -y --no-install-recommends curl "
+        "&& rm -rf /var/lib/apt/lists/*\nUSER 10001\n"
+    )
     proc = run([tool("hadolint"), "--no-color", str(bad)], check=False)
     assert proc.returncode != 0 and "DL3008" in proc.stdout
 
 
 def checkov(*args: str) -> dict:
-    proc = run([tool("checkov"), "--config-file", str(REPO / ".checkov.yaml"), "--skip-download", "--quiet",
-                "--output", "json", *args], check=False, timeout=600)
+    proc = run(
+        [
+            tool("checkov"),
+            "--config-file",
+            str(REPO / ".checkov.yaml"),
+            "--skip-download",
+            "--quiet",
+            "--output",
+            "json",
+            *args,
+        ],
+        check=False,
+        timeout=600,
+    )
     assert proc.returncode in (0, 1), proc.stderr[-3000:]
     reports = json.loads(proc.stdout) if proc.stdout.strip().startswith(("[", "{")) else []
     return {r["check_type"]: r for r in ([reports] if isinstance(reports, dict) else reports)}
 
 
 def failures(reports: dict) -> list[str]:
-    return [f"{check_type}: {c['check_id']} {c['check_name']} -- {c['resource']} ({c['file_path']})"
-            for check_type, report in reports.items() for c in report["results"]["failed_checks"]]
+    return [
+        f"{check_type}: {c['check_id']} {c['check_name']} -- {c['resource']} ({c['file_path']})"
+        for check_type, report in reports.items()
+        for c in report["results"]["failed_checks"]
+    ]
 
 
 def test_checkov_on_rendered_manifests(rendered, tmp_path):
@@ -63,6 +80,7 @@ def test_checkov_flags_a_privileged_pod(tmp_path):
     """The checkov checks above can fail: a privileged root pod is reported."""
     (tmp_path / "bad.yaml").write_text(
         "apiVersion: v1\nkind: Pod\nmetadata: {name: bad, namespace: invfold}\nspec:\n  containers:\n"
-        "    - name: c\n      image: example/bad:1.0\n      securityContext: {privileged: true}\n")
+        "    - name: c\n      image: example/bad:1.0\n      securityContext: {privileged: true}\n"
+    )
     failed = {line.split()[1] for line in failures(checkov("--directory", str(tmp_path), "--framework", "kubernetes"))}
     assert "CKV_K8S_16" in failed  # privileged containers

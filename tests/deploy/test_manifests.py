@@ -5,7 +5,6 @@ Kubeflow Trainer custom resources against the strict schemas in components/launc
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
@@ -50,8 +49,10 @@ def test_every_rendered_object_validates(rendered, name):
         where = f"{name}: {obj.get('kind')}/{obj.get('metadata', {}).get('name')}"
         if obj["apiVersion"].startswith("trainer.kubeflow.org/"):
             schema = cr_schemas.get(obj["kind"])
-            assert schema, (f"{where}: no strict schema for kind {obj['kind']} in {SCHEMA_DIR.relative_to(REPO)} "
-                            "(the launcher generates them); a custom resource may not pass unchecked")
+            assert schema, (
+                f"{where}: no strict schema for kind {obj['kind']} in {SCHEMA_DIR.relative_to(REPO)} "
+                "(the launcher generates them); a custom resource may not pass unchecked"
+            )
             errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(obj), key=str)
             assert not errors, f"{where}: " + "; ".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
             continue
@@ -124,8 +125,11 @@ def test_gpu_values_schedule_trainers_on_gpu_nodes(rendered, name):
 def test_role_allows_trainjobs_only(rendered, name):
     objects = documents(rendered[name])
     role = next(o for o in objects if o["kind"] == "Role")
-    assert role["rules"][0] == {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"],
-                                "verbs": ["create", "get", "list", "watch", "delete"]}
+    assert role["rules"][0] == {
+        "apiGroups": ["trainer.kubeflow.org"],
+        "resources": ["trainjobs"],
+        "verbs": ["create", "get", "list", "watch", "delete"],
+    }
     assert all(rule["apiGroups"] == ["trainer.kubeflow.org"] for rule in role["rules"])
     binding = next(o for o in objects if o["kind"] == "RoleBinding")
     expected = "pipeline-runner" if name in ("chart-default", "k8s-cpu-dev") else "default-editor"
@@ -142,7 +146,9 @@ def test_tenant_overlay_is_namespaced_only(rendered):
 
 
 def test_chart_renders_namespaced_runtimes_on_request():
-    objects = documents(helm_template("--set", "runtimes.kind=TrainingRuntime", "--set", "priorityClasses.create=false"))
+    objects = documents(
+        helm_template("--set", "runtimes.kind=TrainingRuntime", "--set", "priorityClasses.create=false")
+    )
     runtimes = [o for o in objects if o["kind"] == "TrainingRuntime"]
     assert len(runtimes) == 3 and all(r["metadata"]["namespace"] == "invfold" for r in runtimes)
     assert not [o for o in objects if o["kind"] == "PriorityClass"]

@@ -30,13 +30,21 @@ def selects(spec: dict, **labels: str) -> bool:
 
 
 def egress_rules(pols: dict[str, dict], **pod: str) -> list[dict]:
-    return [rule for spec in pols.values() if selects(spec, **pod) and "Egress" in spec["policyTypes"]
-            for rule in spec.get("egress", [])]
+    return [
+        rule
+        for spec in pols.values()
+        if selects(spec, **pod) and "Egress" in spec["policyTypes"]
+        for rule in spec.get("egress", [])
+    ]
 
 
 def ingress_rules(pols: dict[str, dict], **pod: str) -> list[dict]:
-    return [rule for spec in pols.values() if selects(spec, **pod) and "Ingress" in spec["policyTypes"]
-            for rule in spec.get("ingress", [])]
+    return [
+        rule
+        for spec in pols.values()
+        if selects(spec, **pod) and "Ingress" in spec["policyTypes"]
+        for rule in spec.get("ingress", [])
+    ]
 
 
 STEP = {"app.kubernetes.io/part-of": "invfold", "invfold.dev/role": "step"}
@@ -47,10 +55,21 @@ EGRESS_NEEDS = [
     (pod_name, pod, need, check)
     for pod_name, pod in (("step", STEP), ("launcher", LAUNCHER), ("trainer", TRAINER))
     for need, check in (
-        ("dns", lambda r: ("UDP", 53, None) in ports(r) and ("TCP", 53, None) in ports(r)
-         and r["to"][0]["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}),
-        ("mlflow", lambda r: ("TCP", 5000, None) in ports(r)
-         and r["to"][0].get("podSelector", {}).get("matchLabels") == {"invfold.dev/role": "mlflow"}),
+        (
+            "dns",
+            lambda r: (
+                ("UDP", 53, None) in ports(r)
+                and ("TCP", 53, None) in ports(r)
+                and r["to"][0]["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"}
+            ),
+        ),
+        (
+            "mlflow",
+            lambda r: (
+                ("TCP", 5000, None) in ports(r)
+                and r["to"][0].get("podSelector", {}).get("matchLabels") == {"invfold.dev/role": "mlflow"}
+            ),
+        ),
         ("artifact store", lambda r: ("TCP", 9000, None) in ports(r) or ("TCP", 8333, None) in ports(r)),
     )
 ]
@@ -77,8 +96,11 @@ def test_pods_of_a_job_reach_each_other(rendered, name):
     pols = policies(rendered[name])
     for direction, rules in (("ingress", ingress_rules(pols, **TRAINER)), ("egress", egress_rules(pols, **TRAINER))):
         peer_key = "from" if direction == "ingress" else "to"
-        peers = [r for r in rules if any(p.get("podSelector", {}).get("matchLabels") == {"invfold.dev/role": "trainer"}
-                                         for p in r[peer_key])]
+        peers = [
+            r
+            for r in rules
+            if any(p.get("podSelector", {}).get("matchLabels") == {"invfold.dev/role": "trainer"} for p in r[peer_key])
+        ]
         allowed = set().union(*(ports(r) for r in peers)) if peers else set()
         for port, what in ((29500, "torchrun rendezvous"), (2222, "sshd for mpirun")):
             assert ("TCP", port, None) in allowed, f"{name}: {direction} {what} ({port}) between trainer pods"

@@ -5,7 +5,6 @@ import gemmi
 import numpy as np
 import pytest
 import torch
-
 from invfold.components.design import DesignConfig, cli, design, parse_positions
 from invfold.components.export import write_onnx
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
@@ -26,8 +25,12 @@ def read_fasta(path):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     folder = tmp_path_factory.mktemp("data")
-    write_synthetic_set(folder, SyntheticConfig(num_chains=3, seed=4, min_length=30, max_length=70,
-                                                median_length=50, gap_fraction=1.0, break_fraction=0.0))
+    write_synthetic_set(
+        folder,
+        SyntheticConfig(
+            num_chains=3, seed=4, min_length=30, max_length=70, median_length=50, gap_fraction=1.0, break_fraction=0.0
+        ),
+    )
     jsonl = folder / "chain_set.jsonl"
     record = next(r for r in read_protein_set(str(jsonl)))
     return jsonl, record, write_pdb(folder / "design_me.pdb", record)
@@ -35,8 +38,10 @@ def data(tmp_path_factory):
 
 def write_pdb(path, record):
     """The record's observed backbone as a PDB file, through gemmi (numbered from 10)."""
-    one_to_three = {gemmi.find_tabulated_residue(n).one_letter_code.upper(): n
-                    for n in ("ALA CYS ASP GLU PHE GLY HIS ILE LYS LEU MET ASN PRO GLN ARG SER THR VAL TRP TYR".split())}
+    one_to_three = {
+        gemmi.find_tabulated_residue(n).one_letter_code.upper(): n
+        for n in ("ALA CYS ASP GLU PHE GLY HIS ILE LYS LEU MET ASN PRO GLN ARG SER THR VAL TRP TYR".split())
+    }
     structure = gemmi.Structure()
     model = gemmi.Model("1")
     chain = gemmi.Chain("B")
@@ -77,9 +82,18 @@ def test_checkpoint_and_onnx_design_the_same_sequences(tmp_path, data, models, d
     fastas = []
     for model in models[decoding]:
         out = tmp_path / f"{model.suffix[1:]}.fasta"
-        designs = design(DesignConfig(model=str(model), structure=str(pdb), out=str(out),
-                                      num_sequences=3, temperature=0.5, seed=11,
-                                      fixed_positions="1-4", excluded="CW"))
+        designs = design(
+            DesignConfig(
+                model=str(model),
+                structure=str(pdb),
+                out=str(out),
+                num_sequences=3,
+                temperature=0.5,
+                seed=11,
+                fixed_positions="1-4",
+                excluded="CW",
+            )
+        )
         entries = read_fasta(out)
         assert len(entries) == 3 and all(h is not None for h, _ in entries)
         for (header, seq), d in zip(entries, designs):
@@ -93,8 +107,16 @@ def test_checkpoint_and_onnx_design_the_same_sequences(tmp_path, data, models, d
 
 def test_fixed_positions_excluded_letters_and_determinism(tmp_path, data, models):
     jsonl, record, _ = data
-    cfg = dict(model=str(models["autoregressive"][0]), structure=str(jsonl), name=record.name,
-               num_sequences=4, temperature=2.0, seed=3, fixed_positions=[1, 2, 3, 10], excluded="AGLE")
+    cfg = dict(
+        model=str(models["autoregressive"][0]),
+        structure=str(jsonl),
+        name=record.name,
+        num_sequences=4,
+        temperature=2.0,
+        seed=3,
+        fixed_positions=[1, 2, 3, 10],
+        excluded="AGLE",
+    )
     a = design(DesignConfig(out=str(tmp_path / "a.fasta"), **cfg))
     b = design(DesignConfig(out=str(tmp_path / "b.fasta"), **cfg))
     assert (tmp_path / "a.fasta").read_text() == (tmp_path / "b.fasta").read_text()
@@ -115,8 +137,9 @@ def test_cli_writes_fasta(tmp_path, data, models):
     parser = argparse.ArgumentParser()
     cli.add_parser(parser.add_subparsers())
     out = tmp_path / "cli.fasta"
-    args = parser.parse_args(["design", str(models["one_shot"][1]), str(pdb), "--out", str(out),
-                              "-n", "2", "--chain", "B", "--exclude", "c"])
+    args = parser.parse_args(
+        ["design", str(models["one_shot"][1]), str(pdb), "--out", str(out), "-n", "2", "--chain", "B", "--exclude", "c"]
+    )
     assert args.func(args) == 0
     assert [h.group(2) for h, _ in read_fasta(out)] == ["0", "1"]
 
@@ -127,9 +150,15 @@ def test_ambiguous_structure_names_the_choices(tmp_path, data, models):
         design(DesignConfig(model=str(models["one_shot"][0]), structure=str(jsonl), out=str(tmp_path / "x.fa")))
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("1-3,7", [1, 2, 3, 7]), ("5", [5]), ("", []), (" 2 , 2-3 ", [2, 3]),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("1-3,7", [1, 2, 3, 7]),
+        ("5", [5]),
+        ("", []),
+        (" 2 , 2-3 ", [2, 3]),
+    ],
+)
 def test_parse_positions(text, expected):
     assert parse_positions(text) == expected
 
@@ -140,10 +169,15 @@ def test_parse_positions_errors(text, message):
         parse_positions(text)
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("num_sequences", 0, "num_sequences"), ("temperature", 0.0, "temperature"),
-    ("excluded", "BZ", "excluded"), ("excluded", ALPHABET, "all 20"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("num_sequences", 0, "num_sequences"),
+        ("temperature", 0.0, "temperature"),
+        ("excluded", "BZ", "excluded"),
+        ("excluded", ALPHABET, "all 20"),
+    ],
+)
 def test_config_errors(field, value, message):
     with pytest.raises(ValueError, match=message):
         DesignConfig(model="m.pt", structure="s.pdb", out="o.fa", **{field: value})

@@ -11,7 +11,6 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from invfold.components.evaluate import cli
 from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
 from invfold.components.evaluate.metrics import designed_sequences, score_dataset
@@ -20,6 +19,7 @@ from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.batch import collate
+
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
 
@@ -30,8 +30,11 @@ def prepared(tmp_path_factory) -> str:
     subset = root / "test_split_first5.json"
     subset.write_text(json.dumps({"test": test_names[:5]}))
     out = root / "prepared"
-    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS),
-                        subset_files=[str(subset)], output=str(out)))
+    run_prep(
+        PrepConfig(
+            input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS), subset_files=[str(subset)], output=str(out)
+        )
+    )
     return str(out)
 
 
@@ -111,13 +114,15 @@ def test_scores_are_seeded_and_rank_splits_sum_to_the_whole(prepared, model_path
 def test_cli_writes_the_report(prepared, model_path, tmp_path, capsys):
     parser = argparse.ArgumentParser()
     cli.add_parser(parser.add_subparsers())
-    args = parser.parse_args(["evaluate", model_path, "--data", prepared, "--out", str(tmp_path),
-                              "--dataset", "test"])
+    args = parser.parse_args(["evaluate", model_path, "--data", prepared, "--out", str(tmp_path), "--dataset", "test"])
     assert args.func(args) == 0
     assert "perplexity" in capsys.readouterr().out
     assert (tmp_path / "report.html").exists()
     assert set(json.loads((tmp_path / "metrics.json").read_text())["datasets"]) == {
-        "test", "test_short_L100", "test_single_chain"}
+        "test",
+        "test_short_L100",
+        "test_single_chain",
+    }
 
 
 def test_unknown_dataset_is_a_clear_error(prepared, model_path, tmp_path):

@@ -6,12 +6,10 @@ import numpy as np
 import onnx
 import pytest
 import torch
-
 from invfold.components.export import check_parity, cli
 from invfold.components.export.onnx_export import load_parity_records
 from invfold.components.export.runtime import INPUT_NAMES, feeds, session
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
-from invfold.components.protein.batch import collate
 from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 
 REAL_SET = Path(__file__).resolve().parents[3] / "shared" / "data" / "real_chain_set.jsonl.gz"
@@ -27,8 +25,9 @@ def export_cli(*argv: str) -> int:
 @pytest.fixture(scope="module")
 def chain_set(tmp_path_factory) -> str:
     folder = tmp_path_factory.mktemp("data")
-    cfg = SyntheticConfig(num_chains=6, seed=2, min_length=20, max_length=90, median_length=50,
-                          gap_fraction=0.5, break_fraction=0.5)
+    cfg = SyntheticConfig(
+        num_chains=6, seed=2, min_length=20, max_length=90, median_length=50, gap_fraction=0.5, break_fraction=0.5
+    )
     write_synthetic_set(folder, cfg)
     return str(folder / "chain_set.jsonl")
 
@@ -70,7 +69,9 @@ def test_graph_has_the_contract_and_dynamic_batch_and_length(exported):
     assert [o.name for o in sess.get_outputs()] == ["logits"]
     g = torch.Generator().manual_seed(1)
     for batch, length in [(1, 1), (1, 5), (3, 17), (2, 120)]:  # below and above k = 8
-        X = torch.cumsum(torch.randn(batch, length, 1, 3, generator=g), 1) * 2 + torch.randn(batch, length, 4, 3, generator=g)
+        X = torch.cumsum(torch.randn(batch, length, 1, 3, generator=g), 1) * 2 + torch.randn(
+            batch, length, 4, 3, generator=g
+        )
         S = torch.randint(0, 20, (batch, length), generator=g)
         mask = (torch.rand(batch, length, generator=g) > 0.1).float()
         ridx = torch.arange(length).expand(batch, length).contiguous()
@@ -85,8 +86,9 @@ def test_graph_has_the_contract_and_dynamic_batch_and_length(exported):
 
 def test_parity_failure_exits_nonzero_with_the_difference(tmp_path, chain_set, capsys):
     _, path = make_model(tmp_path, "one_shot")
-    code = export_cli(str(path), "--out", str(tmp_path / "m.onnx"), "--data", chain_set,
-                      "--chains", "2", "--tolerance", "1e-12")
+    code = export_cli(
+        str(path), "--out", str(tmp_path / "m.onnx"), "--data", chain_set, "--chains", "2", "--tolerance", "1e-12"
+    )
     assert code == 1
     assert "max |logit difference|" in capsys.readouterr().err
     assert not (tmp_path / "m.onnx").exists() and (tmp_path / "m.rejected.onnx").exists()

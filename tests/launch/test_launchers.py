@@ -8,7 +8,6 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from invfold.components.launch import LaunchError, Resources, select_launcher
 from invfold.components.launch.kubernetes import Cancelled, KubernetesLauncher
 from invfold.components.launch.local import LocalLauncher
@@ -19,8 +18,19 @@ from .trainjob_api import TrainJobApi
 
 
 def tiny(data: str, out: Path, **overrides) -> TrainConfig:
-    options = dict(data=data, out=str(out), preset="tiny", max_steps=3, tokens_per_batch=1500, warmup_steps=1,
-                   checkpoint_every=0, validate_every=0, log_every=1, threads=1, dist_timeout_s=60.0)
+    options = dict(
+        data=data,
+        out=str(out),
+        preset="tiny",
+        max_steps=3,
+        tokens_per_batch=1500,
+        warmup_steps=1,
+        checkpoint_every=0,
+        validate_every=0,
+        log_every=1,
+        threads=1,
+        dist_timeout_s=60.0,
+    )
     return TrainConfig(**{**options, **overrides})
 
 
@@ -44,9 +54,16 @@ def launcher(api: TrainJobApi, tmp_path: Path, clock: FakeClock | None = None, *
         os.makedirs(out, exist_ok=True)
         Path(out, "model.pt").write_bytes(b"weights")
 
-    opts = ClusterOptions(namespace="team-a", storage_root=f"file://{tmp_path}/store", pipeline_run_id="run-7",
-                          poll_s=5.0, timeout_s=options.pop("timeout_s", 3600.0), owner_pod_name="step-pod",
-                          owner_pod_uid="uid-1", **options)
+    opts = ClusterOptions(
+        namespace="team-a",
+        storage_root=f"file://{tmp_path}/store",
+        pipeline_run_id="run-7",
+        poll_s=5.0,
+        timeout_s=options.pop("timeout_s", 3600.0),
+        owner_pod_name="step-pod",
+        owner_pod_uid="uid-1",
+        **options,
+    )
     result = KubernetesLauncher(opts, api=api, clock=clock, sleep=clock.sleep, fetch=fetch)
     result.fetched = fetched
     return result
@@ -104,8 +121,9 @@ def test_a_trainjob_executed_for_real_trains_and_hands_its_outputs_back(prepared
     object storage on file://; the step gets model.pt, metrics and summary back."""
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     api = TrainJobApi("execute")
-    opts = ClusterOptions(namespace="team-a", storage_root=f"file://{tmp_path}/store", pipeline_run_id="run-8",
-                          poll_s=0.01)
+    opts = ClusterOptions(
+        namespace="team-a", storage_root=f"file://{tmp_path}/store", pipeline_run_id="run-8", poll_s=0.01
+    )
     cfg = tiny(prepared_sample, tmp_path / "pod-local", checkpoint_dir=f"file://{tmp_path}/store/checkpoints/run-8")
     result = KubernetesLauncher(opts, api=api).run(cfg, Resources(nodes=1, procs_per_node=2))
     out = Path(result.out)

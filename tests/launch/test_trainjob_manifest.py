@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from invfold.components.launch import Resources
 from invfold.components.launch.schema import ManifestError, validate
 from invfold.components.launch.trainjob import ClusterOptions, build_trainjob, job_name, runtime_name
@@ -26,22 +25,44 @@ ROOT = Path(__file__).resolve().parents[2]
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-
 def manifest(strategy: str = "ddp", gpus: int = 4, **option_overrides) -> dict:
     checkpoints = "/workspace/ckpt/run-1" if strategy == "deepspeed" else "s3://bucket/ckpt/run-1"
-    cfg = TrainConfig(data="s3://bucket/prepared", out="/tmp/train", checkpoint_dir=checkpoints,
-                      strategy=strategy, preset="tiny", max_steps=10)
-    options = dict(namespace="team-a", storage_root="s3://bucket/invfold", storage_secret="invfold-storage",
-                   storage_endpoint="http://minio.kubeflow:9000", node_selector={"pool": "gpu-a100"},
-                   tolerations=[GPU_TOLERATION], owner_pod_name="invfold-train-pod", owner_pod_uid="1234-abcd",
-                   pipeline_run_id="run-1", workspace_pvc="invfold-workspace" if strategy == "deepspeed" else None)
+    cfg = TrainConfig(
+        data="s3://bucket/prepared",
+        out="/tmp/train",
+        checkpoint_dir=checkpoints,
+        strategy=strategy,
+        preset="tiny",
+        max_steps=10,
+    )
+    options = dict(
+        namespace="team-a",
+        storage_root="s3://bucket/invfold",
+        storage_secret="invfold-storage",
+        storage_endpoint="http://minio.kubeflow:9000",
+        node_selector={"pool": "gpu-a100"},
+        tolerations=[GPU_TOLERATION],
+        owner_pod_name="invfold-train-pod",
+        owner_pod_uid="1234-abcd",
+        pipeline_run_id="run-1",
+        workspace_pvc="invfold-workspace" if strategy == "deepspeed" else None,
+    )
     options.update(option_overrides)
-    environ = {"MLFLOW_TRACKING_URI": "http://mlflow.invfold:5000", "MLFLOW_EXPERIMENT_NAME": "invfold",
-               "MLFLOW_TRACKING_PASSWORD": "hunter2-very-secret", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
-               "HOME": "/root"}
-    return build_trainjob(job_name(strategy, "run-1"), cfg, Resources(nodes=2, procs_per_node=gpus or 2,
-                                                                       gpus_per_node=gpus),
-                          ClusterOptions(**options), "s3://bucket/invfold/runs/x", environ=environ)
+    environ = {
+        "MLFLOW_TRACKING_URI": "http://mlflow.invfold:5000",
+        "MLFLOW_EXPERIMENT_NAME": "invfold",
+        "MLFLOW_TRACKING_PASSWORD": "hunter2-very-secret",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
+        "HOME": "/root",
+    }
+    return build_trainjob(
+        job_name(strategy, "run-1"),
+        cfg,
+        Resources(nodes=2, procs_per_node=gpus or 2, gpus_per_node=gpus),
+        ClusterOptions(**options),
+        "s3://bucket/invfold/runs/x",
+        environ=environ,
+    )
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "deepspeed", "horovod"])
@@ -49,8 +70,11 @@ def test_generated_trainjobs_validate_and_reference_the_strategy_runtime(strateg
     job = manifest(strategy)
     validate(job)
     spec = job["spec"]
-    assert spec["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime",
-                                  "name": f"invfold-{strategy}"}
+    assert spec["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+        "name": f"invfold-{strategy}",
+    }
     trainer = spec["trainer"]
     assert trainer["numNodes"] == 2 and trainer["numProcPerNode"] == 4
     assert trainer["resourcesPerNode"]["limits"] == {"nvidia.com/gpu": "4"}
@@ -76,8 +100,11 @@ def test_generated_trainjobs_validate_and_reference_the_strategy_runtime(strateg
 def test_tenants_reference_their_namespaced_runtime():
     job = manifest("horovod", runtime_kind="TrainingRuntime")
     validate(job)
-    assert job["spec"]["runtimeRef"] == {"apiGroup": "trainer.kubeflow.org", "kind": "TrainingRuntime",
-                                         "name": "invfold-horovod"}
+    assert job["spec"]["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "TrainingRuntime",
+        "name": "invfold-horovod",
+    }
     kinds = {(d["kind"], d["metadata"]["name"]) for d in documents(kustomize("tenant"))}
     assert ("TrainingRuntime", "invfold-horovod") in kinds
 
@@ -93,8 +120,10 @@ def test_runtimes_named_by_the_launcher_exist_in_k8s_and_validate():
 def test_credentials_are_referenced_never_copied():
     job = manifest()
     env = {e["name"]: e for e in job["spec"]["trainer"]["env"]}
-    assert env["AWS_ACCESS_KEY_ID"] == {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {
-        "name": "invfold-storage", "key": "AWS_ACCESS_KEY_ID"}}}
+    assert env["AWS_ACCESS_KEY_ID"] == {
+        "name": "AWS_ACCESS_KEY_ID",
+        "valueFrom": {"secretKeyRef": {"name": "invfold-storage", "key": "AWS_ACCESS_KEY_ID"}},
+    }
     assert "value" not in env["AWS_SECRET_ACCESS_KEY"]
     assert env["MLFLOW_TRACKING_URI"]["value"] == "http://mlflow.invfold:5000"
     assert "MLFLOW_TRACKING_PASSWORD" not in env  # credentials of the step are not forwarded as values
@@ -116,19 +145,25 @@ def _set(doc: dict, path: str, value) -> dict:
     return doc
 
 
-@pytest.mark.parametrize("path, value, expected", [
-    ("spec.trainer.numNode", 2, "'numNode' was unexpected"),
-    ("spec.runtimeRef.nmae", "invfold-ddp", "'nmae' was unexpected"),
-    ("spec.runtimePatches.0.trainingRuntimeSpec.template.spec.replicatedJobs.0.template.spec.template.spec.nodeSelecter",
-     {"a": "b"}, "'nodeSelecter' was unexpected"),
-    ("apiVersion", "kubeflow.org/v1", "'trainer.kubeflow.org/v1alpha1' was expected"),
-    ("apiVersion", "trainer.kubeflow.org/v2", "'trainer.kubeflow.org/v1alpha1' was expected"),
-    ("kind", "PyTorchJob", "kind: expected one of"),
-    ("spec.runtimeRef", KeyError, "'runtimeRef' is a required property"),
-    ("spec.runtimeRef.name", KeyError, "'name' is a required property"),
-    ("spec.trainer.numNodes", "2", "'2' is not of type 'integer'"),
-    ("metadata.name", "Invfold_Job", "does not match"),
-])
+@pytest.mark.parametrize(
+    "path, value, expected",
+    [
+        ("spec.trainer.numNode", 2, "'numNode' was unexpected"),
+        ("spec.runtimeRef.nmae", "invfold-ddp", "'nmae' was unexpected"),
+        (
+            "spec.runtimePatches.0.trainingRuntimeSpec.template.spec.replicatedJobs.0.template.spec.template.spec.nodeSelecter",
+            {"a": "b"},
+            "'nodeSelecter' was unexpected",
+        ),
+        ("apiVersion", "kubeflow.org/v1", "'trainer.kubeflow.org/v1alpha1' was expected"),
+        ("apiVersion", "trainer.kubeflow.org/v2", "'trainer.kubeflow.org/v1alpha1' was expected"),
+        ("kind", "PyTorchJob", "kind: expected one of"),
+        ("spec.runtimeRef", KeyError, "'runtimeRef' is a required property"),
+        ("spec.runtimeRef.name", KeyError, "'name' is a required property"),
+        ("spec.trainer.numNodes", "2", "'2' is not of type 'integer'"),
+        ("metadata.name", "Invfold_Job", "does not match"),
+    ],
+)
 def test_strict_schema_rejects_what_the_typed_models_would_drop(path, value, expected):
     broken = _set(manifest(), path, value)
     with pytest.raises(ManifestError, match=re.escape(expected)):
@@ -144,26 +179,35 @@ def test_typed_models_silently_drop_a_misspelled_field():
 
 
 def test_committed_schemas_are_generated_from_the_installed_models():
-    result = subprocess.run([sys.executable, str(ROOT / "scripts/generate_schemas.py"), "--check"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts/generate_schemas.py"), "--check"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(storage_root="bucket/prefix"), "storage_root"),
-    (dict(timeout_s=0), "timeout_s"),
-    (dict(node_selector={"pool": 1}), "node_selector"),
-    (dict(runtime_kind="PyTorchJob"), "runtime_kind"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(storage_root="bucket/prefix"), "storage_root"),
+        (dict(timeout_s=0), "timeout_s"),
+        (dict(node_selector={"pool": 1}), "node_selector"),
+        (dict(runtime_kind="PyTorchJob"), "runtime_kind"),
+    ],
+)
 def test_cluster_options_are_validated(options, message):
     with pytest.raises(ValueError, match=message):
         ClusterOptions(**options)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(nodes=0), "nodes"), (dict(procs_per_node=0), "procs_per_node"),
-    (dict(gpus_per_node=-1), "gpus_per_node"), (dict(procs_per_node=4, gpus_per_node=2), "need as many GPUs"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(nodes=0), "nodes"),
+        (dict(procs_per_node=0), "procs_per_node"),
+        (dict(gpus_per_node=-1), "gpus_per_node"),
+        (dict(procs_per_node=4, gpus_per_node=2), "need as many GPUs"),
+    ],
+)
 def test_resources_are_validated(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Resources(**kwargs)

@@ -17,7 +17,7 @@ import copy
 import os
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from invfold.components.launch import schema
 
@@ -31,13 +31,20 @@ class ApiException(Exception):
 
 
 def _condition(kind: str, reason: str, message: str) -> dict:
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {"type": kind, "status": "True", "reason": reason, "message": message, "lastTransitionTime": now}
 
 
 class TrainJobApi:
-    def __init__(self, outcome: str = "complete", polls_until_done: int = 2, reason: str = "FailedJobs",
-                 message: str = "jobset failed: node-0 exited with code 1", on_get=None, nproc_env=None):
+    def __init__(
+        self,
+        outcome: str = "complete",
+        polls_until_done: int = 2,
+        reason: str = "FailedJobs",
+        message: str = "jobset failed: node-0 exited with code 1",
+        on_get=None,
+        nproc_env=None,
+    ):
         self.outcome, self.polls_until_done = outcome, polls_until_done
         self.reason, self.message = reason, message
         self.on_get = on_get
@@ -63,8 +70,11 @@ class TrainJobApi:
         self.created.append(copy.deepcopy(body))
         if self.outcome == "execute":
             code = run_locally(job)
-            cond = (_condition("Complete", "JobSetCompleted", "jobset completed") if code == 0 else
-                    _condition("Failed", "FailedJobs", f"trainer node exited with code {code}"))
+            cond = (
+                _condition("Complete", "JobSetCompleted", "jobset completed")
+                if code == 0
+                else _condition("Failed", "FailedJobs", f"trainer node exited with code {code}")
+            )
             job["status"]["conditions"].append(cond)
         return copy.deepcopy(job)
 
@@ -78,8 +88,11 @@ class TrainJobApi:
             raise ApiException(404, f"trainjobs {name} not found")
         conditions = job["status"]["conditions"]
         if self.outcome in ("complete", "fail") and not conditions and self.gets >= self.polls_until_done:
-            conditions.append(_condition("Complete", "JobSetCompleted", "jobset completed") if self.outcome == "complete"
-                              else _condition("Failed", self.reason, self.message))
+            conditions.append(
+                _condition("Complete", "JobSetCompleted", "jobset completed")
+                if self.outcome == "complete"
+                else _condition("Failed", self.reason, self.message)
+            )
         return copy.deepcopy(job)
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, **kwargs):
@@ -104,6 +117,12 @@ def run_locally(job: dict) -> int:
     command = list(trainer["command"]) + list(trainer.get("args", []))
     if command[0] != "torchrun":
         raise NotImplementedError(f"stand-in runs torchrun jobs only, got {command[0]}")
-    local = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-             f"--nproc-per-node={trainer['numProcPerNode']}", *command[1:]]
+    local = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={trainer['numProcPerNode']}",
+        *command[1:],
+    ]
     return subprocess.run(local, env=env).returncode

@@ -1,17 +1,19 @@
 import pytest
-
 from invfold.components.model import InverseFoldingModel, ModelConfig
 
 
-@pytest.mark.parametrize("overrides, field", [
-    ({"hidden": 0}, "hidden"),
-    ({"k_neighbors": -1}, "k_neighbors"),
-    ({"decoding": "beam"}, "decoding"),
-    ({"dropout": 1.0}, "dropout"),
-    ({"decoder_layers": -1}, "decoder_layers"),
-    ({"decoding": "autoregressive", "decoder_layers": 0}, "decoder_layers"),
-    ({"encoder_layers": True}, "encoder_layers"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"hidden": 0}, "hidden"),
+        ({"k_neighbors": -1}, "k_neighbors"),
+        ({"decoding": "beam"}, "decoding"),
+        ({"dropout": 1.0}, "dropout"),
+        ({"decoder_layers": -1}, "decoder_layers"),
+        ({"decoding": "autoregressive", "decoder_layers": 0}, "decoder_layers"),
+        ({"encoder_layers": True}, "encoder_layers"),
+    ],
+)
 def test_invalid_config_names_the_field(overrides, field):
     with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
         ModelConfig.preset("tiny", **overrides)
@@ -29,11 +31,14 @@ def test_from_dict_rejects_unknown_fields():
     assert ModelConfig.from_dict(ModelConfig.preset("tiny").to_dict()) == ModelConfig.preset("tiny")
 
 
-@pytest.mark.parametrize("preset, decoding, low, high", [
-    ("proteinmpnn", "autoregressive", 1.5e6, 1.75e6),  # ProteinMPNN's published ~1.7M
-    ("default", "one_shot", 2.0e6, 3.0e6),
-    ("tiny", "one_shot", 1e3, 1e5),
-])
+@pytest.mark.parametrize(
+    "preset, decoding, low, high",
+    [
+        ("proteinmpnn", "autoregressive", 1.5e6, 1.75e6),  # ProteinMPNN's published ~1.7M
+        ("default", "one_shot", 2.0e6, 3.0e6),
+        ("tiny", "one_shot", 1e3, 1e5),
+    ],
+)
 def test_preset_parameter_counts(preset, decoding, low, high):
     cfg = ModelConfig.preset(preset)
     assert cfg.decoding == decoding

@@ -1,6 +1,5 @@
 import pytest
 import torch
-
 from invfold.components.model import InverseFoldingModel, ModelConfig
 from invfold.components.model import features as ft
 from invfold.components.protein.batch import collate
@@ -16,8 +15,13 @@ def tiny(decoding="one_shot", **overrides):
 
 def run(model, b, S=None, order=None, X=None, mask=None, ridx=None):
     order = torch.rand(b.S.shape) if order is None else order
-    return model(b.X if X is None else X, b.S if S is None else S, b.mask if mask is None else mask,
-                 b.residue_index if ridx is None else ridx, order)
+    return model(
+        b.X if X is None else X,
+        b.S if S is None else S,
+        b.mask if mask is None else mask,
+        b.residue_index if ridx is None else ridx,
+        order,
+    )
 
 
 @pytest.mark.parametrize("decoding", MODES)
@@ -31,8 +35,9 @@ def test_logits_shape_and_finite(batch, decoding):
 @pytest.mark.parametrize("length", [1, 3, 8, 9])  # shorter than, equal to and longer than k = 8
 def test_chains_shorter_than_k(decoding, length):
     b = collate(synthetic_records(1, seed=3, min_length=20, max_length=40))
-    logits = tiny(decoding)(b.X[:, :length], b.S[:, :length], b.mask[:, :length],
-                            b.residue_index[:, :length], torch.rand(1, length))
+    logits = tiny(decoding)(
+        b.X[:, :length], b.S[:, :length], b.mask[:, :length], b.residue_index[:, :length], torch.rand(1, length)
+    )
     assert logits.shape == (1, length, 20) and torch.isfinite(logits).all()
 
 

@@ -1,6 +1,5 @@
 import pytest
 import torch
-
 from invfold.components.model import InverseFoldingModel, ModelConfig, load_model, save_model
 from invfold.components.protein.alphabet import ALPHABET
 
@@ -30,8 +29,7 @@ def test_sample_keeps_fixed_positions_and_excludes_letters(batch, decoding):
     fixed = torch.zeros_like(batch.mask, dtype=torch.bool)
     fixed[:, :6] = True
     excluded = "ACDEFGHIKL"
-    S = sample(model, batch, temperature=2.0, seed=3, fixed_mask=fixed, fixed_S=batch.S,
-               excluded=excluded)
+    S = sample(model, batch, temperature=2.0, seed=3, fixed_mask=fixed, fixed_S=batch.S, excluded=excluded)
     assert torch.equal(S[fixed], batch.S[fixed])
     banned = torch.tensor([ALPHABET.index(c) for c in excluded])
     assert not torch.isin(S[~fixed], banned).any()
@@ -47,8 +45,7 @@ def test_excluding_every_letter_is_an_error(batch):
 def test_autoregressive_sampling_matches_teacher_forced_forward(batch):
     """Incremental decoding sees what forward() sees: at a near-zero temperature every sampled
     letter is the argmax of forward() on the final sequence in the same order."""
-    model = InverseFoldingModel(ModelConfig.preset("tiny", decoding="autoregressive",
-                                                   decoder_layers=2)).eval()
+    model = InverseFoldingModel(ModelConfig.preset("tiny", decoding="autoregressive", decoder_layers=2)).eval()
     order = torch.rand(batch.S.shape)
     S = sample(model, batch, temperature=1e-4, seed=0, decoding_order=order)
     logits = model(batch.X, S, batch.mask, batch.residue_index, order)
@@ -71,8 +68,10 @@ def test_save_load_roundtrip(tmp_path, batch, decoding):
     loaded = load_model(path)
     assert loaded.cfg == model.cfg and not loaded.training
     order = torch.rand(batch.S.shape)
-    torch.testing.assert_close(loaded(batch.X, batch.S, batch.mask, batch.residue_index, order),
-                               model(batch.X, batch.S, batch.mask, batch.residue_index, order))
+    torch.testing.assert_close(
+        loaded(batch.X, batch.S, batch.mask, batch.residue_index, order),
+        model(batch.X, batch.S, batch.mask, batch.residue_index, order),
+    )
     save_model(f"file://{tmp_path}/uri.pt", model)
     assert load_model(f"file://{tmp_path}/uri.pt").cfg == model.cfg
 

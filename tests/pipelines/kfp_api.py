@@ -32,7 +32,7 @@ import re
 import threading
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -40,9 +40,16 @@ PREFIX = "/apis/v2beta1"
 EPOCH = "1970-01-01T00:00:00Z"
 
 # HTTP status -> (gRPC code, reason) as grpc-gateway maps them.
-_GRPC = {400: (3, "InvalidArgument"), 401: (16, "Unauthenticated"), 403: (7, "PermissionDenied"),
-         404: (5, "NotFound"), 405: (12, "Unimplemented"), 409: (6, "AlreadyExists"),
-         500: (13, "Internal"), 503: (14, "Unavailable")}
+_GRPC = {
+    400: (3, "InvalidArgument"),
+    401: (16, "Unauthenticated"),
+    403: (7, "PermissionDenied"),
+    404: (5, "NotFound"),
+    405: (12, "Unimplemented"),
+    409: (6, "AlreadyExists"),
+    500: (13, "Internal"),
+    503: (14, "Unavailable"),
+}
 
 
 @dataclass
@@ -66,7 +73,7 @@ class ApiError(Exception):
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -82,7 +89,7 @@ class KfpApi:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ---- test-facing helpers -------------------------------------------------------------
-    def start(self) -> "KfpApi":
+    def start(self) -> KfpApi:
         api = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -106,7 +113,7 @@ class KfpApi:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "KfpApi":
+    def __enter__(self) -> KfpApi:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -138,16 +145,20 @@ class KfpApi:
             body = json.loads(raw) if raw else None
         except json.JSONDecodeError:
             body = raw
-        request = Request(handler.command, parts.path, parse_qs(parts.query, keep_blank_values=True),
-                          {k.lower(): v for k, v in handler.headers.items()}, body)
+        request = Request(
+            handler.command,
+            parts.path,
+            parse_qs(parts.query, keep_blank_values=True),
+            {k.lower(): v for k, v in handler.headers.items()},
+            body,
+        )
         with self._lock:
             self.requests.append(request)
             try:
                 status, answer = 200, self._route(request)
             except ApiError as err:
                 code, _ = _GRPC.get(err.status, (2, "Unknown"))
-                status, answer = err.status, {"error": err.message, "code": code, "message": err.message,
-                                              "details": []}
+                status, answer = err.status, {"error": err.message, "code": code, "message": err.message, "details": []}
             request.status = status
         data = json.dumps(answer).encode()
         handler.send_response(status)
@@ -208,9 +219,12 @@ class KfpApi:
 
     def _store_experiment(self, body: dict) -> dict:
         experiment = {
-            "experiment_id": str(uuid.uuid4()), "display_name": body["display_name"],
-            "description": body.get("description") or "", "created_at": _now(),
-            "namespace": body.get("namespace") or "", "storage_state": "AVAILABLE",
+            "experiment_id": str(uuid.uuid4()),
+            "display_name": body["display_name"],
+            "description": body.get("description") or "",
+            "created_at": _now(),
+            "namespace": body.get("namespace") or "",
+            "storage_state": "AVAILABLE",
             "last_run_created_at": EPOCH,
         }
         if not experiment["description"]:
@@ -223,10 +237,12 @@ class KfpApi:
         if body is None or not body.get("display_name"):
             raise ApiError(400, "Invalid input error: Experiment must have a non-empty name.")
         namespace = self._namespace(body.get("namespace"), "CreateExperiment")
-        if any(e["display_name"] == body["display_name"] and e["namespace"] == namespace
-               for e in self.experiments.values()):
-            raise ApiError(409, f"Failed to create a new experiment: experiment {body['display_name']!r} "
-                                "already exists")
+        if any(
+            e["display_name"] == body["display_name"] and e["namespace"] == namespace for e in self.experiments.values()
+        ):
+            raise ApiError(
+                409, f"Failed to create a new experiment: experiment {body['display_name']!r} already exists"
+            )
         return self._store_experiment({**body, "namespace": namespace})
 
     def _get_experiment(self, request: Request, id: str) -> dict:
@@ -252,11 +268,17 @@ class KfpApi:
             raise ApiError(404, f"ResourceNotFoundError: Experiment {experiment_id} not found.")
         now = _now()
         run = {
-            "experiment_id": experiment_id, "run_id": str(uuid.uuid4()), "display_name": body["display_name"],
-            "storage_state": "AVAILABLE", "pipeline_spec": body.get("pipeline_spec"),
+            "experiment_id": experiment_id,
+            "run_id": str(uuid.uuid4()),
+            "display_name": body["display_name"],
+            "storage_state": "AVAILABLE",
+            "pipeline_spec": body.get("pipeline_spec"),
             "runtime_config": body.get("runtime_config") or {},
             "service_account": body.get("service_account") or "pipeline-runner",
-            "created_at": now, "scheduled_at": now, "finished_at": EPOCH, "state": "PENDING",
+            "created_at": now,
+            "scheduled_at": now,
+            "finished_at": EPOCH,
+            "state": "PENDING",
             "state_history": [{"update_time": now, "state": "PENDING"}],
         }
         if body.get("pipeline_version_reference"):

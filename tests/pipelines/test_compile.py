@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import yaml
-
 from invfold.pipelines.compile import COMMITTED_YAML, compile_pipeline
 from invfold.pipelines.settings import runtime_image
 
@@ -22,8 +20,9 @@ def _spec(text: str) -> dict:
 def test_committed_yaml_is_current(tmp_path):
     fresh = compile_pipeline(tmp_path / "p.yaml")
     # Parsed, not as text: the header comment prints dict defaults in no fixed order.
-    assert list(yaml.safe_load_all(COMMITTED_YAML.read_text())) == list(yaml.safe_load_all(fresh)), \
+    assert list(yaml.safe_load_all(COMMITTED_YAML.read_text())) == list(yaml.safe_load_all(fresh)), (
         "pipelines/invfold_pipeline.yaml is stale: run `invfold compile --out pipelines/invfold_pipeline.yaml`"
+    )
 
 
 def test_every_step_runs_in_our_image_and_installs_nothing():
@@ -36,8 +35,22 @@ def test_every_step_runs_in_our_image_and_installs_nothing():
 
 def test_compile_sets_registry_and_tag(tmp_path):
     out = tmp_path / "p.yaml"
-    result = subprocess.run([sys.executable, "-m", "invfold", "compile", "--out", str(out), "--registry",
-                             "ghcr.io/acme/ml", "--tag", "2.0.1"], capture_output=True, text=True)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "invfold",
+            "compile",
+            "--out",
+            str(out),
+            "--registry",
+            "ghcr.io/acme/ml",
+            "--tag",
+            "2.0.1",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stderr
     executors = _spec(out.read_text())["deploymentSpec"]["executors"]
     assert {e["container"]["image"] for e in executors.values()} == {"ghcr.io/acme/ml/invfold-runtime:2.0.1"}
@@ -47,8 +60,21 @@ def test_pipeline_and_every_parameter_are_described():
     spec = _spec(COMMITTED_YAML.read_text())
     assert len(spec["pipelineInfo"]["description"]) > 40
     parameters = spec["root"]["inputDefinitions"]["parameters"]
-    assert {"data_uri", "strategy", "nodes", "procs_per_node", "gpus_per_node", "model_preset", "tokens_per_batch",
-            "max_steps", "epochs", "lr", "precision", "zero_stage", "registration_threshold"} <= set(parameters)
+    assert {
+        "data_uri",
+        "strategy",
+        "nodes",
+        "procs_per_node",
+        "gpus_per_node",
+        "model_preset",
+        "tokens_per_batch",
+        "max_steps",
+        "epochs",
+        "lr",
+        "precision",
+        "zero_stage",
+        "registration_threshold",
+    } <= set(parameters)
     undocumented = [n for n, p in parameters.items() if len(p.get("description", "")) < 15]
     assert undocumented == []
 

@@ -14,11 +14,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from invfold.pipelines.local import run_local
+from invfold.pipelines.steps import compare_step
 from mlflow import MlflowClient
 
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
-from invfold.pipelines.local import run_local
-from invfold.pipelines.steps import compare_step
 
 TRAIN_SECONDS = 40.0
 
@@ -31,8 +31,12 @@ def workspace(tmp_path_factory, mlflow_server):
     shutil.copy(SAMPLE_CHAIN_SET, data / "chain_set.jsonl.gz")
     shutil.copy(SAMPLE_SPLITS, data / "chain_set_splits.json")
     suffix = uuid.uuid4().hex[:6]
-    base = {"data_uri": str(data / "chain_set.jsonl.gz"), "split_file": str(data / "chain_set_splits.json"),
-            "mlflow_experiment": f"pipeline-tests-{suffix}", "registered_model_name": f"invfold-test-{suffix}"}
+    base = {
+        "data_uri": str(data / "chain_set.jsonl.gz"),
+        "split_file": str(data / "chain_set_splits.json"),
+        "mlflow_experiment": f"pipeline-tests-{suffix}",
+        "registered_model_name": f"invfold-test-{suffix}",
+    }
     return {"root": root, "runs": str(root / "runs"), "base": base, "uri": mlflow_server}
 
 
@@ -71,8 +75,10 @@ def test_pipeline_records_runs_metrics_datasets_and_artifacts(ddp_run, workspace
     inputs = {i.dataset.name: i for i in train.inputs.dataset_inputs}
     assert set(inputs) == {"train", "validation"}
     assert json.loads(inputs["train"].dataset.source)["digest"] == prepared["digest"]
-    assert [a.path for a in client.list_artifacts(train.info.run_id, "dataset")] == ["dataset/card.json",
-                                                                                     "dataset/card.md"]
+    assert [a.path for a in client.list_artifacts(train.info.run_id, "dataset")] == [
+        "dataset/card.json",
+        "dataset/card.md",
+    ]
 
     evaluation = json.loads((folder / "evaluate-op" / "evaluation" / "metrics.json").read_text())
     evaluate = steps["evaluate"]
@@ -141,16 +147,23 @@ def test_champion_on_other_data_is_evaluated_again(ddp_run, workspace, tmp_path)
     metrics["data_digest"] = "sha256:" + "0" * 64  # as if this run's test data were different
     (evaluation / "metrics.json").write_text(json.dumps(metrics))
     prepared = next(folder.parent.glob("*/prep-op/prepared"))
-    result = compare_step(prepared_path=str(prepared), evaluation_path=str(evaluation), pipeline_run_id="re-eval",
-                          tracking_uri=workspace["uri"], experiment=workspace["base"]["mlflow_experiment"],
-                          model_name=workspace["base"]["registered_model_name"], threshold=0.0)
+    result = compare_step(
+        prepared_path=str(prepared),
+        evaluation_path=str(evaluation),
+        pipeline_run_id="re-eval",
+        tracking_uri=workspace["uri"],
+        experiment=workspace["base"]["mlflow_experiment"],
+        model_name=workspace["base"]["registered_model_name"],
+        threshold=0.0,
+    )
     assert result["basis"] == "re-evaluated on this run's test data"
     assert result["champion"] == pytest.approx(metrics["datasets"]["test"]["recovery"], abs=1e-6)
     assert result["register"] is False  # equal, not better
 
 
 def test_changed_data_misses_the_cache_and_an_unreachable_server_loses_only_records(
-        ddp_run, workspace, unreachable_uri, capfd):
+    ddp_run, workspace, unreachable_uri, capfd
+):
     data = Path(workspace["base"]["data_uri"])
     with gzip.open(data, "rt") as fh:
         lines = fh.readlines()
@@ -171,13 +184,27 @@ def test_a_failing_step_fails_the_run_with_its_reason_and_marks_mlflow_runs_fail
 
     bad = tmp_path / "broken.jsonl.gz"
     bad.write_bytes(b"\x1f\x8b\x08\x00 not really gzip")
-    code = main(["run", "--data", str(bad), "--runs-dir", workspace["runs"], "--tracking-uri", workspace["uri"],
-                 "--experiment", workspace["base"]["mlflow_experiment"], "--no-cache"])
+    code = main(
+        [
+            "run",
+            "--data",
+            str(bad),
+            "--runs-dir",
+            workspace["runs"],
+            "--tracking-uri",
+            workspace["uri"],
+            "--experiment",
+            workspace["base"]["mlflow_experiment"],
+            "--no-cache",
+        ]
+    )
     err = capfd.readouterr().err
     assert code == 1
     assert "invfold run: the pipeline failed" in err and "prep-op" in err
     client = MlflowClient(workspace["uri"])
     experiment = client.get_experiment_by_name(workspace["base"]["mlflow_experiment"])
-    failed = client.search_runs([experiment.experiment_id], filter_string="tags.`invfold.pipeline_status` LIKE 'FAILED%'")
+    failed = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`invfold.pipeline_status` LIKE 'FAILED%'"
+    )
     assert len(failed) == 1 and failed[0].info.status == "FAILED"
     assert failed[0].data.params["data_uri"] == str(bad)

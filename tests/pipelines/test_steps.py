@@ -4,7 +4,6 @@ training pod can reach (DeepSpeed's local checkpoint files need the shared works
 from __future__ import annotations
 
 import pytest
-
 from invfold.components.launch.trainjob import WORKSPACE_MOUNT
 from invfold.components.train.config import TrainConfig
 from invfold.pipelines.steps import checkpoint_location
@@ -12,16 +11,18 @@ from invfold.pipelines.steps import checkpoint_location
 RUN = "run-7f3a"
 
 
-@pytest.mark.parametrize("strategy, remote, root, storage, pvc, expected", [
-    ("ddp", False, "", "", "", f"/runs/x/checkpoints/{RUN}"),
-    ("deepspeed", False, "", "s3://b/p", "", f"/runs/x/checkpoints/{RUN}"),
-    ("ddp", True, "", "s3://b/p/", "", f"s3://b/p/checkpoints/{RUN}"),
-    ("horovod", True, "", "s3://b/p", "invfold-workspace", f"s3://b/p/checkpoints/{RUN}"),
-    ("deepspeed", True, "", "s3://b/p", "invfold-workspace", f"{WORKSPACE_MOUNT}/checkpoints/{RUN}"),
-    ("ddp", True, "gs://other/ckpt", "s3://b/p", "", f"gs://other/ckpt/{RUN}"),
-])
-def test_checkpoints_are_keyed_by_the_run_and_reachable_by_every_rank(strategy, remote, root, storage, pvc,
-                                                                      expected):
+@pytest.mark.parametrize(
+    "strategy, remote, root, storage, pvc, expected",
+    [
+        ("ddp", False, "", "", "", f"/runs/x/checkpoints/{RUN}"),
+        ("deepspeed", False, "", "s3://b/p", "", f"/runs/x/checkpoints/{RUN}"),
+        ("ddp", True, "", "s3://b/p/", "", f"s3://b/p/checkpoints/{RUN}"),
+        ("horovod", True, "", "s3://b/p", "invfold-workspace", f"s3://b/p/checkpoints/{RUN}"),
+        ("deepspeed", True, "", "s3://b/p", "invfold-workspace", f"{WORKSPACE_MOUNT}/checkpoints/{RUN}"),
+        ("ddp", True, "gs://other/ckpt", "s3://b/p", "", f"gs://other/ckpt/{RUN}"),
+    ],
+)
+def test_checkpoints_are_keyed_by_the_run_and_reachable_by_every_rank(strategy, remote, root, storage, pvc, expected):
     location = checkpoint_location(strategy, remote, RUN, root, storage, pvc, local_root="/runs/x")
     assert location == expected
     # The trainer accepts it (DeepSpeed refuses object-storage checkpoint folders).

@@ -10,16 +10,19 @@ import uuid
 from pathlib import Path
 
 import pytest
+from invfold.pipelines.local import run_local
 from mlflow import MlflowClient
 
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
-from invfold.pipelines.local import run_local
 
 
-@pytest.mark.parametrize("strategy, module, extra", [
-    ("horovod", "horovod.torch", {}),
-    ("deepspeed", "deepspeed", {"zero_stage": 2}),
-])
+@pytest.mark.parametrize(
+    "strategy, module, extra",
+    [
+        ("horovod", "horovod.torch", {}),
+        ("deepspeed", "deepspeed", {"zero_stage": 2}),
+    ],
+)
 def test_pipeline_trains_and_registers_with_strategy(strategy, module, extra, mlflow_server, tmp_path, monkeypatch):
     try:
         importlib.import_module(module)
@@ -27,9 +30,18 @@ def test_pipeline_trains_and_registers_with_strategy(strategy, module, extra, ml
         pytest.fail(f"{strategy} is not installed ({err}); install it with `make test` (scripts/setup.sh)")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     name = f"invfold-{strategy}-{uuid.uuid4().hex[:6]}"
-    params = {"data_uri": str(SAMPLE_CHAIN_SET), "split_file": str(SAMPLE_SPLITS), "strategy": strategy,
-              "model_preset": "tiny", "model_overrides": {}, "max_steps": 3, "time_budget_s": 0,
-              "mlflow_experiment": name, "registered_model_name": name, **extra}
+    params = {
+        "data_uri": str(SAMPLE_CHAIN_SET),
+        "split_file": str(SAMPLE_SPLITS),
+        "strategy": strategy,
+        "model_preset": "tiny",
+        "model_overrides": {},
+        "max_steps": 3,
+        "time_budget_s": 0,
+        "mlflow_experiment": name,
+        "registered_model_name": name,
+        **extra,
+    }
     result = run_local(params, runs_dir=str(tmp_path / "runs"), tracking_uri=mlflow_server)
     summary = json.loads((Path(result.run_folder) / "train-op" / "model" / "summary.json").read_text())
     assert (summary["strategy"], summary["world_size"], summary["step"]) == (strategy, 2, 3)

@@ -14,17 +14,28 @@ import urllib.request
 
 import pytest
 import yaml
-
 from invfold.pipelines.compile import COMMITTED_YAML
 
 from tests.pipelines.kfp_api import PREFIX, KfpApi
 
 TOKEN = f"kfp-token-{secrets.token_hex(8)}"
 HEALTHZ, EXPERIMENTS, RUNS = f"{PREFIX}/healthz", f"{PREFIX}/experiments", f"{PREFIX}/runs"
-ARGS = ("--data", "s3://bucket/set.jsonl.gz", "--strategy", "horovod", "--nproc", "4",
-        "--param", "storage_root=s3://b/p")
-PARAMS = {"data_uri": "s3://bucket/set.jsonl.gz", "strategy": "horovod", "procs_per_node": 4,
-          "storage_root": "s3://b/p"}
+ARGS = (
+    "--data",
+    "s3://bucket/set.jsonl.gz",
+    "--strategy",
+    "horovod",
+    "--nproc",
+    "4",
+    "--param",
+    "storage_root=s3://b/p",
+)
+PARAMS = {
+    "data_uri": "s3://bucket/set.jsonl.gz",
+    "strategy": "horovod",
+    "procs_per_node": 4,
+    "storage_root": "s3://b/p",
+}
 
 
 @pytest.fixture
@@ -41,8 +52,9 @@ def home(tmp_path):
 
 
 def invfold_submit(host: str, home, *args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("KFP_", "KF_PIPELINES_")) and k not in ("KUBECONFIG",)}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("KFP_", "KF_PIPELINES_")) and k not in ("KUBECONFIG",)
+    }
     env["HOME"] = str(home)
     command = [sys.executable, "-m", "invfold", "submit", "--host", host, *args]
     if token:
@@ -73,7 +85,8 @@ def test_submit_creates_one_run_with_the_committed_spec_and_given_parameters(api
 
     lookup = api.requests_to("GET", EXPERIMENTS)[0]
     assert json.loads(lookup.query["filter"][0]) == {
-        "predicates": [{"operation": 1, "key": "display_name", "stringValue": "invfold-ci"}]}
+        "predicates": [{"operation": 1, "key": "display_name", "stringValue": "invfold-ci"}]
+    }
     assert "namespace" not in lookup.query
     assert api.requests_to("POST", EXPERIMENTS)[0].body == {"display_name": "invfold-ci"}
     (experiment,) = api.experiments.values()
@@ -131,8 +144,9 @@ def test_param_without_equals_exits_2(api, home):
     assert api.requests == []
 
 
-@pytest.mark.parametrize("status, message", [(401, "Unauthenticated: token expired"),
-                                             (500, "Internal error: failed to create workflow")])
+@pytest.mark.parametrize(
+    "status, message", [(401, "Unauthenticated: token expired"), (500, "Internal error: failed to create workflow")]
+)
 def test_an_error_answer_to_run_creation_is_one_clear_line(api, home, status, message):
     api.fail("POST", RUNS, status, message)
     result = invfold_submit(api.url, home, *ARGS)

@@ -6,17 +6,25 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from invfold.components.protein.synthetic import SyntheticConfig, generate_chains
 
 
 def good_entries(n: int, seed: int = 0) -> list[dict]:
     """n well-formed chain-set objects (40-120 residues, no gaps), distinct names."""
-    cfg = SyntheticConfig(num_chains=n, seed=seed, min_length=40, max_length=120, median_length=70,
-                          gap_fraction=0.0, break_fraction=0.0, family_size=1.0)
+    cfg = SyntheticConfig(
+        num_chains=n,
+        seed=seed,
+        min_length=40,
+        max_length=120,
+        median_length=70,
+        gap_fraction=0.0,
+        break_fraction=0.0,
+        family_size=1.0,
+    )
     return [entry for entry, _ in generate_chains(cfg)]
 
 
@@ -37,9 +45,28 @@ def write_splits(path: Path, **splits) -> Path:
 
 def pdb_text(entry: dict | None, chain: str = "A", waters: int = 3) -> str:
     """PDB ATOM records for a chain-set entry's backbone (or none), plus some waters."""
-    three = {"A": "ALA", "C": "CYS", "D": "ASP", "E": "GLU", "F": "PHE", "G": "GLY", "H": "HIS", "I": "ILE",
-             "K": "LYS", "L": "LEU", "M": "MET", "N": "ASN", "P": "PRO", "Q": "GLN", "R": "ARG", "S": "SER",
-             "T": "THR", "V": "VAL", "W": "TRP", "Y": "TYR"}
+    three = {
+        "A": "ALA",
+        "C": "CYS",
+        "D": "ASP",
+        "E": "GLU",
+        "F": "PHE",
+        "G": "GLY",
+        "H": "HIS",
+        "I": "ILE",
+        "K": "LYS",
+        "L": "LEU",
+        "M": "MET",
+        "N": "ASN",
+        "P": "PRO",
+        "Q": "GLN",
+        "R": "ARG",
+        "S": "SER",
+        "T": "THR",
+        "V": "VAL",
+        "W": "TRP",
+        "Y": "TYR",
+    }
     out, serial = [], 1
     if entry:
         for i, letter in enumerate(entry["seq"]):
@@ -47,11 +74,15 @@ def pdb_text(entry: dict | None, chain: str = "A", waters: int = 3) -> str:
                 x, y, z = entry["coords"][atom][i]
                 if any(math.isnan(v) for v in (x, y, z)):
                     continue
-                out.append(f"ATOM  {serial:5d}  {atom:<3s} {three[letter]} {chain}{i + 1:4d}    "
-                           f"{x:8.3f}{y:8.3f}{z:8.3f}  1.00 20.00           {atom[0]}")
+                out.append(
+                    f"ATOM  {serial:5d}  {atom:<3s} {three[letter]} {chain}{i + 1:4d}    "
+                    f"{x:8.3f}{y:8.3f}{z:8.3f}  1.00 20.00           {atom[0]}"
+                )
                 serial += 1
     for w in range(waters):
-        out.append(f"HETATM{serial:5d}  O   HOH W{w + 1:4d}    {w * 3.0:8.3f}{0.0:8.3f}{0.0:8.3f}  1.00 20.00           O")
+        out.append(
+            f"HETATM{serial:5d}  O   HOH W{w + 1:4d}    {w * 3.0:8.3f}{0.0:8.3f}{0.0:8.3f}  1.00 20.00           O"
+        )
         serial += 1
     return "\n".join(out + ["END", ""])
 
@@ -80,6 +111,7 @@ def _jsonl(bad_line: Callable[[dict], str], gz: bool = False):
         good = good_entries(GOOD + 1)
         lines = [line(e) for e in good[:GOOD]] + [bad_line(good[GOOD])]
         return write_lines(tmp / ("set.jsonl.gz" if gz else "set.jsonl"), lines, gz), None
+
     return build
 
 
@@ -118,8 +150,9 @@ def _absent(tmp: Path):
     good = good_entries(4)
     path = write_lines(tmp / "set.jsonl", [line(e) for e in good])
     names = [e["name"] for e in good]
-    return path, write_splits(tmp / "splits.json", train=names[:2] + ["9zzz.A", "9zzy.A"], validation=names[2:3],
-                              test=names[3:] + ["9zzx.B"])
+    return path, write_splits(
+        tmp / "splits.json", train=names[:2] + ["9zzz.A", "9zzy.A"], validation=names[2:3], test=names[3:] + ["9zzx.B"]
+    )
 
 
 def _overlap(tmp: Path):
@@ -158,29 +191,81 @@ def _pdb_file(tmp: Path):
 
 CASES = [
     Case("truncated last line", _truncated, "invalid_json", "error:invalid_json", message=(BAD_LINE, "truncated")),
-    Case("invalid json", _jsonl(lambda e: line(e)[:-3] + "]]\n"), "invalid_json", "error:invalid_json",
-         message=(BAD_LINE, "invalid JSON")),
+    Case(
+        "invalid json",
+        _jsonl(lambda e: line(e)[:-3] + "]]\n"),
+        "invalid_json",
+        "error:invalid_json",
+        message=(BAD_LINE, "invalid JSON"),
+    ),
     Case("byte order mark", _bom, "", "", dropped=0),
-    Case("wrong type", _jsonl(_with(seq=123)), "wrong_type", "error:wrong_type", message=(BAD_LINE, "'seq'", "a string")),
-    Case("wrong coordinate shape", _jsonl(_coords_with("CA", lambda c: [xyz[:2] for xyz in c])), "wrong_shape",
-         "error:wrong_shape", message=(BAD_LINE, "coords.CA")),
-    Case("sequence/coordinate length mismatch", _jsonl(lambda e: line({**e, "seq": e["seq"] + "AAA"})),
-         "length_mismatch", "error:length_mismatch", message=(BAD_LINE, "coords.N")),
-    Case("unknown letters", _jsonl(lambda e: line({**e, "seq": "X" + e["seq"][1:]})), "unknown_letters",
-         "unknown_letters"),
-    Case("invalid letters", _jsonl(lambda e: line({**e, "seq": "1" + e["seq"][1:]})), "invalid_letters",
-         "error:invalid_letters", message=(BAD_LINE, "'seq'", "upper-case")),
-    Case("chain with no observed residue", _jsonl(_no_observed), "no_observed_residue", "error:no_observed_residue",
-         message=(BAD_LINE, "'coords'")),
+    Case(
+        "wrong type", _jsonl(_with(seq=123)), "wrong_type", "error:wrong_type", message=(BAD_LINE, "'seq'", "a string")
+    ),
+    Case(
+        "wrong coordinate shape",
+        _jsonl(_coords_with("CA", lambda c: [xyz[:2] for xyz in c])),
+        "wrong_shape",
+        "error:wrong_shape",
+        message=(BAD_LINE, "coords.CA"),
+    ),
+    Case(
+        "sequence/coordinate length mismatch",
+        _jsonl(lambda e: line({**e, "seq": e["seq"] + "AAA"})),
+        "length_mismatch",
+        "error:length_mismatch",
+        message=(BAD_LINE, "coords.N"),
+    ),
+    Case(
+        "unknown letters",
+        _jsonl(lambda e: line({**e, "seq": "X" + e["seq"][1:]})),
+        "unknown_letters",
+        "unknown_letters",
+    ),
+    Case(
+        "invalid letters",
+        _jsonl(lambda e: line({**e, "seq": "1" + e["seq"][1:]})),
+        "invalid_letters",
+        "error:invalid_letters",
+        message=(BAD_LINE, "'seq'", "upper-case"),
+    ),
+    Case(
+        "chain with no observed residue",
+        _jsonl(_no_observed),
+        "no_observed_residue",
+        "error:no_observed_residue",
+        message=(BAD_LINE, "'coords'"),
+    ),
     Case("duplicate names", _duplicate, "duplicate_name", "error:duplicate_name", message=(BAD_LINE, "'name'")),
-    Case("split names absent from the set", _absent, "absent:3", "error:absent_from_set", dropped=0,
-         message=("splits.json", "3 absent", "9zzz.A")),
-    Case("overlapping splits", _overlap, "error:overlapping_splits", "error:overlapping_splits",
-         message=("splits.json", "both 'train' and 'test'")),
+    Case(
+        "split names absent from the set",
+        _absent,
+        "absent:3",
+        "error:absent_from_set",
+        dropped=0,
+        message=("splits.json", "3 absent", "9zzz.A"),
+    ),
+    Case(
+        "overlapping splits",
+        _overlap,
+        "error:overlapping_splits",
+        "error:overlapping_splits",
+        message=("splits.json", "both 'train' and 'test'"),
+    ),
     Case("empty file", _empty, "error:empty_file", "error:empty_file", message=("set.jsonl", "empty")),
     Case("corrupt gzip", _corrupt_gzip, "error:corrupt_gzip", "error:corrupt_gzip", message=("set.jsonl.gz", "gzip")),
-    Case("folder with a PDB file without protein", _pdb_folder, "no_protein_chain", "error:no_protein_chain",
-         message=("waters.pdb",)),
-    Case("PDB file without protein", _pdb_file, "error:no_protein_chain", "error:no_protein_chain",
-         message=("waters.pdb",)),
+    Case(
+        "folder with a PDB file without protein",
+        _pdb_folder,
+        "no_protein_chain",
+        "error:no_protein_chain",
+        message=("waters.pdb",),
+    ),
+    Case(
+        "PDB file without protein",
+        _pdb_file,
+        "error:no_protein_chain",
+        "error:no_protein_chain",
+        message=("waters.pdb",),
+    ),
 ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import warnings
 
 import pytest
-
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.components.protein.errors import InputError
@@ -16,9 +15,16 @@ from tests.prep.corpus import CASES
 
 def _run(tmp_path, case, strict):
     source, split_file = case.build(tmp_path)
-    cfg = PrepConfig(input=str(source), output=str(tmp_path / "out"), split_file=split_file and str(split_file),
-                     strict=strict, min_length=30, split_fractions=(0.5, 0.25, 0.25), identity_tool="kmer",
-                     **case.overrides)
+    cfg = PrepConfig(
+        input=str(source),
+        output=str(tmp_path / "out"),
+        split_file=split_file and str(split_file),
+        strict=strict,
+        min_length=30,
+        split_fractions=(0.5, 0.25, 0.25),
+        identity_tool="kmer",
+        **case.overrides,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return run_prep(cfg)

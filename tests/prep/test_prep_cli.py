@@ -19,8 +19,9 @@ def _invfold(*argv) -> int:
 def test_prep_cli_summary_and_bad_input(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("INVFOLD_NO_PROGRESS", "1")
     written = write_synthetic_set(tmp_path / "in", SyntheticConfig(num_chains=30, seed=1, median_length=80))
-    code = _invfold("prep", written.chain_set, "--out", tmp_path / "out", "--split-file", written.splits,
-                    "--max-length", 400)
+    code = _invfold(
+        "prep", written.chain_set, "--out", tmp_path / "out", "--split-file", written.splits, "--max-length", 400
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "read 30 records: kept 30, skipped 0" in out and "digest: sha256:" in out

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.components.prep.shards import open_prepared
@@ -28,8 +27,10 @@ REAL = ROOT.parent / "shared" / "data"
 
 @pytest.fixture(scope="module")
 def synthetic(tmp_path_factory):
-    return write_synthetic_set(tmp_path_factory.mktemp("synthetic"),
-                               SyntheticConfig(num_chains=120, seed=7, family_size=3.0, median_length=120))
+    return write_synthetic_set(
+        tmp_path_factory.mktemp("synthetic"),
+        SyntheticConfig(num_chains=120, seed=7, family_size=3.0, median_length=120),
+    )
 
 
 def _prep(tmp_path, input, out="out", **kw) -> tuple:
@@ -69,14 +70,22 @@ def test_split_file_round_trip(tmp_path, synthetic):
 
 def test_filters_count_every_drop(tmp_path):
     good = good_entries(9)
-    long_entry = next(generate_chains(SyntheticConfig(num_chains=1, min_length=150, max_length=200,
-                                                      gap_fraction=0.0, break_fraction=0.0)))[0]
+    long_entry = next(
+        generate_chains(
+            SyntheticConfig(num_chains=1, min_length=150, max_length=200, gap_fraction=0.0, break_fraction=0.0)
+        )
+    )[0]
     long_entry["name"] = "9lng.A"
     path = write_lines(tmp_path / "set.jsonl", [line(e) for e in good] + [line(long_entry)])
     names = [e["name"] for e in good]
     splits = write_splits(tmp_path / "splits.json", train=names[:6] + [long_entry["name"]], test=names[6:8])
-    result, prepared = _prep(tmp_path, path, split_file=splits, max_length=149,
-                             min_length=len(min(good, key=lambda e: len(e["seq"]))["seq"]) + 1)
+    result, prepared = _prep(
+        tmp_path,
+        path,
+        split_file=splits,
+        max_length=149,
+        min_length=len(min(good, key=lambda e: len(e["seq"]))["seq"]) + 1,
+    )
     dropped = result.card["dropped"]
     assert dropped["too_long"] == 1 and dropped["not_in_split_file"] == 1 and dropped["too_short"] >= 1
     assert result.counts["read"] == 10 == result.counts["kept"] + result.counts["skipped"]
@@ -110,8 +119,9 @@ def test_split_by_cath_topology(tmp_path, synthetic):
 
 
 def test_split_by_cluster_field(tmp_path):
-    written = write_synthetic_set(tmp_path / "in", SyntheticConfig(num_chains=40, seed=2, with_cath=False,
-                                                                   with_cluster=True, median_length=80))
+    written = write_synthetic_set(
+        tmp_path / "in", SyntheticConfig(num_chains=40, seed=2, with_cath=False, with_cluster=True, median_length=80)
+    )
     result, prepared = _prep(tmp_path, written.chain_set, identity_tool="kmer")
     assert result.card["split"]["method"] == "cluster"
     _assert_disjoint_groups(prepared, lambda r: r.cluster)
@@ -121,9 +131,18 @@ def test_split_by_cluster_field(tmp_path):
 def test_split_by_sequence_identity(tmp_path, tool):
     if tool == "mmseqs":
         assert resolve_tool("auto") == "mmseqs", "MMseqs2 must be installed (Debian package mmseqs2)"
-    written = write_synthetic_set(tmp_path / "in", SyntheticConfig(num_chains=60, seed=4, with_cath=False,
-                                                                   with_cluster=True, family_size=3.0,
-                                                                   median_length=150, min_length=100))
+    written = write_synthetic_set(
+        tmp_path / "in",
+        SyntheticConfig(
+            num_chains=60,
+            seed=4,
+            with_cath=False,
+            with_cluster=True,
+            family_size=3.0,
+            median_length=150,
+            min_length=100,
+        ),
+    )
     result, prepared = _prep(tmp_path, written.chain_set, identity_tool=tool, split_by="identity")
     split = result.card["split"]
     assert (split["method"], split["tool"]) == ("identity", tool)
@@ -167,27 +186,32 @@ def test_bundled_sample(tmp_path):
     result, prepared = _prep(tmp_path, SAMPLE, split_file=SAMPLE_SPLITS, check_identity=True, identity_tool="kmer")
     splits = json.loads(SAMPLE_SPLITS.read_text())
     assert result.counts["read"] == result.counts["kept"] + result.counts["skipped"]
-    assert {s: len(prepared.open(s)) for s in ("train", "validation", "test")} == \
-        {s: len(splits[s]) for s in ("train", "validation", "test")}
+    assert {s: len(prepared.open(s)) for s in ("train", "validation", "test")} == {
+        s: len(splits[s]) for s in ("train", "validation", "test")
+    }
     assert "highest_train_test_identity" in result.card["split"]
 
 
-@pytest.mark.skipif(not (REAL / "real_chain_set.jsonl.gz").exists(),
-                    reason="../shared/data (833 real chains) is absent on this machine")
+@pytest.mark.skipif(
+    not (REAL / "real_chain_set.jsonl.gz").exists(), reason="../shared/data (833 real chains) is absent on this machine"
+)
 def test_real_chains(tmp_path):
-    result, prepared = _prep(tmp_path, REAL / "real_chain_set.jsonl.gz",
-                             split_file=REAL / "real_chain_set_splits.json")
+    result, prepared = _prep(tmp_path, REAL / "real_chain_set.jsonl.gz", split_file=REAL / "real_chain_set_splits.json")
     assert result.counts["read"] == 833 == result.counts["kept"] + result.counts["skipped"]
-    assert {s: len(prepared.open(s)) for s in ("train", "validation", "test")} == \
-        {"train": 681, "validation": 85, "test": 67}
+    assert {s: len(prepared.open(s)) for s in ("train", "validation", "test")} == {
+        "train": 681,
+        "validation": 85,
+        "test": 67,
+    }
     made, _ = _prep(tmp_path, REAL / "real_chain_set.jsonl.gz", out="made", identity_tool="kmer")
     assert made.card["split"]["method"] == "cluster"
 
 
 def test_remote_output_on_s3(tmp_path, synthetic, s3_server):
     uri = f"s3://{s3_server.new_bucket()}/prepared"
-    result = run_prep(PrepConfig(input=str(synthetic.chain_set), output=uri, split_file=str(synthetic.splits),
-                                 identity_tool="kmer"))
+    result = run_prep(
+        PrepConfig(input=str(synthetic.chain_set), output=uri, split_file=str(synthetic.splits), identity_tool="kmer")
+    )
     prepared = open_prepared(uri, cache_dir=tmp_path / "cache")
     assert prepared.digest == result.digest
     assert len(prepared.open("train")) == result.datasets["train"]

@@ -24,10 +24,16 @@ def backbone(length: int, break_after: tuple[int, ...] = ()) -> np.ndarray:
 
 def chain_dict(name: str, seq: str, coords: np.ndarray | None = None, **extra) -> dict:
     coords = backbone(len(seq)) if coords is None else coords
-    obj = {"name": name, "seq": seq,
-           "coords": {a: [[None if math.isnan(v) else round(float(v), 3) for v in xyz] for xyz in coords[:, i]]
-                      for i, a in enumerate(ATOMS)},
-           "num_chains": 1, "CATH": []}
+    obj = {
+        "name": name,
+        "seq": seq,
+        "coords": {
+            a: [[None if math.isnan(v) else round(float(v), 3) for v in xyz] for xyz in coords[:, i]]
+            for i, a in enumerate(ATOMS)
+        },
+        "num_chains": 1,
+        "CATH": [],
+    }
     obj.update(extra)
     return obj
 
@@ -58,8 +64,10 @@ def pdb_text(chains: dict[str, list[tuple]], hetatm: tuple[str, ...] = ("MSE", "
                 altloc = alt[0] if alt else " "
                 x, y, z = xyz[j]
                 element = "O" if atom == "O" else atom[0]
-                lines.append(f"{record}{serial:5d} {atom:<4}{altloc}{resname:>3} {chain_id}{number:4d}{icode}   "
-                             f"{x:8.3f}{y:8.3f}{z:8.3f}  1.00 20.00          {element:>2}")
+                lines.append(
+                    f"{record}{serial:5d} {atom:<4}{altloc}{resname:>3} {chain_id}{number:4d}{icode}   "
+                    f"{x:8.3f}{y:8.3f}{z:8.3f}  1.00 20.00          {element:>2}"
+                )
                 serial += 1
         lines.append("TER")
     lines.append("END")

@@ -3,7 +3,6 @@ import json
 
 import numpy as np
 import pytest
-
 from invfold.components.protein.errors import InputError, Skip
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import ChainRecord
@@ -21,8 +20,9 @@ def test_missing_atoms_as_nan_or_null_plain_or_gzip(tmp_path, gz, nan_token):
     coords = backbone(5)
     coords[1, 3] = np.nan  # one O missing
     coords[3] = np.nan  # a whole residue missing
-    path = write_jsonl(tmp_path / "chain_set.jsonl", [chain_dict("1abc.A", "ACDEF", coords)], gz=gz,
-                       nan_token=nan_token)
+    path = write_jsonl(
+        tmp_path / "chain_set.jsonl", [chain_dict("1abc.A", "ACDEF", coords)], gz=gz, nan_token=nan_token
+    )
     (record,) = records(path)
     assert isinstance(record, ChainRecord)
     assert record.coords.dtype == np.float32 and record.coords.shape == (5, 4, 3)
@@ -48,12 +48,22 @@ def test_gzip_detected_by_content_not_name(tmp_path):
 
 
 def test_bom_blank_lines_extra_keys_and_optional_fields(tmp_path):
-    lines = [jsonl_line(chain_dict("a.A", "ACD", source="pkg:file.pdb", cluster=7, CATH=["1.10.8.10"])),
-             "", "   ", jsonl_line({k: v for k, v in chain_dict("b.B", "GG").items() if k not in ("num_chains", "CATH")})]
+    lines = [
+        jsonl_line(chain_dict("a.A", "ACD", source="pkg:file.pdb", cluster=7, CATH=["1.10.8.10"])),
+        "",
+        "   ",
+        jsonl_line({k: v for k, v in chain_dict("b.B", "GG").items() if k not in ("num_chains", "CATH")}),
+    ]
     path = tmp_path / "c.jsonl"
     path.write_bytes(b"\xef\xbb\xbf" + "\n".join(lines).encode() + b"\n\n")
     a, b = records(path)
-    assert (a.name, a.cluster, a.cath, a.extra, a.num_chains) == ("a.A", "7", ("1.10.8.10",), {"source": "pkg:file.pdb"}, 1)
+    assert (a.name, a.cluster, a.cath, a.extra, a.num_chains) == (
+        "a.A",
+        "7",
+        ("1.10.8.10",),
+        {"source": "pkg:file.pdb"},
+        1,
+    )
     assert a.source.endswith("c.jsonl:1") and b.source.endswith("c.jsonl:4")
     assert (b.cluster, b.cath, b.num_chains) == (None, (), 1)
 

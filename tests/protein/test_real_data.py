@@ -5,11 +5,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from invfold.components.protein.errors import Skip
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import ChainRecord, chain_breaks
 from invfold.components.protein.splits import read_split_file
+
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -35,7 +35,9 @@ def check_chain_set(records, split_file, expected_counts):
 def test_bundled_sample_loads_with_cluster_disjoint_splits():
     records = list(read_chain_set(SAMPLE_CHAIN_SET))
     assert 250 <= len(records) <= 400
-    splits = check_chain_set(records, SAMPLE_SPLITS, {k: len(v) for k, v in read_split_file(SAMPLE_SPLITS).splits.items()})
+    splits = check_chain_set(
+        records, SAMPLE_SPLITS, {k: len(v) for k, v in read_split_file(SAMPLE_SPLITS).splits.items()}
+    )
     assert len(splits["test"]) >= 0.08 * len(records) and len(splits["validation"]) >= 0.05 * len(records)
     assert all(r.cluster and r.extra["source"] for r in records)
     assert 40 <= min(map(len, records)) and max(map(len, records)) <= 500
@@ -43,8 +45,10 @@ def test_bundled_sample_loads_with_cluster_disjoint_splits():
     assert SAMPLE_CHAIN_SET.stat().st_size < 3_000_000
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "real_chain_set.jsonl.gz").exists(),
-                    reason=f"the shared real data set is absent ({SHARED_DATA.name} beside the repository)")
+@pytest.mark.skipif(
+    not (SHARED_DATA / "real_chain_set.jsonl.gz").exists(),
+    reason=f"the shared real data set is absent ({SHARED_DATA.name} beside the repository)",
+)
 def test_shared_real_chain_set_reads_completely():
     records = list(read_chain_set(SHARED_DATA / "real_chain_set.jsonl.gz"))
     assert len(records) == 833 and all(isinstance(r, ChainRecord) for r in records)

@@ -4,7 +4,6 @@ import gzip
 import json
 
 import pytest
-
 from invfold.components.protein.errors import InputError
 from invfold.components.protein.sources import read_protein_set
 from invfold.components.protein.splits import read_split_file

@@ -2,7 +2,6 @@ import gzip
 import json
 
 import pytest
-
 from invfold.components.protein.errors import InputError
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.sources import read_protein_set, reader_for
@@ -16,15 +15,19 @@ from tests.protein.builders import backbone, chain_dict, pdb_text, write_jsonl
 @pytest.mark.parametrize("filename", ["chain_set_splits.json", "chain_set_split.json"])
 def test_split_file_both_spellings(tmp_path, filename):
     path = tmp_path / filename
-    path.write_text(json.dumps({"train": ["a.A", "b.B", "a.A"], "validation": ["c.C"], "test": ["d.D"],
-                                "cath_nodes": {"1.10": ["a.A"]}}))
+    path.write_text(
+        json.dumps(
+            {"train": ["a.A", "b.B", "a.A"], "validation": ["c.C"], "test": ["d.D"], "cath_nodes": {"1.10": ["a.A"]}}
+        )
+    )
     split = read_split_file(path)
     assert split.splits == {"train": ["a.A", "b.B"], "validation": ["c.C"], "test": ["d.D"]}
     assert split.cath_nodes == {"1.10": ["a.A"]} and split.subsets == {} and split.ignored_keys == ()
 
 
-@pytest.mark.parametrize("filename,name", [("test_split_L100.json", "L100"), ("test_split_sc.json", "sc"),
-                                           ("hard_cases.json", "hard_cases")])
+@pytest.mark.parametrize(
+    "filename,name", [("test_split_L100.json", "L100"), ("test_split_sc.json", "sc"), ("hard_cases.json", "hard_cases")]
+)
 def test_test_only_files_become_named_subsets(tmp_path, filename, name):
     path = tmp_path / filename
     path.write_text(json.dumps({"test": ["a.A", "b.B"]}))
@@ -51,8 +54,9 @@ def test_unknown_keys_ignored_with_warning_and_files_combined(tmp_path):
 def test_ts50_list_with_nan_and_null(tmp_path):
     coords = backbone(3).tolist()
     coords[1][3] = [None, None, None]
-    text = json.dumps([{"name": "t.A", "seq": "ACD", "coords": coords},
-                       {"name": "u.A", "seq": "GG", "coords": backbone(2).tolist()}])
+    text = json.dumps(
+        [{"name": "t.A", "seq": "ACD", "coords": coords}, {"name": "u.A", "seq": "GG", "coords": backbone(2).tolist()}]
+    )
     path = tmp_path / "ts50.json"
     path.write_text(text.replace("null", "NaN", 1))
     t, u = read_ts50(path)

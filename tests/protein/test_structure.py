@@ -3,8 +3,7 @@ import gzip
 import gemmi
 import numpy as np
 import pytest
-
-from invfold.components.protein.errors import InputError, Skip
+from invfold.components.protein.errors import InputError
 from invfold.components.protein.record import chain_breaks
 from invfold.components.protein.structure import increasing_numbering, read_structures, residue_letter
 
@@ -16,10 +15,19 @@ XYZ = backbone(12, break_after=(6,))
 def protein_pdb() -> str:
     """Chain A: residues 1-4 (MSE at 2), insertion codes 5, 5A, 5B, then a numbering gap to 10-12
     (also a geometric gap after the 7th residue), an altloc pair at 3, a water; chain B: 3 residues."""
-    a = [("ALA", 1, " ", XYZ[0]), ("MSE", 2, " ", XYZ[1]),
-         ("SER", 3, " ", XYZ[2], "A"), ("SER", 3, " ", XYZ[2] + 0.5, "B"),
-         ("GLY", 4, " ", XYZ[3]), ("LYS", 5, " ", XYZ[4]), ("LYS", 5, "A", XYZ[5]), ("LYS", 5, "B", XYZ[6]),
-         ("HIS", 10, " ", XYZ[7]), ("SEP", 11, " ", XYZ[8]), ("TRP", 12, " ", XYZ[9])]
+    a = [
+        ("ALA", 1, " ", XYZ[0]),
+        ("MSE", 2, " ", XYZ[1]),
+        ("SER", 3, " ", XYZ[2], "A"),
+        ("SER", 3, " ", XYZ[2] + 0.5, "B"),
+        ("GLY", 4, " ", XYZ[3]),
+        ("LYS", 5, " ", XYZ[4]),
+        ("LYS", 5, "A", XYZ[5]),
+        ("LYS", 5, "B", XYZ[6]),
+        ("HIS", 10, " ", XYZ[7]),
+        ("SEP", 11, " ", XYZ[8]),
+        ("TRP", 12, " ", XYZ[9]),
+    ]
     b = [("VAL", 7, " ", XYZ[0]), ("UNK", 8, " ", XYZ[1]), ("LEU", 9, " ", XYZ[2])]
     water = [("HOH", 101, " ", np.zeros((4, 3)))]
     return pdb_text({"A": a, "B": b, "W": water})
@@ -86,22 +94,49 @@ def test_empty_folder_is_an_error(tmp_path):
 
 
 def test_old_pdb_with_serial_numbers_in_charge_columns(tmp_path):
-    text = "".join(line[:80].ljust(80)[:78] + "99\n" if line.startswith("ATOM") else line + "\n"
-                   for line in protein_pdb().splitlines())
+    text = "".join(
+        line[:80].ljust(80)[:78] + "99\n" if line.startswith("ATOM") else line + "\n"
+        for line in protein_pdb().splitlines()
+    )
     path = tmp_path / "old.pdb"
     path.write_text(text)
     assert [r.seq for r in read_structures(path)] == ["AMSGKKKHSW", "VL"]
 
 
-@pytest.mark.parametrize("name,letter", [("ALA", "A"), ("MSE", "M"), ("SEP", "S"), ("TPO", "T"), ("PTR", "Y"),
-                                         ("HYP", "P"), ("MLY", "K"), ("CSO", "C"), ("HSD", "H"), ("CYX", "C"),
-                                         ("UNK", None), ("DAL", None), ("HOH", None), ("ATP", None), ("DA", None)])
+@pytest.mark.parametrize(
+    "name,letter",
+    [
+        ("ALA", "A"),
+        ("MSE", "M"),
+        ("SEP", "S"),
+        ("TPO", "T"),
+        ("PTR", "Y"),
+        ("HYP", "P"),
+        ("MLY", "K"),
+        ("CSO", "C"),
+        ("HSD", "H"),
+        ("CYX", "C"),
+        ("UNK", None),
+        ("DAL", None),
+        ("HOH", None),
+        ("ATP", None),
+        ("DA", None),
+    ],
+)
 def test_residue_letters(name, letter):
     assert residue_letter(name) == letter
 
 
-@pytest.mark.parametrize("numbers,expected", [
-    ([1, 2, 3], [1, 2, 3]), ([52, 52, 52, 53, 60], [52, 53, 54, 55, 62]), ([52, 52, 54], [52, 53, 55]),
-    ([10, 11, 1, 2], [10, 11, 12, 13]), ([-3, -2, 0], [-3, -2, 0]), ([], [])])
+@pytest.mark.parametrize(
+    "numbers,expected",
+    [
+        ([1, 2, 3], [1, 2, 3]),
+        ([52, 52, 52, 53, 60], [52, 53, 54, 55, 62]),
+        ([52, 52, 54], [52, 53, 55]),
+        ([10, 11, 1, 2], [10, 11, 12, 13]),
+        ([-3, -2, 0], [-3, -2, 0]),
+        ([], []),
+    ],
+)
 def test_increasing_numbering(numbers, expected):
     assert increasing_numbering(numbers).tolist() == expected

@@ -8,24 +8,33 @@ import logging
 import uuid
 
 import pytest
-from mlflow import MlflowClient
-
 from invfold.components.tracking import RunContext, Tracker, finish_pipeline
 from invfold.components.tracking.tracker import PARENT_TAG, PIPELINE_RUN_TAG
+from mlflow import MlflowClient
 
 
 def context(uri: str, **kw) -> RunContext:
-    return RunContext(pipeline_run_id=kw.pop("run_id", uuid.uuid4().hex), tracking_uri=uri,
-                      experiment=kw.pop("experiment", "tracker-tests"), pipeline_run_name="demo-run",
-                      pipeline_version="0.1.0", **kw)
+    return RunContext(
+        pipeline_run_id=kw.pop("run_id", uuid.uuid4().hex),
+        tracking_uri=uri,
+        experiment=kw.pop("experiment", "tracker-tests"),
+        pipeline_run_name="demo-run",
+        pipeline_version="0.1.0",
+        **kw,
+    )
 
 
 def test_steps_nest_under_one_parent_run_per_pipeline_run(mlflow_server, tmp_path):
     ctx = context(mlflow_server, run_url="http://kfp.example/#/runs/details/x")
     metrics_file = tmp_path / "metrics.jsonl"
-    metrics_file.write_text("".join(json.dumps({"split": "train", "step": s, "time": 1.7e9 + s, "loss": 3.0 - s / 10,
-                                                "lr": 1e-3}) + "\n" for s in range(1, 6))
-                            + json.dumps({"split": "validation", "step": 5, "time": 1.7e9 + 6, "recovery": 0.2}) + "\n")
+    metrics_file.write_text(
+        "".join(
+            json.dumps({"split": "train", "step": s, "time": 1.7e9 + s, "loss": 3.0 - s / 10, "lr": 1e-3}) + "\n"
+            for s in range(1, 6)
+        )
+        + json.dumps({"split": "validation", "step": 5, "time": 1.7e9 + 6, "recovery": 0.2})
+        + "\n"
+    )
     (tmp_path / "card.md").write_text("# card\n")
     with Tracker(ctx, "train", params={"lr": 0.002, "model_overrides": {"hidden": 64}}) as train:
         assert train.log_metrics_file(metrics_file) == 11
@@ -43,8 +52,9 @@ def test_steps_nest_under_one_parent_run_per_pipeline_run(mlflow_server, tmp_pat
     assert child.data.tags[PARENT_TAG] == parent.info.run_id and child.info.status == "FINISHED"
     assert child.data.params["lr"] == "0.002" and json.loads(child.data.params["model_overrides"]) == {"hidden": 64}
     history = client.get_metric_history(train.run_id, "train/loss")
-    assert [(m.step, round(m.value, 3)) for m in sorted(history, key=lambda m: m.step)] == \
-        [(s, round(3.0 - s / 10, 3)) for s in range(1, 6)]
+    assert [(m.step, round(m.value, 3)) for m in sorted(history, key=lambda m: m.step)] == [
+        (s, round(3.0 - s / 10, 3)) for s in range(1, 6)
+    ]
     assert client.get_metric_history(train.run_id, "validation/recovery")[0].value == 0.2
     (dataset_input,) = child.inputs.dataset_inputs
     assert dataset_input.dataset.name == "train" and dataset_input.tags[0].value == "training"
@@ -99,7 +109,9 @@ def test_unreachable_server_skips_recording_and_says_what(unreachable_uri, tmp_p
             tracker.log_artifact(metrics_file)
             assert tracker.champion("m") is None
     assert not tracker.available and tracker.run_id is None
-    assert {"step run", "1 params", "1 metric points from metrics.jsonl", "artifact metrics.jsonl"} <= set(tracker.skipped)
+    assert {"step run", "1 params", "1 metric points from metrics.jsonl", "artifact metrics.jsonl"} <= set(
+        tracker.skipped
+    )
     text = caplog.text
     assert "unreachable" in text and "did NOT record" in text and "metric points from metrics.jsonl" in text
     assert finish_pipeline(ctx, failed=True) == []

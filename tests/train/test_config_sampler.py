@@ -4,31 +4,33 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.sampler import TokenBudgetSampler
 
 BASE = dict(data="prepared", out="out", max_steps=10)
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (dict(strategy="mpi"), "TrainConfig.strategy"),
-    (dict(precision="fp16"), "TrainConfig.precision"),
-    (dict(zero_stage=4, strategy="deepspeed"), "TrainConfig.zero_stage"),
-    (dict(zero_stage=2), "needs strategy 'deepspeed'"),
-    (dict(max_steps=None), "give max_steps, epochs or time_budget_s"),
-    (dict(max_steps=0), "TrainConfig.max_steps"),
-    (dict(tokens_per_batch=0), "TrainConfig.tokens_per_batch"),
-    (dict(grad_accum=0), "TrainConfig.grad_accum"),
-    (dict(lr=0.0), "TrainConfig.lr"),
-    (dict(label_smoothing=1.0), "TrainConfig.label_smoothing"),
-    (dict(backbone_noise=-0.1), "TrainConfig.backbone_noise"),
-    (dict(preset="huge"), "TrainConfig.preset"),
-    (dict(schedule="one_cycle", max_steps=None, time_budget_s=60.0), "one_cycle"),
-    (dict(out="s3://bucket/run"), "TrainConfig.out: expected a local folder"),
-    (dict(strategy="deepspeed", checkpoint_dir="s3://bucket/ckpt"), "DeepSpeed writes checkpoints as local files"),
-    (dict(time_budget_s=0.0), "TrainConfig.time_budget_s"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (dict(strategy="mpi"), "TrainConfig.strategy"),
+        (dict(precision="fp16"), "TrainConfig.precision"),
+        (dict(zero_stage=4, strategy="deepspeed"), "TrainConfig.zero_stage"),
+        (dict(zero_stage=2), "needs strategy 'deepspeed'"),
+        (dict(max_steps=None), "give max_steps, epochs or time_budget_s"),
+        (dict(max_steps=0), "TrainConfig.max_steps"),
+        (dict(tokens_per_batch=0), "TrainConfig.tokens_per_batch"),
+        (dict(grad_accum=0), "TrainConfig.grad_accum"),
+        (dict(lr=0.0), "TrainConfig.lr"),
+        (dict(label_smoothing=1.0), "TrainConfig.label_smoothing"),
+        (dict(backbone_noise=-0.1), "TrainConfig.backbone_noise"),
+        (dict(preset="huge"), "TrainConfig.preset"),
+        (dict(schedule="one_cycle", max_steps=None, time_budget_s=60.0), "one_cycle"),
+        (dict(out="s3://bucket/run"), "TrainConfig.out: expected a local folder"),
+        (dict(strategy="deepspeed", checkpoint_dir="s3://bucket/ckpt"), "DeepSpeed writes checkpoints as local files"),
+        (dict(time_budget_s=0.0), "TrainConfig.time_budget_s"),
+    ],
+)
 def test_config_rejects(overrides, message):
     with pytest.raises(ValueError, match=message):
         TrainConfig(**{**BASE, **overrides})
@@ -77,8 +79,10 @@ def test_epochs_are_deterministic_and_differ():
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_ranks_get_equal_disjoint_shares(world_size):
-    shares = [TokenBudgetSampler(LENGTHS, 1200, rank=r, world_size=world_size, seed=2).rank_batches(0)
-              for r in range(world_size)]
+    shares = [
+        TokenBudgetSampler(LENGTHS, 1200, rank=r, world_size=world_size, seed=2).rank_batches(0)
+        for r in range(world_size)
+    ]
     assert len({len(s) for s in shares}) == 1
     rows = [i for s in shares for b in s for i in b]
     assert len(rows) == len(set(rows))
@@ -105,6 +109,5 @@ def test_ranks_get_batches_of_similar_size_at_each_step():
     """Every step waits for the slowest rank: paired batches must be close in padded size."""
     samplers = [TokenBudgetSampler(LENGTHS, 1200, rank=r, world_size=2, seed=5) for r in (0, 1)]
     pairs = zip(*(s.rank_batches(0) for s in samplers))
-    ratios = [max(sizes) / min(sizes) for sizes in
-              ([len(b) * LENGTHS[b].max() for b in pair] for pair in pairs)]
+    ratios = [max(sizes) / min(sizes) for sizes in ([len(b) * LENGTHS[b].max() for b in pair] for pair in pairs)]
     assert np.median(ratios) < 1.03  # about 1.08 when pairs are left to chance

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import pytest
-
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.launch import ENTRYPOINT, launch_command
 
 
-@pytest.mark.parametrize("strategy, launcher, expected", [
-    ("ddp", None, ["torch.distributed.run", "--nnodes=1", "--nproc-per-node=3", "--rdzv-backend=c10d"]),
-    ("deepspeed", None, ["torch.distributed.run", "--nproc-per-node=3"]),
-    ("deepspeed", "mpirun", ["mpirun", "-np", "3", "--bind-to", "none"]),
-    ("horovod", None, ["-np", "3", "-H", "localhost:3", "--gloo"]),
-    ("horovod", "mpirun", ["mpirun", "-np", "3"]),
-])
+@pytest.mark.parametrize(
+    "strategy, launcher, expected",
+    [
+        ("ddp", None, ["torch.distributed.run", "--nnodes=1", "--nproc-per-node=3", "--rdzv-backend=c10d"]),
+        ("deepspeed", None, ["torch.distributed.run", "--nproc-per-node=3"]),
+        ("deepspeed", "mpirun", ["mpirun", "-np", "3", "--bind-to", "none"]),
+        ("horovod", None, ["-np", "3", "-H", "localhost:3", "--gloo"]),
+        ("horovod", "mpirun", ["mpirun", "-np", "3"]),
+    ],
+)
 def test_commands(strategy, launcher, expected, tmp_path):
     cfg = TrainConfig(data="d", out=str(tmp_path), max_steps=1, strategy=strategy)
     command = launch_command(cfg, 3, "cfg.json", launcher)
@@ -22,8 +24,10 @@ def test_commands(strategy, launcher, expected, tmp_path):
     assert ENTRYPOINT in command and command[-2:] == ["--config", "cfg.json"]
 
 
-@pytest.mark.parametrize("strategy, launcher", [("ddp", "mpirun"), ("ddp", "horovodrun"),
-                                                ("horovod", "torchrun"), ("deepspeed", "horovodrun")])
+@pytest.mark.parametrize(
+    "strategy, launcher",
+    [("ddp", "mpirun"), ("ddp", "horovodrun"), ("horovod", "torchrun"), ("deepspeed", "horovodrun")],
+)
 def test_refused_pairs_name_the_choices(strategy, launcher, tmp_path):
     cfg = TrainConfig(data="d", out=str(tmp_path), max_steps=1, strategy=strategy)
     with pytest.raises(ValueError, match=f"launcher '{launcher}' cannot start strategy '{strategy}'"):

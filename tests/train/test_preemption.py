@@ -11,7 +11,6 @@ import subprocess
 import time
 
 import psutil
-
 from invfold.components.train import checkpoint as ckpt
 from invfold.components.train.launch import ENTRYPOINT, launch_command
 
@@ -38,16 +37,29 @@ def _logged_steps(out) -> int:
 def test_sigterm_on_one_rank_checkpoints_all_and_exits_nonzero(synthetic_prepared, tmp_path, s3_server):
     out = tmp_path / "run"
     checkpoints = f"s3://{s3_server.new_bucket()}/run/checkpoints"
-    cfg = tiny_config(synthetic_prepared, out, max_steps=100_000, time_budget_s=120.0, checkpoint_every=0,
-                      validate_every=0, checkpoint_dir=checkpoints)
+    cfg = tiny_config(
+        synthetic_prepared,
+        out,
+        max_steps=100_000,
+        time_budget_s=120.0,
+        checkpoint_every=0,
+        validate_every=0,
+        checkpoint_dir=checkpoints,
+    )
     out.mkdir()
     cfg.to_json(str(out / "train_config.json"))
-    launcher = subprocess.Popen(launch_command(cfg, 2, str(out / "train_config.json")),
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+    launcher = subprocess.Popen(
+        launch_command(cfg, 2, str(out / "train_config.json")), env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     try:
         _wait_for(lambda: _logged_steps(out) >= 3, 90, "3 training steps")
-        workers = _wait_for(lambda: [p for p in psutil.Process(launcher.pid).children(recursive=True)
-                                     if ENTRYPOINT in " ".join(p.cmdline())], 10, "2 worker processes")
+        workers = _wait_for(
+            lambda: [
+                p for p in psutil.Process(launcher.pid).children(recursive=True) if ENTRYPOINT in " ".join(p.cmdline())
+            ],
+            10,
+            "2 worker processes",
+        )
         assert len(workers) == 2
         rank1 = next(p for p in workers if p.environ().get("RANK") == "1")
         rank1.send_signal(signal.SIGTERM)
@@ -65,7 +77,8 @@ def test_sigterm_on_one_rank_checkpoints_all_and_exits_nonzero(synthetic_prepare
     assert len(state["trainer"]["rng"]) == 2  # both ranks contributed their RNG state
     assert not (out / "model.pt").exists()
 
-    resumed = tiny_config(synthetic_prepared, out, max_steps=done["step"] + 2, validate_every=0,
-                          checkpoint_dir=checkpoints)
+    resumed = tiny_config(
+        synthetic_prepared, out, max_steps=done["step"] + 2, validate_every=0, checkpoint_dir=checkpoints
+    )
     assert run_job(resumed) == 0
     assert summary(out)["step"] == done["step"] + 2 and (out / "model.pt").exists()

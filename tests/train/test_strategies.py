@@ -10,7 +10,6 @@ import sys
 
 import pytest
 import torch
-
 from invfold.components.model.io import load_model
 from invfold.components.train import checkpoint as ckpt
 
@@ -25,8 +24,7 @@ STRATEGIES = [
 
 def test_horovod_and_deepspeed_are_installed():
     """A missing backend must fail CI, not skip: the product promises all three strategies."""
-    result = subprocess.run([sys.executable, "-c", "import horovod.torch, deepspeed"],
-                            capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", "import horovod.torch, deepspeed"], capture_output=True, text=True)
     assert result.returncode == 0, f"horovod/deepspeed not importable:\n{result.stderr[-2000:]}"
 
 
@@ -49,8 +47,7 @@ def test_two_processes_learn_agree_and_resume_exactly(strategy, extra, synthetic
 
     # restart from the step-4 checkpoint in a fresh folder, next to a torn step-6 save
     resumed_out = tmp_path / "resumed"
-    shutil.copytree(tmp_path / "full" / "checkpoints" / "step-00000004",
-                    resumed_out / "checkpoints" / "step-00000004")
+    shutil.copytree(tmp_path / "full" / "checkpoints" / "step-00000004", resumed_out / "checkpoints" / "step-00000004")
     torn = resumed_out / "checkpoints" / "step-00000006"
     torn.mkdir()
     (torn / "state.pt").write_bytes(b"half a file")
@@ -66,8 +63,16 @@ def test_two_processes_learn_agree_and_resume_exactly(strategy, extra, synthetic
 
 def test_zero3_bf16_under_mpirun_consolidates_to_a_loadable_fp32_model(synthetic_prepared, tmp_path):
     """Also the cluster's MPI path: ranks from OMPI_COMM_WORLD_*, rendezvous on loopback."""
-    cfg = tiny_config(synthetic_prepared, tmp_path, strategy="deepspeed", zero_stage=3, precision="bf16",
-                      max_steps=4, validate_every=0, checkpoint_every=0)
+    cfg = tiny_config(
+        synthetic_prepared,
+        tmp_path,
+        strategy="deepspeed",
+        zero_stage=3,
+        precision="bf16",
+        max_steps=4,
+        validate_every=0,
+        checkpoint_every=0,
+    )
     assert run_job(cfg, launcher="mpirun") == 0
     model = load_model(tmp_path / "model.pt")
     assert all(p.dtype == torch.float32 for p in model.state_dict().values())

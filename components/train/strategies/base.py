@@ -27,8 +27,7 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Opti
     """AdamW without weight decay on biases and norm weights (1-d tensors), as is usual."""
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.98), eps=1e-9)
 
 
@@ -156,9 +155,15 @@ class TorchStateStrategy(Strategy):
 
     def save(self, directory: str, trainer_state: dict) -> None:
         if self.info.is_main:
-            ckpt.save_torch({"model": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
-                             "scheduler": self.scheduler.state_dict(), "trainer": trainer_state},
-                            f"{directory}/{STATE_FILE}")
+            ckpt.save_torch(
+                {
+                    "model": self.module.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "trainer": trainer_state,
+                },
+                f"{directory}/{STATE_FILE}",
+            )
 
     def load(self, directory: str) -> dict:
         state = ckpt.load_torch(f"{directory}/{STATE_FILE}")

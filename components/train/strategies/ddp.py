@@ -30,4 +30,3 @@ class DDPStrategy(TorchCollectives, TorchStateStrategy):
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return norm
-

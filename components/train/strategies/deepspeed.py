@@ -53,8 +53,12 @@ class DeepSpeedStrategy(TorchCollectives, Strategy):
         deepspeed_logger.setLevel(logging.WARNING)  # its INFO lines repeat per rank and per step
         model = model.to(self.info.device)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
-            model=model, optimizer=make_optimizer(model, self.cfg), lr_scheduler=scheduler_factory,
-            config=deepspeed_config(self.cfg, self.info.world_size), dist_init_required=False)
+            model=model,
+            optimizer=make_optimizer(model, self.cfg),
+            lr_scheduler=scheduler_factory,
+            config=deepspeed_config(self.cfg, self.info.world_size),
+            dist_init_required=False,
+        )
 
     @property
     def module(self) -> torch.nn.Module:
@@ -76,12 +80,10 @@ class DeepSpeedStrategy(TorchCollectives, Strategy):
     def current_lr(self) -> float:
         return float(self.engine.get_lr()[0])
 
-
     def _gathered(self):
         import deepspeed
 
-        return deepspeed.zero.GatheredParameters(list(self.module.parameters()),
-                                                 enabled=self.cfg.zero_stage == 3)
+        return deepspeed.zero.GatheredParameters(list(self.module.parameters()), enabled=self.cfg.zero_stage == 3)
 
     def eval_module(self) -> torch.nn.Module:
         with self._gathered():
@@ -98,8 +100,7 @@ class DeepSpeedStrategy(TorchCollectives, Strategy):
 
     def save(self, directory: str, trainer_state: dict) -> None:
         root, tag = _split(directory)
-        self.engine.save_checkpoint(root, tag=tag, client_state={"trainer": trainer_state},
-                                    save_latest=False)
+        self.engine.save_checkpoint(root, tag=tag, client_state={"trainer": trainer_state}, save_latest=False)
 
     def load(self, directory: str) -> dict:
         root, tag = _split(directory)

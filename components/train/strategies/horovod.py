@@ -20,8 +20,11 @@ class HorovodStrategy(TorchStateStrategy):
         self.model = model.to(self.info.device)
         base = make_optimizer(self.model, self.cfg)
         self.optimizer = hvd.DistributedOptimizer(
-            base, named_parameters=self.model.named_parameters(),
-            backward_passes_per_step=self.cfg.grad_accum, op=hvd.Average)
+            base,
+            named_parameters=self.model.named_parameters(),
+            backward_passes_per_step=self.cfg.grad_accum,
+            op=hvd.Average,
+        )
         self.scheduler = scheduler_factory(self.optimizer)
         self._broadcast_state()
 
