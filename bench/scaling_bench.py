@@ -7,7 +7,7 @@ per-process batch (residue budget), for each strategy.
 Each job runs through the same launcher as `invfold train` (torchrun / horovodrun). Throughput
 is observed residues per second over all ranks, from the per-step records in metrics.jsonl,
 skipping the first --skip steps (allocator and gloo warm-up). Weak-scaling efficiency =
-throughput(N) / (N x throughput(1)); target (issue 3) >= 0.85 for DDP at N = 2.
+throughput(N) / (N x throughput(1)); target >= 0.85 for DDP at N = 2.
 """
 
 from __future__ import annotations

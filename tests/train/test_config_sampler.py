@@ -108,6 +108,6 @@ def test_too_few_batches_for_the_ranks_is_a_clear_error():
 def test_ranks_get_batches_of_similar_size_at_each_step():
     """Every step waits for the slowest rank: paired batches must be close in padded size."""
     samplers = [TokenBudgetSampler(LENGTHS, 1200, rank=r, world_size=2, seed=5) for r in (0, 1)]
-    pairs = zip(*(s.rank_batches(0) for s in samplers))
+    pairs = zip(*(s.rank_batches(0) for s in samplers), strict=True)
     ratios = [max(sizes) / min(sizes) for sizes in ([len(b) * LENGTHS[b].max() for b in pair] for pair in pairs)]
     assert np.median(ratios) < 1.03  # about 1.08 when pairs are left to chance
