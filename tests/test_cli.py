@@ -9,6 +9,7 @@ from invfold.cli import main
 from invfold.components.export.onnx_export import ParityError
 from invfold.components.launch.base import LaunchError
 from invfold.components.launch.schema import ManifestError
+from invfold.components.model.published import PublishedWeightsError
 from invfold.components.tracking import TrackingError
 from invfold.errors import ConfigError, InputError, InvfoldError
 from invfold.pipelines.compile import SubmitError
@@ -20,6 +21,7 @@ from invfold.pipelines.local import PipelineFailed
     [
         (ConfigError, 2),
         (InputError, 2),
+        (PublishedWeightsError, 2),
         (ParityError, 1),
         (LaunchError, 1),
         (ManifestError, 1),
@@ -49,6 +51,7 @@ CASES = [
     ("train --data {tmp} --out {tmp}/t --zero-stage 2 --max-steps 1", "needs strategy 'deepspeed'"),
     ("train --data {tmp} --out {tmp}/t --model nonsense=1 --max-steps 1", "unknown fields ['nonsense']"),
     ("train --data {tmp} --out {tmp}/t", "give max_steps, epochs or time_budget_s"),
+    ("weights import nosuch:v1 --out {tmp}/w.pt", "nosuch:v1"),
     ("submit --host http://127.0.0.1:9 --data s3://b/x --param oops", "--param expects NAME=VALUE"),
 ]
 

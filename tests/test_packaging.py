@@ -63,7 +63,8 @@ def test_cli_has_a_subcommand_per_step():
     from invfold.cli import build_parser
 
     (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    assert set(subparsers.choices) == {"prep", "train", "evaluate", "export", "design", "run", "compile", "submit"}
+    steps = {"prep", "train", "evaluate", "export", "design", "run", "compile", "submit", "weights"}
+    assert set(subparsers.choices) == steps
 
 
 def test_ci_runs_the_readme_test_command():

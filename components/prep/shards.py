@@ -248,7 +248,9 @@ def _cached_copy(uri: str, cache_dir: Path) -> Path:
                 shutil.copyfileobj(src, dst, 1 << 20)
         got = content_digest(staging, list(index["datasets"]))
         if got != index["digest"]:
-            raise InputError(uri, None, "digest", f"the index's {index['digest']}", f"{got} for the downloaded datasets")
+            raise InputError(
+                uri, None, "digest", f"the index's {index['digest']}", f"{got} for the downloaded datasets"
+            )
         (staging / INDEX_FILE).write_text(json.dumps(index) + "\n")
         try:
             staging.rename(target)
