@@ -45,6 +45,15 @@ def add_parser(subparsers) -> None:
         metavar="NAME=VALUE",
         help="model config override, e.g. --model hidden=64 (repeatable)",
     )
+    p.add_argument(
+        "--init-from",
+        metavar="MODEL",
+        help="fine-tune: start from a model file/URI or published weights (e.g. proteinmpnn:v_48_020; "
+        "see `invfold weights list`); the architecture is the initial model's",
+    )
+    p.add_argument(
+        "--freeze-encoder", action="store_true", help="with --init-from: train only the decoder and read-out"
+    )
     p.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--tokens-per-batch", type=int, default=3000, help="residue budget per process and step")
@@ -79,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
             checkpoint_dir=args.checkpoint_dir,
             preset=args.preset,
             model_overrides=dict(args.model),
+            init_from=args.init_from,
+            freeze_encoder=args.freeze_encoder,
             strategy=args.strategy,
             zero_stage=args.zero_stage,
             precision=args.precision,
@@ -101,8 +112,9 @@ def run(args: argparse.Namespace) -> int:
             threads=args.threads,
             resume=not args.no_resume,
         )
-        cfg.model_config()
-    except (ValueError, TypeError) as err:
+        initial = cfg.initial_model()
+        cfg.model_config(initial.cfg if initial is not None else None)
+    except (ValueError, TypeError, OSError) as err:
         print(f"invfold train: error: {err}", file=sys.stderr)
         return 2
     try:

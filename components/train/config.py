@@ -13,6 +13,8 @@ from typing import Any
 STRATEGIES = ("ddp", "horovod", "deepspeed")
 PRECISIONS = ("fp32", "bf16")
 SCHEDULES = ("noam", "one_cycle")
+# model fields a fine-tuning run may change; the rest must match the initial weights
+FINE_TUNE_OVERRIDES = ("dropout", "activation_checkpointing")
 
 
 @dataclass
@@ -25,6 +27,12 @@ class TrainConfig:
     checkpoint_dir: where checkpoints go (default `out`/checkpoints); may be an fsspec URI
         (object storage) for ddp and horovod; DeepSpeed writes local files only.
     preset / model_overrides: ModelConfig.preset(preset, **model_overrides).
+    init_from: start from these weights instead of random ones (fine-tuning): a model file (path
+        or URI) or a published name such as "proteinmpnn:v_48_020". The architecture is the
+        initial model's (preset ignored); model_overrides may change only FINE_TUNE_OVERRIDES.
+        A checkpoint to resume from wins over init_from.
+    freeze_encoder: with init_from, train only the decoder and read-out (the edge/node embeddings
+        and encoder layers keep the initial weights).
     tokens_per_batch: padded-residue budget of one micro-batch on one process.
     max_steps / epochs: optimizer steps or passes over the data (one of them; max_steps wins).
     schedule: "noam" (linear warm-up to lr, then lr * sqrt(warmup / step)); "one_cycle" (linear
@@ -43,6 +51,8 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     preset: str = "default"
     model_overrides: dict[str, Any] = field(default_factory=dict)
+    init_from: str | None = None
+    freeze_encoder: bool = False
     strategy: str = "ddp"
     zero_stage: int = 0
     precision: str = "fp32"
@@ -90,6 +100,19 @@ class TrainConfig:
 
         if self.preset not in PRESETS:
             raise ValueError(f"TrainConfig.preset: expected one of {sorted(PRESETS)}, got {self.preset!r}")
+        if self.init_from is not None:
+            self.init_from = str(self.init_from)
+            if not self.init_from:
+                self.init_from = None
+        if self.init_from is not None:
+            fixed = sorted(set(self.model_overrides) - set(FINE_TUNE_OVERRIDES))
+            if fixed:
+                raise ValueError(
+                    f"TrainConfig.model_overrides: {fixed} cannot change when fine-tuning from "
+                    f"{self.init_from!r} (its architecture is kept); only {list(FINE_TUNE_OVERRIDES)} can"
+                )
+        if self.freeze_encoder and self.init_from is None:
+            raise ValueError("TrainConfig.freeze_encoder: needs init_from (a random encoder would stay random)")
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"TrainConfig.zero_stage: expected 0, 1, 2 or 3, got {self.zero_stage!r}")
         if self.zero_stage and self.strategy != "deepspeed":
@@ -146,13 +169,26 @@ class TrainConfig:
         if getattr(self, name) not in choices:
             raise ValueError(f"TrainConfig.{name}: expected one of {choices}, got {getattr(self, name)!r}")
 
-    def model_config(self):
+    def model_config(self, initial=None):
+        """The model's config: the preset with overrides, or (fine-tuning) the initial model's."""
+        import dataclasses as dc
+
         from invfold.components.model.config import ModelConfig
 
         overrides = dict(self.model_overrides)
         if self.activation_checkpointing:
             overrides["activation_checkpointing"] = True
+        if initial is not None:
+            return dc.replace(initial, **overrides)
         return ModelConfig.preset(self.preset, **overrides)
+
+    def initial_model(self):
+        """The model init_from names (eval mode), or None."""
+        if self.init_from is None:
+            return None
+        from invfold.components.model.io import load_model_or_published
+
+        return load_model_or_published(self.init_from)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

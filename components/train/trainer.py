@@ -166,8 +166,14 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     total_steps = cfg.max_steps or (cfg.epochs * steps_per_epoch if cfg.epochs else None)
 
     _seed_everything(cfg.seed)  # identical initial weights on every rank
-    model_cfg = cfg.model_config()
+    initial = cfg.initial_model()
+    model_cfg = cfg.model_config(initial.cfg if initial is not None else None)
     model = InverseFoldingModel(model_cfg)
+    if initial is not None:
+        model.load_state_dict(initial.state_dict())
+        if cfg.freeze_encoder:
+            for param in encoder_parameters(model):
+                param.requires_grad_(False)
     strategy = make_strategy(cfg, info)
     factor = lr_factor(cfg, total_steps)
     strategy.wrap(model, lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, factor))
@@ -185,9 +191,11 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     metrics = MetricsLog(cfg.out, pos.step) if main else None
     if main:
         log.info(
-            "training %s (%d parameters) with %s on %d process(es) x %d thread(s); %d train chains, %d steps/epoch%s",
-            cfg.preset,
+            "training %s (%d parameters, %d trainable) with %s on %d process(es) x %d thread(s); "
+            "%d train chains, %d steps/epoch%s",
+            f"from {cfg.init_from}" if cfg.init_from else cfg.preset,
             model.num_parameters(),
+            sum(p.numel() for p in model.parameters() if p.requires_grad),
             cfg.strategy,
             info.world_size,
             cfg.threads,
@@ -270,10 +278,17 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     if main:
         final = InverseFoldingModel(dataclasses.replace(model_cfg, activation_checkpointing=False))
         final.load_state_dict(strategy.fp32_state_dict(ckpt.step_dir(cfg.checkpoint_dir, pos.step)))
-        save_model(model_path, final)
+        save_model(model_path, final, {"init_from": cfg.init_from} if cfg.init_from else None)
     summary = _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_path)
     _finish(strategy, metrics, summary, cfg, main)
     return TrainResult(EXIT_OK, stop_reason, pos.step, summary)
+
+
+def encoder_parameters(model: InverseFoldingModel) -> list[torch.nn.Parameter]:
+    """Everything that reads structure: edge/node embeddings and the encoder layers (what
+    freeze_encoder keeps fixed); the decoder, letter embedding and read-out stay trainable."""
+    trainable_heads = ("decoder.", "seq_embed.", "readout.")
+    return [p for name, p in model.named_parameters() if not name.startswith(trainable_heads)]
 
 
 def _done(cfg: TrainConfig, pos: _Position) -> bool:
