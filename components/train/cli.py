@@ -60,6 +60,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--max-steps", type=int)
     p.add_argument("--epochs", type=int)
     p.add_argument("--time-budget", type=float, metavar="SECONDS", help="stop (and save) after this long")
+    p.add_argument(
+        "--cpu-time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="stop (and save) after this many CPU seconds of each training process",
+    )
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup-steps", type=int, default=50)
     p.add_argument("--schedule", choices=("noam", "one_cycle"), default="noam")
@@ -97,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             max_steps=args.max_steps,
             epochs=args.epochs,
             time_budget_s=args.time_budget,
+            cpu_time_budget_s=args.cpu_time_budget,
             lr=args.lr,
             warmup_steps=args.warmup_steps,
             schedule=args.schedule,

@@ -41,6 +41,9 @@ class TrainConfig:
     grad_clip: max global gradient norm (0 = no clipping).
     validate_every / checkpoint_every / log_every: in optimizer steps (0 = only at the end).
     time_budget_s: stop (checkpoint, model.pt, exit 0) after this many seconds of training.
+    cpu_time_budget_s: the same, counted in CPU seconds of each training process (all its
+        threads; the ranks stop together when the first reaches it): a budget that a loaded
+        machine does not shrink.
     The default recipe (default preset, lr 2e-3, noise 0.1 A, short warm-up) learns fast on CPU.
     """
 
@@ -77,6 +80,7 @@ class TrainConfig:
     threads: int = 1
     resume: bool = True
     time_budget_s: float | None = None
+    cpu_time_budget_s: float | None = None
     dist_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
@@ -128,8 +132,13 @@ class TrainConfig:
                 f"TrainConfig.checkpoint_dir: DeepSpeed writes checkpoints as local files; "
                 f"got {self.checkpoint_dir!r} (use a mounted volume)"
             )
-        if self.max_steps is None and self.epochs is None and self.time_budget_s is None:
-            raise ValueError("TrainConfig: give max_steps, epochs or time_budget_s")
+        if (
+            self.max_steps is None
+            and self.epochs is None
+            and self.time_budget_s is None
+            and self.cpu_time_budget_s is None
+        ):
+            raise ValueError("TrainConfig: give max_steps, epochs, time_budget_s or cpu_time_budget_s")
         if self.schedule == "one_cycle" and self.max_steps is None and self.epochs is None:
             raise ValueError(
                 "TrainConfig.schedule 'one_cycle' needs max_steps or epochs (its cosine ends at the last step)"
@@ -158,7 +167,7 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name}: expected >= 0, got {getattr(self, name)!r}")
         if not 0 <= self.label_smoothing < 1:
             raise ValueError(f"TrainConfig.label_smoothing: expected 0 <= x < 1, got {self.label_smoothing!r}")
-        for name in ("time_budget_s",):
+        for name in ("time_budget_s", "cpu_time_budget_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"TrainConfig.{name}: expected > 0 seconds, got {value!r}")

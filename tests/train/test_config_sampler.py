@@ -17,7 +17,7 @@ BASE = dict(data="prepared", out="out", max_steps=10)
         (dict(precision="fp16"), "TrainConfig.precision"),
         (dict(zero_stage=4, strategy="deepspeed"), "TrainConfig.zero_stage"),
         (dict(zero_stage=2), "needs strategy 'deepspeed'"),
-        (dict(max_steps=None), "give max_steps, epochs or time_budget_s"),
+        (dict(max_steps=None), "give max_steps, epochs, time_budget_s or cpu_time_budget_s"),
         (dict(max_steps=0), "TrainConfig.max_steps"),
         (dict(tokens_per_batch=0), "TrainConfig.tokens_per_batch"),
         (dict(grad_accum=0), "TrainConfig.grad_accum"),

@@ -83,3 +83,11 @@ def test_train_cli_names_a_missing_initial_model(sample_prepared, tmp_path, caps
     )
     assert code == 2
     assert "nope.pt" in capsys.readouterr().err
+
+
+def test_cpu_time_budget_stops_training(sample_prepared, tmp_path):
+    cfg = tiny_config(sample_prepared, tmp_path / "cpu", max_steps=None, cpu_time_budget_s=2.0, validate_every=0)
+    assert run_job(cfg, nproc=1) == 0
+    result = summary(tmp_path / "cpu")
+    assert result["stop_reason"] == "time_budget"
+    assert result["step"] >= 1 and result["process_cpu_s"] >= 2.0
