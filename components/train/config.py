@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .sampler import BALANCE_MODES
+
 STRATEGIES = ("ddp", "horovod", "deepspeed")
 PRECISIONS = ("fp32", "bf16")
 SCHEDULES = ("noam", "one_cycle")
@@ -34,6 +36,9 @@ class TrainConfig:
     freeze_encoder: with init_from, train only the decoder and read-out (the edge/node embeddings
         and encoder layers keep the initial weights).
     tokens_per_batch: padded-residue budget of one micro-batch on one process.
+    balance: how each step's batches are made alike across ranks (sampler.py): "interleaved"
+        (dealt from one length-sorted run: same rows, neighbouring lengths) or "pairs" (packed
+        alone, then paired by padded size; the earlier scheme).
     max_steps / epochs: optimizer steps or passes over the data (one of them; max_steps wins).
     schedule: "noam" (linear warm-up to lr, then lr * sqrt(warmup / step)); "one_cycle" (linear
         warm-up, then cosine to 0 at the last step; needs the step count up front).
@@ -61,6 +66,7 @@ class TrainConfig:
     precision: str = "fp32"
     tokens_per_batch: int = 3000
     pool_batches: int = 50
+    balance: str = "interleaved"
     max_steps: int | None = None
     epochs: int | None = None
     lr: float = 2e-3
@@ -98,6 +104,7 @@ class TrainConfig:
         self._check_choice("strategy", STRATEGIES)
         self._check_choice("precision", PRECISIONS)
         self._check_choice("schedule", SCHEDULES)
+        self._check_choice("balance", BALANCE_MODES)
         if not isinstance(self.model_overrides, dict):
             raise ValueError(f"TrainConfig.model_overrides: expected a dict, got {self.model_overrides!r}")
         from invfold.components.model.config import PRESETS

@@ -216,7 +216,13 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
         else None
     )
     sampler = TokenBudgetSampler(
-        train_set.lengths, cfg.tokens_per_batch, info.rank, info.world_size, cfg.seed, cfg.pool_batches
+        train_set.lengths,
+        cfg.tokens_per_batch,
+        info.rank,
+        info.world_size,
+        cfg.seed,
+        cfg.pool_batches,
+        balance=cfg.balance,
     )
     steps_per_epoch = max(1, sampler.batches_per_rank(0) // cfg.grad_accum)
     total_steps = cfg.max_steps or (cfg.epochs * steps_per_epoch if cfg.epochs else None)
