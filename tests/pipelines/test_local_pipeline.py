@@ -109,6 +109,29 @@ def test_model_beats_the_constant_predictor_and_becomes_champion(ddp_run, worksp
     assert json.loads((register_dir / "model.parity.json").read_text())["passed"] is True
 
 
+def test_mlflow_opens_as_a_model_training_experiment_with_datasets_links_metrics_and_descriptions(ddp_run, workspace):
+    client = MlflowClient(workspace["uri"])
+    name = workspace["base"]["registered_model_name"]
+    experiment = client.get_experiment_by_name(workspace["base"]["mlflow_experiment"])
+    # MLflow 3's UI shows runs and charts, not its GenAI overview, for this experiment kind
+    # (mlflow/mlflow: mlflow/server/js/src/experiment-tracking/constants.ts, enum ExperimentKind)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    parent = client.get_run(ddp_run.mlflow_run_id)
+    contexts = {
+        i.dataset.name: {t.key: t.value for t in i.tags}["mlflow.data.context"] for i in parent.inputs.dataset_inputs
+    }
+    assert contexts == {"train": "training", "validation": "validation", "test": "testing"}
+    assert f"#/models/{name}/versions/1" in parent.data.tags["mlflow.note.content"]
+    version = client.get_model_version(name, "1")
+    digest = version.tags["invfold.data_digest"]
+    for description in (client.get_registered_model(name).description, version.description):
+        assert digest in description and "onnx" in description.lower() and f"models:/{name}@champion" in description
+    logged = client.get_logged_model(version.model_id)
+    metrics = {m.key: m.value for m in logged.metrics}
+    assert metrics["test_recovery"] == pytest.approx(float(version.tags["invfold.test_recovery"]))
+    assert "test_perplexity" in metrics and "parity_max_abs_diff" in metrics
+
+
 def test_kfp_outputs_show_metrics_confusion_matrix_and_reports(ddp_run):
     folder = Path(ddp_run.run_folder)
     out = json.loads((folder / "evaluate-op" / "executor_output.json").read_text())["artifacts"]
@@ -179,6 +202,34 @@ def test_changed_data_misses_the_cache_and_an_unreachable_server_loses_only_reco
     assert "unreachable" in text and "did NOT record" in text and "metric points from metrics.jsonl" in text
 
 
+def test_invfold_run_prints_a_line_per_step_and_a_summary_and_keeps_logs_and_artifacts_under_runs(
+    workspace, tmp_path, monkeypatch, capfd
+):
+    """The main job as a person runs it (SQLite store, the default): a short readable output,
+    the whole output in runs/logs, MLflow's artifacts under runs/ (none in the working folder)."""
+    from invfold.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    base = workspace["base"]
+    code = main(
+        ["run", "--data", base["data_uri"], "--split-file", base["split_file"], "--runs-dir", "runs"]
+        + ["--preset", "tiny", "--max-steps", "3", "--nproc", "1", "--time-budget", "0"]
+    )
+    out = capfd.readouterr().out
+    assert code == 0, out
+    lines = out.splitlines()
+    assert len(lines) < 45, out  # the local runner alone prints about a thousand
+    for step in ("fingerprint", "prep", "train", "evaluate", "compare", "register"):
+        assert any(line.split()[:2] == ["ok", step] for line in lines), out
+    assert "test median recovery" in out and "constant predictor" in out and "champion decision" in out
+    assert "mlflow ui --backend-store-uri sqlite:///" in out.replace("\n", "").replace("│", "")
+    log_file = next((tmp_path / "runs" / "logs").glob("run-*.log"))
+    logged = log_file.read_text()
+    assert "Executing task 'train-op'" in logged and "| loss " in logged and len(logged.splitlines()) > 5 * len(lines)
+    assert not (tmp_path / "mlruns").exists()
+    assert list((tmp_path / "runs" / "artifacts").rglob("model.onnx"))
+
+
 def test_a_failing_step_fails_the_run_with_its_reason_and_marks_mlflow_runs_failed(workspace, tmp_path, capfd):
     from invfold.cli import main
 
@@ -198,9 +249,12 @@ def test_a_failing_step_fails_the_run_with_its_reason_and_marks_mlflow_runs_fail
             "--no-cache",
         ]
     )
-    err = capfd.readouterr().err
+    captured = capfd.readouterr()
+    err, out = captured.err, captured.out
     assert code == 1
     assert "invfold run: the pipeline failed" in err and "prep-op" in err
+    # the failing step's own error, in full, where a person reads (not only in the log file)
+    assert "FAILED prep" in out and "Traceback (most recent call last)" in out and str(bad) in out
     client = MlflowClient(workspace["uri"])
     experiment = client.get_experiment_by_name(workspace["base"]["mlflow_experiment"])
     failed = client.search_runs(
