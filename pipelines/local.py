@@ -38,6 +38,7 @@ class LocalRun:
     wall_s: float
     timings: list[dict] = field(default_factory=list)
     log_file: str | None = None
+    experiment_id: str | None = None
 
     def figures(self, step: str) -> dict:
         """The key figures a step recorded this run ({} when it did not run, e.g. cached)."""
@@ -45,9 +46,14 @@ class LocalRun:
         return found[-1] if found else {}
 
     def ui_command(self) -> str:
+        """How to see the run: the UI command and the experiment's page in its model-training
+        view (MLflow 3 otherwise opens on its GenAI overview)."""
+        from invfold.components.tracking import MODEL_TRAINING_VIEW
+
+        page = f"#/experiments/{self.experiment_id}?{MODEL_TRAINING_VIEW}" if self.experiment_id else ""
         if self.tracking_uri.startswith("sqlite:"):
-            return f"mlflow ui --backend-store-uri {self.tracking_uri}"
-        return f"open {self.tracking_uri}"
+            return f"mlflow ui --backend-store-uri {self.tracking_uri}, then open http://127.0.0.1:5000/{page}"
+        return f"open {self.tracking_uri.rstrip('/')}/{page}"
 
     def where_to_look(self) -> str:
         ui = self.ui_command()
@@ -123,7 +129,7 @@ def run_local(
     timings = read_timings(timings_file)
     experiment = params.get("mlflow_experiment") or _pipeline_default("mlflow_experiment")
     model_name = params.get("registered_model_name") or _pipeline_default("registered_model_name")
-    run_id, version = _mlflow_outcome(uri, experiment, start)
+    run_id, version, experiment_id = _mlflow_outcome(uri, experiment, start)
     if error is not None:
         raise PipelineFailed(
             f"the pipeline failed: {error} (MLflow run {run_id or 'not recorded'} marked "
@@ -141,6 +147,7 @@ def run_local(
         wall,
         timings,
         str(log_file),
+        experiment_id,
     )
 
 
@@ -183,19 +190,19 @@ def read_timings(path: Path) -> list[dict]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def _mlflow_outcome(uri: str, experiment: str, since: float) -> tuple[str | None, str | None]:
-    """The parent run this pipeline run created, and the model version it registered."""
+def _mlflow_outcome(uri: str, experiment: str, since: float) -> tuple[str | None, str | None, str | None]:
+    """The parent run this pipeline run created, the model version it registered, the experiment."""
     from invfold.components.tracking import reachable
 
     if not reachable(uri)[0]:
-        return None, None
+        return None, None, None
     try:
         from mlflow import MlflowClient
 
         client = MlflowClient(uri)
         found = client.get_experiment_by_name(experiment)
         if found is None:
-            return None, None
+            return None, None, None
         runs = client.search_runs(
             [found.experiment_id],
             filter_string=f"attributes.start_time >= {int(since * 1000)}",
@@ -203,10 +210,11 @@ def _mlflow_outcome(uri: str, experiment: str, since: float) -> tuple[str | None
         )
         parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
         if not parents:
-            return None, None
+            return None, None, found.experiment_id
         parent = parents[0]
         version = parent.data.tags.get("invfold.registered_version")
-        return parent.info.run_id, version if version and version != "not recorded" else None
+        registered = version if version and version != "not recorded" else None
+        return parent.info.run_id, registered, found.experiment_id
     except Exception as err:  # noqa: BLE001 - only the summary depends on it
         log.warning("could not read the run back from MLflow: %s", err)
-        return None, None
+        return None, None, None

@@ -18,6 +18,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from invfold.components.tracking import MODEL_TRAINING_VIEW as ML_VIEW
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -60,11 +62,11 @@ def pages(tracking_uri: str, experiment: str, model_name: str) -> dict[str, str]
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise SystemExit(f"no experiment {experiment!r} in {tracking_uri}: run `invfold run` first")
-    routes = {"experiment": f"#/experiments/{found.experiment_id}"}
+    routes = {"experiment": f"#/experiments/{found.experiment_id}?{ML_VIEW}"}
     runs = client.search_runs([found.experiment_id], order_by=["attributes.start_time DESC"], max_results=50)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     if parents:
-        routes["run"] = f"#/experiments/{found.experiment_id}/runs/{parents[0].info.run_id}"
+        routes["run"] = f"#/experiments/{found.experiment_id}/runs/{parents[0].info.run_id}?{ML_VIEW}"
     versions = client.search_model_versions(f"name = '{model_name}'", order_by=["version_number DESC"])
     if versions:
         routes["model"] = f"#/models/{model_name}"

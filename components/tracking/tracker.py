@@ -28,10 +28,15 @@ PARENT_TAG = "mlflow.parentRunId"
 CHAMPION = "champion"
 DEFAULT_EXPERIMENT = "invfold"
 REACHABILITY_TIMEOUT_S = 3.0
-# MLflow 3's UI opens an experiment on its GenAI overview unless this tag says otherwise
-# (mlflow/mlflow, mlflow/server/js/src/experiment-tracking/constants.ts: enum ExperimentKind).
+# MLflow 3's UI opens an experiment on its GenAI overview (traces, token usage). The experiment
+# kind tag says "model training" (mlflow/mlflow, mlflow/server/js/src/experiment-tracking/
+# constants.ts: enum ExperimentKind); MLflow 3.17's UI, whose sidebar has a GenAI / Model training
+# switch, follows that switch instead: the page's `workflowType` query parameter, else the
+# browser's last choice (localStorage `mlflow.workflowType`, default genai). So the links we print
+# carry MODEL_TRAINING_VIEW.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+MODEL_TRAINING_VIEW = "workflowType=machine_learning"
 
 
 def default_tracking_uri(runs_dir: str | os.PathLike = "runs") -> str:
