@@ -103,7 +103,7 @@ def add_parser(subparsers) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
-    from .local import PipelineFailed, run_local
+    from .local import run_local
 
     params = _pipeline_params(args)
     params["data_uri"] = args.data or str(SAMPLE_CHAIN_SET)
@@ -113,18 +113,14 @@ def run_command(args: argparse.Namespace) -> int:
 
     console = Console(file=sys.stdout, highlight=False)
     console.print(f"invfold run: fingerprint -> prep -> train -> evaluate -> compare -> register ({args.runs_dir}/)")
-    try:
-        result = run_local(
-            params,
-            runs_dir=args.runs_dir,
-            tracking_uri=args.tracking_uri,
-            cache=not args.no_cache,
-            console=console,
-            verbose=args.show_logs or args.verbose,
-        )
-    except PipelineFailed as err:
-        print(f"invfold run: {err}", file=sys.stderr)
-        return 1
+    result = run_local(
+        params,
+        runs_dir=args.runs_dir,
+        tracking_uri=args.tracking_uri,
+        cache=not args.no_cache,
+        console=console,
+        verbose=args.show_logs or args.verbose,
+    )
     console.print(summary_table(result))
     return 0
 
@@ -176,31 +172,28 @@ def compile_command(args: argparse.Namespace) -> int:
 def submit_command(args: argparse.Namespace) -> int:
     import os
 
-    from .compile import SubmitError, submit
+    from invfold.errors import ConfigError
+
+    from .compile import submit
 
     params = _pipeline_params(args)
     params["data_uri"] = args.data
     for item in args.param:
         name, sep, value = item.partition("=")
         if not sep:
-            print(f"invfold submit: --param expects NAME=VALUE, got {item!r}", file=sys.stderr)
-            return 2
+            raise ConfigError(f"--param expects NAME=VALUE, got {item!r}")
         try:
             params[name] = json.loads(value)
         except json.JSONDecodeError:
             params[name] = value
-    try:
-        result = submit(
-            args.host,
-            params,
-            package=args.package,
-            experiment=args.kfp_experiment,
-            run_name=args.run_name,
-            token=args.token or os.environ.get("KFP_TOKEN"),
-            namespace=args.namespace,
-        )
-    except SubmitError as err:
-        print(f"invfold submit: {err}", file=sys.stderr)
-        return 1
+    result = submit(
+        args.host,
+        params,
+        package=args.package,
+        experiment=args.kfp_experiment,
+        run_name=args.run_name,
+        token=args.token or os.environ.get("KFP_TOKEN"),
+        namespace=args.namespace,
+    )
     print(f"submitted run {result['run_id']}: {result['url']}")
     return 0

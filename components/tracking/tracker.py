@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from invfold.errors import InvfoldError
+
 log = logging.getLogger(__name__)
 
 PIPELINE_RUN_TAG = "kfp.pipeline_run_id"
@@ -37,6 +39,10 @@ REACHABILITY_TIMEOUT_S = 3.0
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 MODEL_TRAINING_VIEW = "workflowType=machine_learning"
+
+
+class TrackingError(InvfoldError, ValueError):
+    """A step cannot say where (or for which run) to record: no tracking URI or no run id."""
 
 
 def default_tracking_uri(runs_dir: str | os.PathLike = "runs") -> str:
@@ -83,10 +89,10 @@ class RunContext:
 
     def __post_init__(self) -> None:
         if not self.pipeline_run_id:
-            raise ValueError("RunContext.pipeline_run_id must be given (the KFP run id)")
+            raise TrackingError("RunContext.pipeline_run_id must be given (the KFP run id)")
         self.tracking_uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
         if not self.tracking_uri:
-            raise ValueError("RunContext.tracking_uri: none given and MLFLOW_TRACKING_URI is not set")
+            raise TrackingError("RunContext.tracking_uri: none given and MLFLOW_TRACKING_URI is not set")
         self.experiment = self.experiment or DEFAULT_EXPERIMENT
 
 
@@ -298,7 +304,9 @@ class Tracker:
 
             session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
             outputs = session.run(None, input_example)
-            signature = infer_signature(input_example, {o.name: v for o, v in zip(session.get_outputs(), outputs)})
+            signature = infer_signature(
+                input_example, {o.name: v for o, v in zip(session.get_outputs(), outputs, strict=True)}
+            )
             mlflow.set_tracking_uri(self.ctx.tracking_uri)
             with mlflow.start_run(run_id=self.run_id):
                 info = mlflow.onnx.log_model(

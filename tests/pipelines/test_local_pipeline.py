@@ -233,7 +233,7 @@ def test_a_failing_step_fails_the_run_with_its_reason_and_marks_mlflow_runs_fail
     captured = capfd.readouterr()
     err, out = captured.err, captured.out
     assert code == 1
-    assert "invfold run: the pipeline failed" in err and "prep-op" in err
+    assert "invfold run: error: the pipeline failed" in err and "prep-op" in err
     # the failing step's own error, in full, where a person reads (not only in the log file)
     assert "FAILED prep" in out and "Traceback (most recent call last)" in out and str(bad) in out
     client = MlflowClient(workspace["uri"])
