@@ -16,6 +16,8 @@ import shutil
 import tempfile
 import time
 
+from invfold.errors import ConfigError
+
 from .settings import record_timing
 
 # -- fingerprint: KFP caches on input values, not on the files behind a path; prep receives
@@ -27,7 +29,7 @@ CHUNK = 4 * 2**20
 def fingerprint(uris: list[str]) -> str:
     """sha256 over every file's relative name and bytes (a folder: its files in sorted order);
     local paths and fsspec URIs."""
-    from invfold.components.protein import io as storage
+    from invfold import storage
 
     digest = hashlib.sha256()
     for uri in uris:
@@ -136,7 +138,7 @@ def checkpoint_location(
         root = os.path.join(local_root, "checkpoints")
     elif strategy == "deepspeed":
         if not workspace_pvc:
-            raise ValueError(
+            raise ConfigError(
                 "strategy deepspeed on a cluster writes its checkpoints as local files: set the "
                 "pipeline parameter workspace_pvc to a ReadWriteMany claim (e.g. invfold-workspace) "
                 "or checkpoint_root to a path on a volume every training pod mounts"
@@ -145,7 +147,7 @@ def checkpoint_location(
     elif storage_root:
         root = f"{storage_root.rstrip('/')}/checkpoints"
     else:
-        raise ValueError("on a cluster the train step needs storage_root (s3://bucket/prefix) or checkpoint_root")
+        raise ConfigError("on a cluster the train step needs storage_root (s3://bucket/prefix) or checkpoint_root")
     return f"{root.rstrip('/')}/{pipeline_run_id}"
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from invfold.components.train.config import TrainConfig
 
+from invfold.errors import ConfigError
+
 from .base import Resources
 
 GROUP = "trainer.kubeflow.org"
@@ -94,27 +96,29 @@ class ClusterOptions:
         self.secret_keys = dict(self.secret_keys)
         self.storage_endpoint = self.storage_endpoint or None
         if self.storage_endpoint and not self.storage_endpoint.startswith(("http://", "https://")):
-            raise ValueError(
+            raise ConfigError(
                 f"ClusterOptions.storage_endpoint: expected an http(s) URL such as "
                 f"http://minio-service.kubeflow:9000, got {self.storage_endpoint!r}"
             )
         self.tolerations = list(self.tolerations or [])
         self.node_selector = dict(self.node_selector or {})
         if self.runtime_kind not in RUNTIME_KINDS:
-            raise ValueError(f"ClusterOptions.runtime_kind: expected one of {RUNTIME_KINDS}, got {self.runtime_kind!r}")
+            raise ConfigError(
+                f"ClusterOptions.runtime_kind: expected one of {RUNTIME_KINDS}, got {self.runtime_kind!r}"
+            )
         if not self.timeout_s > 0 or not self.poll_s > 0:
-            raise ValueError(f"ClusterOptions: timeout_s and poll_s must be > 0, got {self.timeout_s}, {self.poll_s}")
+            raise ConfigError(f"ClusterOptions: timeout_s and poll_s must be > 0, got {self.timeout_s}, {self.poll_s}")
         if self.storage_root and "://" not in self.storage_root:
-            raise ValueError(
+            raise ConfigError(
                 f"ClusterOptions.storage_root: expected an object-storage URI "
                 f"(s3://bucket/prefix), got {self.storage_root!r}"
             )
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.node_selector.items()):
-            raise ValueError(
+            raise ConfigError(
                 f"ClusterOptions.node_selector: expected string keys and values, got {self.node_selector!r}"
             )
         if not all(isinstance(t, dict) for t in self.tolerations):
-            raise ValueError(f"ClusterOptions.tolerations: expected a list of objects, got {self.tolerations!r}")
+            raise ConfigError(f"ClusterOptions.tolerations: expected a list of objects, got {self.tolerations!r}")
 
 
 def job_name(strategy: str, pipeline_run_id: str = "") -> str:
@@ -204,7 +208,7 @@ def build_trainjob(
 ) -> dict:
     """The TrainJob manifest (a plain dict, validated by schema.validate_trainjob)."""
     if not NAME.match(name) or len(name) > 63:
-        raise ValueError(f"TrainJob name {name!r}: expected an RFC 1035 label of at most 63 characters")
+        raise ConfigError(f"TrainJob name {name!r}: expected an RFC 1035 label of at most 63 characters")
     env = _env(options, environ)
     command, args = _command(name, cfg, resources, output_uri, env)
     trainer: dict = {

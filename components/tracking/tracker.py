@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from invfold.errors import InvfoldError
+
 log = logging.getLogger(__name__)
 
 PIPELINE_RUN_TAG = "kfp.pipeline_run_id"
@@ -33,8 +35,9 @@ DEFAULT_EXPERIMENT = "invfold"
 REACHABILITY_TIMEOUT_S = 3.0
 
 
-class TrackingError(RuntimeError):
-    """MLflow could not record what a cluster step needs recorded (or could not answer it)."""
+class TrackingError(InvfoldError, ValueError):
+    """A step cannot say where (or for which run) to record, or, on a cluster, MLflow could not
+    record what the step needs recorded (or answer what it needs to know)."""
 
 
 def in_cluster(env=os.environ) -> bool:
@@ -82,10 +85,10 @@ class RunContext:
         if self.required is None:
             self.required = in_cluster()
         if not self.pipeline_run_id:
-            raise ValueError("RunContext.pipeline_run_id must be given (the KFP run id)")
+            raise TrackingError("RunContext.pipeline_run_id must be given (the KFP run id)")
         self.tracking_uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
         if not self.tracking_uri:
-            raise ValueError("RunContext.tracking_uri: none given and MLFLOW_TRACKING_URI is not set")
+            raise TrackingError("RunContext.tracking_uri: none given and MLFLOW_TRACKING_URI is not set")
         self.experiment = self.experiment or DEFAULT_EXPERIMENT
 
 
@@ -290,7 +293,9 @@ class Tracker:
 
             session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
             outputs = session.run(None, input_example)
-            signature = infer_signature(input_example, {o.name: v for o, v in zip(session.get_outputs(), outputs)})
+            signature = infer_signature(
+                input_example, {o.name: v for o, v in zip(session.get_outputs(), outputs, strict=True)}
+            )
             mlflow.set_tracking_uri(self.ctx.tracking_uri)
             with mlflow.start_run(run_id=self.run_id):
                 info = mlflow.onnx.log_model(

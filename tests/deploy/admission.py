@@ -51,7 +51,8 @@ def admit_container(container: dict, limit_ranges: list[dict]) -> dict:
     for name in set(requests) & set(limits):
         if parse_quantity(requests[name]) > parse_quantity(limits[name]):
             raise Rejected(
-                f"{c['name']}: Invalid value: {requests[name]}: must be less than or equal to {name} limit {limits[name]}"
+                f"{c['name']}: Invalid value: {requests[name]}: "
+                f"must be less than or equal to {name} limit {limits[name]}"
             )
     return c
 
