@@ -84,7 +84,7 @@ def test_a_pod_with_that_environment_uses_the_non_aws_store(s3_server, tmp_path)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "summary.json").write_text(json.dumps({"ok": 1}))
     script = (
-        "import sys; from invfold.components.protein import io;"
+        "import sys; from invfold import storage as io;"
         "io.upload_folder(sys.argv[1], sys.argv[2]);"
         "print(io.read_bytes(sys.argv[2] + '/summary.json').decode())"
     )
