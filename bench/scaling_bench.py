@@ -227,9 +227,8 @@ def loss_curves(args, data: str, root: Path) -> dict:
                 balance=balance,
             )
             curves[(balance, seed)] = np.array([r["loss"] for r in read_records(out, "train", 0)])
-            log(
-                f"loss curve: balance {balance}, seed {seed}: last-half mean {curves[(balance, seed)][-args.steps // 2 :].mean():.4f}"
-            )
+            last_half = curves[(balance, seed)][-args.steps // 2 :].mean()
+            log(f"loss curve: balance {balance}, seed {seed}: last-half mean {last_half:.4f}")
 
     def smooth(x: np.ndarray) -> np.ndarray:
         width = max(1, args.steps // 20)

@@ -17,7 +17,7 @@ BASE = dict(data="prepared", out="out", max_steps=10)
         (dict(precision="fp16"), "TrainConfig.precision"),
         (dict(zero_stage=4, strategy="deepspeed"), "TrainConfig.zero_stage"),
         (dict(zero_stage=2), "needs strategy 'deepspeed'"),
-        (dict(max_steps=None), "give max_steps, epochs or time_budget_s"),
+        (dict(max_steps=None), "give max_steps, epochs, time_budget_s or cpu_time_budget_s"),
         (dict(max_steps=0), "TrainConfig.max_steps"),
         (dict(tokens_per_batch=0), "TrainConfig.tokens_per_batch"),
         (dict(grad_accum=0), "TrainConfig.grad_accum"),
@@ -116,7 +116,8 @@ def _step_padding(world_size: int, balance: str, lengths=LENGTHS, budget=1200) -
         TokenBudgetSampler(lengths, budget, rank=r, world_size=world_size, seed=5, balance=balance)
         for r in range(world_size)
     ]
-    return [[len(b) * lengths[b].max() for b in step] for step in zip(*(s.rank_batches(0) for s in samplers))]
+    steps = zip(*(s.rank_batches(0) for s in samplers), strict=True)
+    return [[len(b) * lengths[b].max() for b in step] for step in steps]
 
 
 def test_ranks_get_batches_of_similar_size_at_each_step():
