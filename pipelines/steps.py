@@ -168,6 +168,7 @@ def train_step(
     checkpoint_root: str,
     storage_root: str,
     storage_secret: str,
+    storage_endpoint: str = "",
     workspace_pvc: str = "",
     runtime_kind: str = "ClusterTrainingRuntime",
     task_config=None,
@@ -181,6 +182,9 @@ def train_step(
     from invfold import __version__
 
     remote = on_kubernetes()
+    if remote and storage_endpoint:
+        # This pod reads the job's outputs from the same store (s3fs/botocore read the variable).
+        os.environ["AWS_ENDPOINT_URL"] = storage_endpoint
     data = object_store_uri(prepared_uri) if remote else prepared_path
     checkpoint_dir = checkpoint_location(
         strategy,
@@ -228,6 +232,7 @@ def train_step(
         cluster = {
             "storage_root": storage_root,
             "storage_secret": storage_secret or None,
+            "storage_endpoint": storage_endpoint or None,
             "workspace_pvc": workspace_pvc or None,
             "runtime_kind": runtime_kind,
             "pipeline_run_id": pipeline_run_id,

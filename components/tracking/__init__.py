@@ -9,6 +9,7 @@ from .tracker import (
     TrackingError,
     default_tracking_uri,
     finish_pipeline,
+    in_cluster,
     reachable,
 )
 
@@ -21,5 +22,6 @@ __all__ = [
     "TrackingError",
     "default_tracking_uri",
     "finish_pipeline",
+    "in_cluster",
     "reachable",
 ]
