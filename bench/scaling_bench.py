@@ -244,6 +244,7 @@ def loss_curves(args, data: str, root: Path) -> dict:
         + [gap(("interleaved", seeds[0]), ("interleaved", s)) for s in seeds[1:]],
         "last_half_mean": {f"{b}-{s}": float(curves[(b, s)][-args.steps // 2 :].mean()) for b, s in curves},
     }
+    rows["within_noise"] = max(rows["balance_effect"]) <= max(rows["seed_noise"])
     return rows
 
 

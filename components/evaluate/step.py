@@ -49,14 +49,21 @@ def evaluate_step(
             )
         )
         seconds = time.perf_counter() - start
-        record_timing("evaluate", seconds)
         shutil.copyfile(os.path.join(out, "report.html"), report_path)
         with open(os.path.join(out, "confusion.json")) as fh:
             confusion = json.load(fh)
         flat = scalar_metrics(metrics)
+        record_timing(
+            "evaluate",
+            seconds,
+            test_recovery=flat.get("test_recovery"),
+            test_perplexity=flat.get("test_perplexity"),
+            constant_recovery=flat.get("test_constant_recovery"),
+        )
         tracker.log_metrics(flat)
         tracker.log_metrics({k: v for k, v in flat.items() if k.startswith("test_")}, parent=True)
-        tracker.log_dataset("test", metrics["data_digest"], prepared_path, "testing")
+        for parent in (False, True):
+            tracker.log_dataset("test", metrics["data_digest"], prepared_path, "testing", parent=parent)
         tracker.log_artifacts(out, "evaluation")
     return {
         "metrics": flat,

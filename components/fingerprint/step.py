@@ -58,7 +58,7 @@ def fingerprint_step(
     with Tracker(ctx, "fingerprint") as tracker:
         start = time.perf_counter()
         result = fingerprint([data_uri, split_file])
-        record_timing("fingerprint", time.perf_counter() - start)
+        record_timing("fingerprint", time.perf_counter() - start, digest=result[:19])
         inputs = {"data_uri": data_uri, "split_file": split_file, "input_fingerprint": result}
         tracker.log_params(inputs)
         tracker.log_params(inputs, parent=True)

@@ -22,7 +22,7 @@ def prep_step(data_uri: str, split_file: str, data_digest: str, prepared_path: s
     result = run_prep(PrepConfig(input=data_uri, output=prepared_path, split_file=split_file or None))
     shutil.copyfile(open_prepared(prepared_path).root / "card.md", card_path)
     seconds = time.perf_counter() - start
-    record_timing("prep", seconds)
+    record_timing("prep", seconds, digest=result.digest[:19])
     return {
         "digest": result.digest,
         "input_digest": data_digest,

@@ -20,10 +20,14 @@ class Evaluation:
 
     test_recovery: float
     data_digest: str
+    test_metrics: dict[str, float] = dataclasses.field(default_factory=dict)  # test_* figures, for the record
 
     @classmethod
     def from_metrics(cls, metrics: dict) -> Evaluation:
-        return cls(float(metrics["datasets"]["test"]["recovery"]), str(metrics["data_digest"]))
+        from invfold.components.evaluate.step import scalar_metrics
+
+        figures = {k: v for k, v in scalar_metrics(metrics).items() if k.startswith("test_")}
+        return cls(float(metrics["datasets"]["test"]["recovery"]), str(metrics["data_digest"]), figures)
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class Comparison:
     champion_version: str | None = None
     basis: str = "no champion"
     metric: str = METRIC
+    test_metrics: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -62,7 +67,9 @@ def decide(candidate: Evaluation, threshold: float, champion: Champion | None, t
     """`tracking_down`: why the tracking server cannot be used ("" when it can); a model that
     cannot be recorded is not registered."""
     score = candidate.test_recovery
-    facts = dict(candidate=score, threshold=threshold, data_digest=candidate.data_digest)
+    facts = dict(
+        candidate=score, threshold=threshold, data_digest=candidate.data_digest, test_metrics=candidate.test_metrics
+    )
     if champion is not None:
         facts.update(champion=champion.recovery, champion_version=champion.version, basis=champion.basis)
     if tracking_down:

@@ -64,7 +64,7 @@ def compare_step(
         found = tracker.champion(model_name) if tracker.available else None
         champion = score_champion(tracker, found, candidate, prepared_path) if found else None
         result = decide(candidate, threshold, champion, tracking_down="" if tracker.available else tracker.reason)
-        record_timing("compare", time.perf_counter() - start)
+        record_timing("compare", time.perf_counter() - start, register=result.register, decision=result.decision)
         tracker.log_metrics(
             {
                 "candidate_" + METRIC: result.candidate,
@@ -88,6 +88,23 @@ def input_example(prepared_path: str) -> dict:
     batch = collate([record])
     order = torch.rand(batch.S.shape, generator=torch.Generator().manual_seed(0))
     return feeds(batch.X, batch.S, batch.mask, batch.residue_index, order)
+
+
+def model_description(model_name: str, comparison: Comparison) -> str:
+    """The registered model's description (markdown): what it is, its data, how to use it."""
+    perplexity = comparison.test_metrics.get("test_perplexity")
+    return (
+        "invfold protein inverse-folding model (backbone coordinates in, per-residue amino-acid "
+        "logits out) as ONNX, exported and checked for parity with the PyTorch model.\n\n"
+        f"- data digest: `{comparison.data_digest}`\n"
+        f"- test median recovery: {comparison.candidate:.4f}"
+        + (f", test perplexity: {perplexity:.3f}" if perplexity is not None else "")
+        + "\n"
+        f"- decision: {comparison.decision}\n\n"
+        "Use: `mlflow.onnx.load_model(f'models:/" + model_name + "@champion')` or onnxruntime on "
+        "the version's `model/model.onnx`; inputs and outputs are in the model's signature. "
+        "`invfold design` designs sequences with the PyTorch checkpoint logged beside it (`model_pt/`)."
+    )
 
 
 def register_step(
@@ -131,11 +148,18 @@ def register_step(
             "invfold.decision": comparison.decision,
             "kfp.pipeline_run_id": pipeline_run_id,
         }
-        version = tracker.log_onnx_model(onnx_path, model_name, input_example(prepared_path), tags)
+        version = tracker.log_onnx_model(
+            onnx_path,
+            model_name,
+            input_example(prepared_path),
+            tags,
+            metrics={**comparison.test_metrics, **export_metrics},
+            description=model_description(model_name, comparison),
+        )
         if version:
             tracker.set_champion(model_name, version)
         seconds = time.perf_counter() - start
-        record_timing("register", seconds)
+        record_timing("register", seconds, version=version or "not recorded")
         tracker.set_tags({"invfold.registered_version": version or "not recorded"}, parent=True)
     return {
         "metrics": export_metrics,

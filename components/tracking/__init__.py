@@ -3,21 +3,25 @@
 from .tracker import (
     CHAMPION,
     DEFAULT_EXPERIMENT,
+    MODEL_TRAINING_VIEW,
     RunContext,
     Tracker,
     TrackingError,
     default_tracking_uri,
     finish_pipeline,
+    in_cluster,
     reachable,
 )
 
 __all__ = [
     "CHAMPION",
     "DEFAULT_EXPERIMENT",
+    "MODEL_TRAINING_VIEW",
     "RunContext",
     "Tracker",
     "TrackingError",
     "default_tracking_uri",
     "finish_pipeline",
+    "in_cluster",
     "reachable",
 ]

@@ -86,6 +86,7 @@ def train_step(
     checkpoint_root: str,
     storage_root: str,
     storage_secret: str,
+    storage_endpoint: str = "",
     workspace_pvc: str = "",
     runtime_kind: str = "ClusterTrainingRuntime",
     task_config=None,
@@ -99,6 +100,9 @@ def train_step(
     from invfold import __version__
 
     remote = on_kubernetes()
+    if remote and storage_endpoint:
+        # This pod reads the job's outputs from the same store (s3fs/botocore read the variable).
+        os.environ["AWS_ENDPOINT_URL"] = storage_endpoint
     data = object_store_uri(prepared_uri) if remote else prepared_path
     checkpoint_dir = checkpoint_location(
         strategy,
@@ -139,12 +143,14 @@ def train_step(
         tracker.log_params({"strategy": strategy, "data": data, "data_digest": prepared.digest}, parent=True)
         for name, context in (("train", "training"), ("validation", "validation")):
             if name in prepared.datasets:
-                tracker.log_dataset(name, prepared.digest, data, context, prepared.index["datasets"][name])
+                for parent in (False, True):
+                    tracker.log_dataset(name, prepared.digest, data, context, prepared.index["datasets"][name], parent)
         tracker.log_artifact(str(prepared.root / "card.md"), "dataset")
         tracker.log_artifact(str(prepared.root / "card.json"), "dataset")
         cluster = {
             "storage_root": storage_root,
             "storage_secret": storage_secret or None,
+            "storage_endpoint": storage_endpoint or None,
             "workspace_pvc": workspace_pvc or None,
             "runtime_kind": runtime_kind,
             "pipeline_run_id": pipeline_run_id,
@@ -160,7 +166,13 @@ def train_step(
             summary = json.load(fh)
         # The training loop's own time; the ranks' start-up and imports count as overhead.
         seconds = float(summary.get("elapsed_s") or job_seconds)
-        record_timing("train", seconds)
+        record_timing(
+            "train",
+            seconds,
+            steps=summary.get("step"),
+            val_recovery=(summary.get("validation") or {}).get("recovery"),
+            stop=summary.get("stop_reason"),
+        )
         tracker.log_metrics_file(os.path.join(model_path, "metrics.jsonl"))
         scalars = {k: float(summary[k]) for k in SUMMARY_METRICS if isinstance(summary.get(k), (int, float))}
         for key, value in (summary.get("validation") or {}).items():

@@ -74,4 +74,4 @@ def test_decision(candidate, champion, tracking_down, register, decision):
 
 def test_evaluation_reads_evaluates_metrics():
     metrics = {"datasets": {"test": {"recovery": 0.21, "perplexity": 9.0}}, "data_digest": DIGEST}
-    assert Evaluation.from_metrics(metrics) == Evaluation(0.21, DIGEST)
+    assert Evaluation.from_metrics(metrics) == Evaluation(0.21, DIGEST, {"test_recovery": 0.21, "test_perplexity": 9.0})
