@@ -37,7 +37,7 @@ class DesignConfig:
     out: str
     name: str | None = None
     chain: str | None = None
-    num_sequences: int = 1
+    num_sequences: int = 4
     temperature: float = 0.1
     seed: int = 0
     fixed_positions: str | list[int] = field(default_factory=list)
