@@ -325,16 +325,29 @@ def evaluate_step(
 
 # -- compare and register
 
-METRIC = "test_recovery"  # median per-protein recovery on the test split; higher is better
-TAG_RECOVERY = "invfold.test_recovery"
+# Champion selection uses validation data only; the test split is for reporting.
+METRIC = "validation_recovery"  # median per-protein recovery on the validation split; higher is better
+SELECTION_DATASET = "validation"
+TAG_RECOVERY = "invfold.validation_recovery"
+TAG_TEST_RECOVERY = "invfold.test_recovery"
 TAG_DIGEST = "invfold.data_digest"
 MODEL_PT_PATH = "model_pt"
 
 
-def _candidate(evaluation_path: str) -> tuple[float, str]:
-    with open(os.path.join(evaluation_path, "metrics.json")) as fh:
+def _candidate(evaluation_path: str) -> tuple[float, float | None, str]:
+    """(validation recovery, test recovery or None, data digest) from evaluate's metrics.json."""
+    path = os.path.join(evaluation_path, "metrics.json")
+    with open(path) as fh:
         metrics = json.load(fh)
-    return float(metrics["datasets"]["test"]["recovery"]), metrics["data_digest"]
+    datasets = metrics["datasets"]
+    selection = datasets.get(SELECTION_DATASET) or {}
+    if "recovery" not in selection:
+        raise ValueError(
+            f"{path}: no {SELECTION_DATASET} recovery (datasets: {sorted(datasets)}); champion selection needs a "
+            f"non-empty {SELECTION_DATASET} split (the test split is for reporting only)"
+        )
+    test = (datasets.get("test") or {}).get("recovery")
+    return float(selection["recovery"]), None if test is None else float(test), metrics["data_digest"]
 
 
 def compare_step(
@@ -350,10 +363,11 @@ def compare_step(
     from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
     from invfold.components.tracking import RunContext, Tracker
 
-    candidate, digest = _candidate(evaluation_path)
+    candidate, test_recovery, digest = _candidate(evaluation_path)
     result = {
         "metric": METRIC,
         "candidate": candidate,
+        "candidate_test_recovery": test_recovery,
         "threshold": threshold,
         "data_digest": digest,
         "champion": None,
@@ -375,11 +389,14 @@ def compare_step(
                     if path:
                         again = evaluate(
                             EvaluateConfig(
-                                model_path=path, data=prepared_path, out=os.path.join(tmp, "eval"), datasets=["test"]
+                                model_path=path,
+                                data=prepared_path,
+                                out=os.path.join(tmp, "eval"),
+                                datasets=[SELECTION_DATASET],
                             )
                         )
-                        result["champion"] = float(again["datasets"]["test"]["recovery"])
-                        result["basis"] = "re-evaluated on this run's test data"
+                        result["champion"] = float(again["datasets"][SELECTION_DATASET]["recovery"])
+                        result["basis"] = f"re-evaluated on this run's {SELECTION_DATASET} data"
         if not tracker.available:
             register, why = False, f"not registering: {tracker.reason}"
         elif candidate < threshold:
@@ -466,6 +483,9 @@ def register_step(
         tracker.log_artifact(os.path.join(onnx_dir, "model.parity.json"), "export")
         tags = {
             TAG_RECOVERY: comparison["candidate"],
+            TAG_TEST_RECOVERY: comparison.get("candidate_test_recovery")
+            if comparison.get("candidate_test_recovery") is not None
+            else "none",
             TAG_DIGEST: comparison["data_digest"],
             "invfold.candidate_recovery": comparison["candidate"],
             "invfold.champion_recovery": comparison["champion"] if comparison["champion"] is not None else "none",

@@ -56,12 +56,14 @@ class EvaluateConfig:
             raise ValueError(f"EvaluateConfig.threads: expected a positive int, got {self.threads!r}")
 
 
-def most_frequent_letter(dataset) -> str:
+def most_frequent_letter(dataset) -> str | None:
+    """The dataset's most frequent standard letter; None for a dataset without any (e.g. the empty
+    train split of an external benchmark list)."""
     counts: Counter = Counter()
     for i in range(len(dataset)):
         counts.update(dataset[i].seq)
     counts = Counter({k: v for k, v in counts.items() if k in AA_TO_INDEX})
-    return counts.most_common(1)[0][0]
+    return counts.most_common(1)[0][0] if counts else None
 
 
 def constant_recovery(dataset, rows: list[int], letter: str) -> float:
@@ -91,7 +93,10 @@ def evaluate(cfg: EvaluateConfig) -> dict:
     data = open_prepared(cfg.data)
     if "test" not in data.datasets:
         raise ValueError(f"{cfg.data}: no 'test' dataset to evaluate on (has {data.datasets})")
-    requested = cfg.datasets or ["test"] + [d for d in data.datasets if d not in SPLITS]
+    # validation is scored too when present: the pipeline picks its champion on it, never on test
+    requested = cfg.datasets or ["test"] + [
+        d for d in data.datasets if d not in ("train", "test") and (d != "validation" or len(data.open(d)))
+    ]
     missing = [d for d in requested if d not in data.datasets]
     if missing:
         raise ValueError(f"{cfg.data}: no dataset(s) {missing} (has {data.datasets})")
@@ -153,7 +158,9 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         "seed": cfg.seed,
         "decoding": "greedy autoregressive, seeded random order" if model.cfg.autoregressive else "one-shot argmax",
         "datasets": results,
-        "baseline": {"letter": letter, "recovery": baseline} if letter else None,
+        "baseline": {"letter": letter, "recovery": baseline}
+        if letter
+        else {"letter": None, "recovery": {}, "unavailable": "the prepared data has no train chains"},
         "recovery_by_length": length_rows,
     }
     confusion_doc = {"labels": list(ALPHABET), "rows": "native", "columns": "designed", "matrix": confusion.tolist()}
@@ -224,13 +231,18 @@ def _fmt(value) -> str:
 
 def _reports(out: str, metrics: dict, plots: dict[str, str]) -> None:
     baseline = metrics["baseline"] or {"letter": None, "recovery": {}}
+    constant = (
+        f"Constant predictor: the train split's most frequent residue `{baseline['letter']}` everywhere."
+        if baseline["letter"]
+        else f"Constant predictor: unavailable ({baseline.get('unavailable', 'no train split')})."
+    )
     header = "| dataset | proteins | residues | perplexity | median recovery | constant predictor |"
     lines = [
         "# Evaluation report",
         "",
         f"Model `{os.path.basename(metrics['model'])}` ({metrics['model_config']['decoding']}), "
         f"data digest `{metrics['data_digest']}`; designs: {metrics['decoding']}; seed {metrics['seed']}.",
-        f"Constant predictor: the train split's most frequent residue `{baseline['letter']}` everywhere.",
+        constant,
         "",
         header,
         "|---|---|---|---|---|---|",

@@ -57,8 +57,9 @@ def test_metrics_files_subsets_and_report(prepared, model_path, tmp_path):
     data = open_prepared(prepared)
     subset_name = next(d for d in data.datasets if d not in ("train", "validation", "test"))
     results = metrics["datasets"]
-    assert {"test", "test_short_L100", "test_single_chain", subset_name} <= results.keys()
+    assert {"test", "validation", "test_short_L100", "test_single_chain", subset_name} <= results.keys()
     assert results["test"]["proteins"] == len(data.open("test"))
+    assert results["validation"]["proteins"] == len(data.open("validation"))  # what the champion is chosen on
     assert results[subset_name]["proteins"] == 5
     assert math.isclose(results["test"]["perplexity"], math.exp(results["test"]["loss"]))
     assert 0.0 <= results["test"]["recovery"] <= 1.0

@@ -101,6 +101,10 @@ def test_model_beats_the_constant_predictor_and_becomes_champion(ddp_run, worksp
     assert ddp_run.registered_version == "1"
     champion = client.get_model_version_by_alias(name, "champion")
     assert champion.version == "1"
+    # the champion is chosen on validation data; test recovery is recorded for reporting only
+    assert float(champion.tags["invfold.validation_recovery"]) == pytest.approx(
+        evaluation["datasets"]["validation"]["recovery"]
+    )
     assert float(champion.tags["invfold.test_recovery"]) == pytest.approx(recovery)
     assert champion.tags["invfold.champion_recovery"] == "none" and champion.tags["invfold.data_digest"]
     info = mlflow.models.get_model_info(f"models:/{name}/1")
@@ -144,7 +148,8 @@ def test_champion_on_other_data_is_evaluated_again(ddp_run, workspace, tmp_path)
     evaluation = tmp_path / "evaluation"
     shutil.copytree(folder / "evaluate-op" / "evaluation", evaluation)
     metrics = json.loads((evaluation / "metrics.json").read_text())
-    metrics["data_digest"] = "sha256:" + "0" * 64  # as if this run's test data were different
+    metrics["data_digest"] = "sha256:" + "0" * 64  # as if this run's data were different
+    metrics["datasets"]["test"]["recovery"] = 1.0  # a test figure must not sway the choice
     (evaluation / "metrics.json").write_text(json.dumps(metrics))
     prepared = next(folder.parent.glob("*/prep-op/prepared"))
     result = compare_step(
@@ -156,8 +161,9 @@ def test_champion_on_other_data_is_evaluated_again(ddp_run, workspace, tmp_path)
         model_name=workspace["base"]["registered_model_name"],
         threshold=0.0,
     )
-    assert result["basis"] == "re-evaluated on this run's test data"
-    assert result["champion"] == pytest.approx(metrics["datasets"]["test"]["recovery"], abs=1e-6)
+    assert result["basis"] == "re-evaluated on this run's validation data"
+    assert result["metric"] == "validation_recovery"
+    assert result["champion"] == pytest.approx(metrics["datasets"]["validation"]["recovery"], abs=1e-6)
     assert result["register"] is False  # equal, not better
 
 
