@@ -21,6 +21,8 @@ class ModelConfig:
     message_mlp_layers: linear layers in each message/edge-update MLP (ProteinMPNN uses 3).
     geometric_features: add backbone dihedrals (node) and local-frame directions and relative
         orientations (edge) to the RBF distances; ProteinMPNN starts from zero node features.
+    edge_projection: a linear layer (with bias) on the normalized edge embedding before the
+        encoder, as ProteinMPNN has (its `W_e`); needed to load its published weights.
     activation_checkpointing: recompute encoder/decoder layer activations in backward (training
         only) to trade compute for memory on long chains.
     """
@@ -35,6 +37,7 @@ class ModelConfig:
     max_relative_position: int = 32
     message_mlp_layers: int = 3
     geometric_features: bool = False
+    edge_projection: bool = False
     activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
@@ -106,6 +109,7 @@ PRESETS: dict[str, ModelConfig] = {
         decoding="autoregressive",
         message_mlp_layers=3,
         geometric_features=False,
+        edge_projection=True,
     ),
     # The default architecture shrunk (0.29M parameters) so a few CPU minutes on a few hundred
     # chains train well past the constant predictor: `invfold run`'s model and the quality gate's.

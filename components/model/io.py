@@ -23,13 +23,17 @@ def _open(path: str, mode: str):
     return fs.open(inner, mode)
 
 
-def model_payload(model: InverseFoldingModel) -> dict:
-    """What save_model writes (fp32 CPU tensors), e.g. for embedding in a training checkpoint."""
+def model_payload(model: InverseFoldingModel, provenance: dict | None = None) -> dict:
+    """What save_model writes (fp32 CPU tensors), e.g. for embedding in a training checkpoint;
+    `provenance` (plain values: where the weights came from) travels along, unread by loading."""
     state = {
         k: v.detach().to("cpu", torch.float32) if v.is_floating_point() else v.detach().cpu()
         for k, v in model.state_dict().items()
     }
-    return {"format": FORMAT, "config": model.cfg.to_dict(), "state_dict": state}
+    payload = {"format": FORMAT, "config": model.cfg.to_dict(), "state_dict": state}
+    if provenance:
+        payload["provenance"] = dict(provenance)
+    return payload
 
 
 def model_from_payload(payload: dict, source: str = "<memory>") -> InverseFoldingModel:
@@ -46,10 +50,10 @@ def model_from_payload(payload: dict, source: str = "<memory>") -> InverseFoldin
     return model
 
 
-def save_model(path: str | os.PathLike, model: InverseFoldingModel) -> None:
+def save_model(path: str | os.PathLike, model: InverseFoldingModel, provenance: dict | None = None) -> None:
     """Write atomically for local paths (temp file + rename)."""
     buffer = _io.BytesIO()
-    torch.save(model_payload(model), buffer)
+    torch.save(model_payload(model, provenance), buffer)
     path = str(path)
     if "://" not in path or path.startswith("file://"):
         local = path.removeprefix("file://")
@@ -72,3 +76,12 @@ def load_model(path: str | os.PathLike, map_location: str = "cpu") -> InverseFol
     except Exception as err:  # torch raises several types for corrupt / foreign files
         raise ValueError(f"{path}: cannot read as an invfold model file: {err}") from None
     return model_from_payload(payload, source=str(path))
+
+
+def load_model_or_published(spec: str | os.PathLike, map_location: str = "cpu") -> InverseFoldingModel:
+    """A model file (path or URI) or a published name such as "proteinmpnn:v_48_020"."""
+    from . import published
+
+    if published.is_published_name(str(spec)):
+        return published.load_published(str(spec))[0].to(map_location)
+    return load_model(spec, map_location=map_location)

