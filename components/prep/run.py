@@ -11,7 +11,8 @@ Policy for what is dropped (every drop counted by reason in the card):
   before; the first occurrence wins), `invalid_letters` (a sequence character that is not an
   upper-case letter), `no_observed_residue`; and split/subset names absent from the set (counted
   per split, warned). `strict=True` makes each of these an InputError.
-- filters (choices of what to train on, never errors): `unknown_letters` (outside the alphabet),
+- filters (choices of what to train on, never errors): `unknown_letters` (outside the alphabet and
+  not X, the unknown residue that readers write for UNK and numbering gaps and batches mask),
   `too_long`, `too_short`, `low_observed_fraction`, `not_in_split_file`.
 Counts always reconcile: read = kept + reader skips + filter drops (asserted, and in the card).
 """
@@ -34,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 from invfold.components.protein import io as protein_io
+from invfold.components.protein.alphabet import UNKNOWN
 from invfold.components.protein.errors import InputError, Skip
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
@@ -65,7 +67,8 @@ class _Screen:
 
     def __init__(self, cfg: PrepConfig):
         self.cfg = cfg
-        self.unknown_letter = re.compile(f"[^{re.escape(cfg.alphabet)}]")
+        # X (an unknown residue or a numbering gap) keeps its place in the chain, masked
+        self.unknown_letter = re.compile(f"[^{re.escape(cfg.alphabet + UNKNOWN)}]")
         self.read = 0
         self.reader_skips: Counter = Counter()
         self.filtered: Counter = Counter()
@@ -99,7 +102,7 @@ class _Screen:
                 record,
                 "unknown_letters",
                 "seq",
-                f"letters of {self.cfg.alphabet}",
+                f"letters of {self.cfg.alphabet} or {UNKNOWN}",
                 f"{bad.group()!r} at residue {bad.start()}",
             )
         length = len(record.seq)

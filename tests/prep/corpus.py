@@ -218,7 +218,7 @@ CASES = [
     ),
     Case(
         "unknown letters",
-        _jsonl(lambda e: line({**e, "seq": "X" + e["seq"][1:]})),
+        _jsonl(lambda e: line({**e, "seq": "B" + e["seq"][1:]})),
         "unknown_letters",
         "unknown_letters",
     ),
