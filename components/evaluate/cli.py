@@ -28,7 +28,7 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--designs-per-protein",
         type=int,
-        default=4,
+        default=2,
         help="sequences sampled per test protein for the diversity figure (0: none)",
     )
     p.add_argument("--diversity-temperature", type=float, default=0.1, help="sampling temperature for diversity")

@@ -52,7 +52,7 @@ class EvaluateConfig:
     tokens_per_batch: int = 6000
     short_max_length: int = 100
     threads: int | None = None
-    designs_per_protein: int = 4
+    designs_per_protein: int = 2
     diversity_temperature: float = 0.1
 
     def __post_init__(self) -> None:
