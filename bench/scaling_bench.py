@@ -16,9 +16,9 @@ and 1-process job; the order turns round on every repeat), so a change in the ma
 hits both sides of a ratio. The per-rank phase times (data, compute, sync) come from the
 trainer's own `time` records.
 
---loss-curve trains the N-process job for --steps steps with the step balancer off (padded-size
-pairing only, the earlier sampler) and on, for each of --seeds, and compares the loss curves:
-the difference between balancer on and off must stay within the difference between seeds.
+--loss-curve trains the N-process job for --steps steps with the earlier balancing (`pairs`:
+batches paired by padded size) and the interleaved one, for each of --seeds, and compares the loss curves:
+the difference between the two must stay within the difference between seeds.
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ def run_job(strategy: str, nproc: int, preset: str, args, data: str, out: Path, 
         resume=False,
         **STRATEGIES[strategy],
     )
+    options.update(args.train_options)
     options.update(overrides)
     code = launch_local(TrainConfig(**options), nproc, extra_env=args.env)
     if code != 0:
@@ -214,7 +215,7 @@ def loss_curves(args, data: str, root: Path) -> dict:
     strategy = args.strategies.split(",")[0]
     curves = {}
     for seed in args.seeds:
-        for balance in ("padded", "cost"):
+        for balance in ("pairs", "interleaved"):
             out = run_job(
                 strategy,
                 args.nproc,
@@ -239,9 +240,9 @@ def loss_curves(args, data: str, root: Path) -> dict:
 
     seeds = args.seeds
     rows = {
-        "balance_effect": [gap(("padded", s), ("cost", s)) for s in seeds],
-        "seed_noise": [gap(("padded", seeds[0]), ("padded", s)) for s in seeds[1:]]
-        + [gap(("cost", seeds[0]), ("cost", s)) for s in seeds[1:]],
+        "balance_effect": [gap(("pairs", s), ("interleaved", s)) for s in seeds],
+        "seed_noise": [gap(("pairs", seeds[0]), ("pairs", s)) for s in seeds[1:]]
+        + [gap(("interleaved", seeds[0]), ("interleaved", s)) for s in seeds[1:]],
         "last_half_mean": {f"{b}-{s}": float(curves[(b, s)][-args.steps // 2 :].mean()) for b, s in curves},
     }
     return rows
@@ -268,9 +269,19 @@ def main() -> int:
     parser.add_argument(
         "--env", action="append", default=[], metavar="NAME=VALUE", help="extra environment for the ranks"
     )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="FIELD=VALUE", help="TrainConfig field for every job (JSON value)"
+    )
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     args.env = dict(item.split("=", 1) for item in args.env)
+    args.train_options = {}
+    for item in args.set:
+        field, value = item.split("=", 1)
+        try:
+            args.train_options[field] = json.loads(value)
+        except json.JSONDecodeError:
+            args.train_options[field] = value
     args.seeds = [int(s) for s in args.seeds.split(",")]
 
     with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:

@@ -216,14 +216,26 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
         else None
     )
     sampler = TokenBudgetSampler(
-        train_set.lengths, cfg.tokens_per_batch, info.rank, info.world_size, cfg.seed, cfg.pool_batches
+        train_set.lengths,
+        cfg.tokens_per_batch,
+        info.rank,
+        info.world_size,
+        cfg.seed,
+        cfg.pool_batches,
+        balance=cfg.balance,
     )
     steps_per_epoch = max(1, sampler.batches_per_rank(0) // cfg.grad_accum)
     total_steps = cfg.max_steps or (cfg.epochs * steps_per_epoch if cfg.epochs else None)
 
     _seed_everything(cfg.seed)  # identical initial weights on every rank
-    model_cfg = cfg.model_config()
+    initial = cfg.initial_model()
+    model_cfg = cfg.model_config(initial.cfg if initial is not None else None)
     model = InverseFoldingModel(model_cfg)
+    if initial is not None:
+        model.load_state_dict(initial.state_dict())
+        if cfg.freeze_encoder:
+            for param in encoder_parameters(model):
+                param.requires_grad_(False)
     strategy = make_strategy(cfg, info)
     factor = lr_factor(cfg, total_steps)
     strategy.wrap(model, lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, factor))
@@ -241,9 +253,11 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     metrics = MetricsLog(cfg.out, pos.step) if main else None
     if main:
         log.info(
-            "training %s (%d parameters) with %s on %d process(es) x %d thread(s); %d train chains, %d steps/epoch%s",
-            cfg.preset,
+            "training %s (%d parameters, %d trainable) with %s on %d process(es) x %d thread(s); "
+            "%d train chains, %d steps/epoch%s",
+            f"from {cfg.init_from}" if cfg.init_from else cfg.preset,
             model.num_parameters(),
+            sum(p.numel() for p in model.parameters() if p.requires_grad),
             cfg.strategy,
             info.world_size,
             cfg.threads,
@@ -253,7 +267,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
         )
 
     preemption = _Preemption()
-    start = time.monotonic()
+    start, cpu_start = time.monotonic(), time.process_time()
     stop_reason, last_saved, val_summary = "finished", pos.step if latest else -1, {}
     clock = StepClock()
     window = _Window(info.world_size)
@@ -275,7 +289,10 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
                     strategy.backward(loss)
                 sums += micro_sums
             clock.move(strategy.sync_seconds(), "compute_s", "sync_s")
-            flags = [STOP_PREEMPTED if preemption.requested else 0, STOP_TIME_BUDGET if _over_budget(cfg, start) else 0]
+            flags = [
+                STOP_PREEMPTED if preemption.requested else 0,
+                STOP_TIME_BUDGET if _over_budget(cfg, start, cpu_start) else 0,
+            ]
             with clock.phase("sync_s"):
                 stop, step_stats, step_times = _agree(strategy, info, flags, sums, clock.lap())
             with clock.phase("compute_s"):
@@ -319,10 +336,17 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     if main:
         final = InverseFoldingModel(dataclasses.replace(model_cfg, activation_checkpointing=False))
         final.load_state_dict(strategy.fp32_state_dict(ckpt.step_dir(cfg.checkpoint_dir, pos.step)))
-        save_model(model_path, final)
+        save_model(model_path, final, {"init_from": cfg.init_from} if cfg.init_from else None)
     summary = _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_path)
     _finish(strategy, metrics, summary, cfg, main)
     return TrainResult(EXIT_OK, stop_reason, pos.step, summary)
+
+
+def encoder_parameters(model: InverseFoldingModel) -> list[torch.nn.Parameter]:
+    """Everything that reads structure: edge/node embeddings and the encoder layers (what
+    freeze_encoder keeps fixed); the decoder, letter embedding and read-out stay trainable."""
+    trainable_heads = ("decoder.", "seq_embed.", "readout.")
+    return [p for name, p in model.named_parameters() if not name.startswith(trainable_heads)]
 
 
 def _done(cfg: TrainConfig, pos: _Position) -> bool:
@@ -331,8 +355,12 @@ def _done(cfg: TrainConfig, pos: _Position) -> bool:
     return cfg.epochs is not None and pos.epoch >= cfg.epochs
 
 
-def _over_budget(cfg: TrainConfig, start: float) -> bool:
-    return cfg.time_budget_s is not None and time.monotonic() - start >= cfg.time_budget_s
+def _over_budget(cfg: TrainConfig, start: float, cpu_start: float) -> bool:
+    """Wall-clock budget, or CPU-time budget of this process (all its threads): the latter
+    trains the same amount on a loaded machine, only slower."""
+    if cfg.time_budget_s is not None and time.monotonic() - start >= cfg.time_budget_s:
+        return True
+    return cfg.cpu_time_budget_s is not None and time.process_time() - cpu_start >= cfg.cpu_time_budget_s
 
 
 def _log_train(metrics: MetricsLog, pos: _Position, window: _Window, lr: float, grad_norm: float) -> None:
@@ -445,6 +473,7 @@ def _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_pa
         "zero_stage": cfg.zero_stage,
         "precision": cfg.precision,
         "elapsed_s": round(elapsed, 3),
+        "process_cpu_s": round(time.process_time(), 3),
         "residues": pos.residues,
         "residues_per_s": round(pos.residues / max(elapsed, 1e-9), 1),
         "validation": val_summary,
