@@ -1,5 +1,5 @@
 """Local pipeline overhead: wall time of `invfold run` with its defaults against the sum of the
-steps' own compute time in the same run (issue 4; target <= 1.3x).
+steps' own compute time in the same run (target <= 1.3x).
 
     python bench/pipeline_bench.py [--runs-dir DIR] [-- extra `invfold run` flags]
 

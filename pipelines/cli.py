@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 # flag -> pipeline parameter; shared by run and submit (None = not given: the pipeline default).
 PIPELINE_FLAGS = (
@@ -97,17 +96,13 @@ def add_parser(subparsers) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
-    from .local import PipelineFailed, run_local
+    from .local import run_local
 
     params = _pipeline_params(args)
     params["data_uri"] = args.data or str(SAMPLE_CHAIN_SET)
     if args.data is None:
         params.setdefault("split_file", str(SAMPLE_SPLITS))
-    try:
-        result = run_local(params, runs_dir=args.runs_dir, tracking_uri=args.tracking_uri, cache=not args.no_cache)
-    except PipelineFailed as err:
-        print(f"invfold run: {err}", file=sys.stderr)
-        return 1
+    result = run_local(params, runs_dir=args.runs_dir, tracking_uri=args.tracking_uri, cache=not args.no_cache)
     print(result.where_to_look())
     return 0
 
@@ -127,31 +122,28 @@ def compile_command(args: argparse.Namespace) -> int:
 def submit_command(args: argparse.Namespace) -> int:
     import os
 
-    from .compile import SubmitError, submit
+    from invfold.errors import ConfigError
+
+    from .compile import submit
 
     params = _pipeline_params(args)
     params["data_uri"] = args.data
     for item in args.param:
         name, sep, value = item.partition("=")
         if not sep:
-            print(f"invfold submit: --param expects NAME=VALUE, got {item!r}", file=sys.stderr)
-            return 2
+            raise ConfigError(f"--param expects NAME=VALUE, got {item!r}")
         try:
             params[name] = json.loads(value)
         except json.JSONDecodeError:
             params[name] = value
-    try:
-        result = submit(
-            args.host,
-            params,
-            package=args.package,
-            experiment=args.kfp_experiment,
-            run_name=args.run_name,
-            token=args.token or os.environ.get("KFP_TOKEN"),
-            namespace=args.namespace,
-        )
-    except SubmitError as err:
-        print(f"invfold submit: {err}", file=sys.stderr)
-        return 1
+    result = submit(
+        args.host,
+        params,
+        package=args.package,
+        experiment=args.kfp_experiment,
+        run_name=args.run_name,
+        token=args.token or os.environ.get("KFP_TOKEN"),
+        namespace=args.namespace,
+    )
     print(f"submitted run {result['run_id']}: {result['url']}")
     return 0

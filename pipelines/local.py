@@ -13,12 +13,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from invfold.errors import ConfigError, InvfoldError
+
 from .settings import TIMINGS_ENV
 
 log = logging.getLogger(__name__)
 
 
-class PipelineFailed(RuntimeError):
+class PipelineFailed(InvfoldError, RuntimeError):
     """A step failed; the message names it and its error."""
 
 
@@ -113,7 +115,7 @@ def _coerce(pipeline, params: dict) -> dict:
     inputs = pipeline.component_spec.inputs or {}
     unknown = sorted(set(params) - set(inputs))
     if unknown:
-        raise ValueError(f"unknown pipeline parameter(s) {unknown}; expected some of {sorted(inputs)}")
+        raise ConfigError(f"unknown pipeline parameter(s) {unknown}; expected some of {sorted(inputs)}")
     return {
         k: float(v) if inputs[k].type == "Float" and isinstance(v, int) and not isinstance(v, bool) else v
         for k, v in params.items()

@@ -16,6 +16,8 @@ import shutil
 import tempfile
 import time
 
+from invfold.errors import ConfigError
+
 from .settings import record_timing
 
 # -- fingerprint: KFP caches on input values, not on the files behind a path; prep receives
@@ -27,7 +29,7 @@ CHUNK = 4 * 2**20
 def fingerprint(uris: list[str]) -> str:
     """sha256 over every file's relative name and bytes (a folder: its files in sorted order);
     local paths and fsspec URIs."""
-    from invfold.components.protein import io as storage
+    from invfold import storage
 
     digest = hashlib.sha256()
     for uri in uris:
@@ -136,7 +138,7 @@ def checkpoint_location(
         root = os.path.join(local_root, "checkpoints")
     elif strategy == "deepspeed":
         if not workspace_pvc:
-            raise ValueError(
+            raise ConfigError(
                 "strategy deepspeed on a cluster writes its checkpoints as local files: set the "
                 "pipeline parameter workspace_pvc to a ReadWriteMany claim (e.g. invfold-workspace) "
                 "or checkpoint_root to a path on a volume every training pod mounts"
@@ -145,7 +147,7 @@ def checkpoint_location(
     elif storage_root:
         root = f"{storage_root.rstrip('/')}/checkpoints"
     else:
-        raise ValueError("on a cluster the train step needs storage_root (s3://bucket/prefix) or checkpoint_root")
+        raise ConfigError("on a cluster the train step needs storage_root (s3://bucket/prefix) or checkpoint_root")
     return f"{root.rstrip('/')}/{pipeline_run_id}"
 
 
@@ -166,6 +168,7 @@ def train_step(
     checkpoint_root: str,
     storage_root: str,
     storage_secret: str,
+    storage_endpoint: str = "",
     workspace_pvc: str = "",
     runtime_kind: str = "ClusterTrainingRuntime",
     task_config=None,
@@ -179,6 +182,9 @@ def train_step(
     from invfold import __version__
 
     remote = on_kubernetes()
+    if remote and storage_endpoint:
+        # This pod reads the job's outputs from the same store (s3fs/botocore read the variable).
+        os.environ["AWS_ENDPOINT_URL"] = storage_endpoint
     data = object_store_uri(prepared_uri) if remote else prepared_path
     checkpoint_dir = checkpoint_location(
         strategy,
@@ -225,6 +231,7 @@ def train_step(
         cluster = {
             "storage_root": storage_root,
             "storage_secret": storage_secret or None,
+            "storage_endpoint": storage_endpoint or None,
             "workspace_pvc": workspace_pvc or None,
             "runtime_kind": runtime_kind,
             "pipeline_run_id": pipeline_run_id,
@@ -342,7 +349,7 @@ def _candidate(evaluation_path: str) -> tuple[float, float | None, str]:
     datasets = metrics["datasets"]
     selection = datasets.get(SELECTION_DATASET) or {}
     if "recovery" not in selection:
-        raise ValueError(
+        raise ConfigError(
             f"{path}: no {SELECTION_DATASET} recovery (datasets: {sorted(datasets)}); champion selection needs a "
             f"non-empty {SELECTION_DATASET} split (the test split is for reporting only)"
         )

@@ -26,12 +26,13 @@ from invfold.components.model.io import load_model
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA
 
+from invfold.errors import ConfigError, InputError
+
 from .metrics import DatasetScores, sample_designs, score_dataset
 from .structure_classes import BURIAL, SECONDARY, burial_classes, secondary_structure
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "validation", "test")
 TABLE_HEADS = ("| length |", "| burial |", "| secondary structure |", "| residue |")
 LENGTH_BINS = (0, 100, 200, 300, 400, 10**9)
 
@@ -58,19 +59,19 @@ class EvaluateConfig:
     def __post_init__(self) -> None:
         self.model_path, self.data, self.out = str(self.model_path), str(self.data), str(self.out)
         if not self.model_path or not self.data or not self.out:
-            raise ValueError("EvaluateConfig: model_path, data and out must be given")
+            raise ConfigError("EvaluateConfig: model_path, data and out must be given")
         if self.tokens_per_batch < 1 or self.short_max_length < 1:
-            raise ValueError("EvaluateConfig: tokens_per_batch and short_max_length must be positive")
+            raise ConfigError("EvaluateConfig: tokens_per_batch and short_max_length must be positive")
         if self.designs_per_protein < 0 or self.designs_per_protein == 1:
-            raise ValueError(
+            raise ConfigError(
                 f"EvaluateConfig.designs_per_protein: expected 0 or at least 2, got {self.designs_per_protein}"
             )
         if not 0 < self.diversity_temperature <= 10:
-            raise ValueError(
+            raise ConfigError(
                 f"EvaluateConfig.diversity_temperature: expected in (0, 10], got {self.diversity_temperature}"
             )
         if self.threads is not None and self.threads < 1:
-            raise ValueError(f"EvaluateConfig.threads: expected a positive int, got {self.threads!r}")
+            raise ConfigError(f"EvaluateConfig.threads: expected a positive int, got {self.threads!r}")
 
 
 def most_frequent_letter(dataset) -> str | None:
@@ -109,14 +110,14 @@ def evaluate(cfg: EvaluateConfig) -> dict:
     model = load_model(cfg.model_path)
     data = open_prepared(cfg.data)
     if "test" not in data.datasets:
-        raise ValueError(f"{cfg.data}: no 'test' dataset to evaluate on (has {data.datasets})")
+        raise InputError(cfg.data, None, None, "a 'test' dataset", f"datasets {data.datasets}", reason="no_test_set")
     # validation is scored too when present: the pipeline picks its champion on it, never on test
     requested = cfg.datasets or ["test"] + [
         d for d in data.datasets if d not in ("train", "test") and (d != "validation" or len(data.open(d)))
     ]
     missing = [d for d in requested if d not in data.datasets]
     if missing:
-        raise ValueError(f"{cfg.data}: no dataset(s) {missing} (has {data.datasets})")
+        raise ConfigError(f"{cfg.data}: no dataset(s) {missing} (has {data.datasets})")
 
     test = data.open("test")
     test_rows = list(range(len(test)))
@@ -230,7 +231,7 @@ def _class_table(names: tuple[str, ...], table: np.ndarray) -> dict[str, dict]:
     """Class -> residues and pooled recovery (None for a class without residues)."""
     return {
         name: {"residues": int(n), "recovery": float(c / n) if n else None}
-        for name, (n, c) in zip(names, table.tolist())
+        for name, (n, c) in zip(names, table.tolist(), strict=True)
     }
 
 
@@ -248,7 +249,7 @@ def _diversity(model, dataset, rows: list[int], cfg: EvaluateConfig) -> dict:
         if not mask.any():
             continue
         designs = samples[row][:, mask]  # [designs, observed]
-        native = np.array([AA_TO_INDEX[c] for c, m in zip(record.seq, mask) if m])
+        native = np.array([AA_TO_INDEX[c] for c, m in zip(record.seq, mask, strict=True) if m])
         k = len(designs)
         pairs = [(designs[a] != designs[b]).mean() for a in range(k) for b in range(a + 1, k)]
         differences.append(float(np.mean(pairs)))
@@ -294,7 +295,9 @@ def _plots(out: str, confusion: np.ndarray, length_rows: list[dict]) -> dict[str
     fig, ax = plt.subplots(figsize=(6, 3.5))
     labels = [r["bin"] for r in length_rows]
     ax.bar(range(len(labels)), [r["recovery"] for r in length_rows], color="tab:blue")
-    ax.set_xticks(range(len(labels)), [f"{lab}\n(n={r['proteins']})" for lab, r in zip(labels, length_rows)])
+    ax.set_xticks(
+        range(len(labels)), [f"{lab}\n(n={r['proteins']})" for lab, r in zip(labels, length_rows, strict=True)]
+    )
     ax.set_xlabel("chain length")
     ax.set_ylabel("median recovery")
     ax.set_ylim(0, 1)

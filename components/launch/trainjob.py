@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from invfold.components.train.config import TrainConfig
 
+from invfold.errors import ConfigError
+
 from .base import Resources
 
 GROUP = "trainer.kubeflow.org"
@@ -37,7 +39,10 @@ WORKSPACE_MOUNT = "/workspace"
 RENDEZVOUS_PORT = 29500  # allowed between a job's pods by k8s/base/network-policies.yaml
 REPLICATED_JOBS = {"ddp": ("node",), "deepspeed": ("launcher", "node"), "horovod": ("launcher", "node")}
 FORWARDED_ENV = re.compile(r"^(MLFLOW_(?!TRACKING_PASSWORD|TRACKING_TOKEN|TRACKING_USERNAME)\w+)$")
-SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+# The storage Secret's layout: KFP's own artifact-store Secret (mlpipeline-minio-artifact, which
+# KFP copies into every profile namespace) holds `accesskey` / `secretkey`; they become the AWS
+# variables s3fs/botocore read. Env variable -> key in the Secret.
+SECRET_KEYS = {"AWS_ACCESS_KEY_ID": "accesskey", "AWS_SECRET_ACCESS_KEY": "secretkey"}
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
@@ -48,8 +53,10 @@ class ClusterOptions:
 
     storage_root: object-storage URI (s3://, gs://, ...) under which each job writes its outputs
         (`<root>/runs/<run>/<job>`); required on a cluster.
-    storage_secret: name of a Secret with the storage keys `secret_keys` (None: the pods' own
-        identity, e.g. workload identity). storage_endpoint: S3-compatible endpoint URL (MinIO).
+    storage_secret: name of a Secret with the storage keys (None: the pods' own identity, e.g.
+        workload identity); secret_keys maps env variable -> key in it (KFP's layout by default).
+    storage_endpoint: S3-compatible endpoint URL (KFP's MinIO / SeaweedFS, any non-AWS store):
+        handed to every training pod as AWS_ENDPOINT_URL, else s3fs goes to AWS.
     image: training image (None: the runtime's own). node_selector / tolerations: GPU node pool.
     runtime_kind: ClusterTrainingRuntime (installed cluster-wide), or TrainingRuntime for tenants
         whose runtimes are installed in their own namespace (k8s/overlays/tenant).
@@ -63,7 +70,7 @@ class ClusterOptions:
     namespace: str | None = None
     storage_root: str = ""
     storage_secret: str | None = None
-    secret_keys: tuple[str, ...] = SECRET_KEYS
+    secret_keys: dict[str, str] = field(default_factory=lambda: dict(SECRET_KEYS))
     storage_endpoint: str | None = None
     image: str | None = None
     runtime_prefix: str = RUNTIME_PREFIX
@@ -86,24 +93,32 @@ class ClusterOptions:
         if self.namespace is None and os.path.exists(SERVICE_ACCOUNT_NAMESPACE):
             with open(SERVICE_ACCOUNT_NAMESPACE) as fh:
                 self.namespace = fh.read().strip()
-        self.secret_keys = tuple(self.secret_keys)
+        self.secret_keys = dict(self.secret_keys)
+        self.storage_endpoint = self.storage_endpoint or None
+        if self.storage_endpoint and not self.storage_endpoint.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"ClusterOptions.storage_endpoint: expected an http(s) URL such as "
+                f"http://minio-service.kubeflow:9000, got {self.storage_endpoint!r}"
+            )
         self.tolerations = list(self.tolerations or [])
         self.node_selector = dict(self.node_selector or {})
         if self.runtime_kind not in RUNTIME_KINDS:
-            raise ValueError(f"ClusterOptions.runtime_kind: expected one of {RUNTIME_KINDS}, got {self.runtime_kind!r}")
+            raise ConfigError(
+                f"ClusterOptions.runtime_kind: expected one of {RUNTIME_KINDS}, got {self.runtime_kind!r}"
+            )
         if not self.timeout_s > 0 or not self.poll_s > 0:
-            raise ValueError(f"ClusterOptions: timeout_s and poll_s must be > 0, got {self.timeout_s}, {self.poll_s}")
+            raise ConfigError(f"ClusterOptions: timeout_s and poll_s must be > 0, got {self.timeout_s}, {self.poll_s}")
         if self.storage_root and "://" not in self.storage_root:
-            raise ValueError(
+            raise ConfigError(
                 f"ClusterOptions.storage_root: expected an object-storage URI "
                 f"(s3://bucket/prefix), got {self.storage_root!r}"
             )
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.node_selector.items()):
-            raise ValueError(
+            raise ConfigError(
                 f"ClusterOptions.node_selector: expected string keys and values, got {self.node_selector!r}"
             )
         if not all(isinstance(t, dict) for t in self.tolerations):
-            raise ValueError(f"ClusterOptions.tolerations: expected a list of objects, got {self.tolerations!r}")
+            raise ConfigError(f"ClusterOptions.tolerations: expected a list of objects, got {self.tolerations!r}")
 
 
 def job_name(strategy: str, pipeline_run_id: str = "") -> str:
@@ -123,8 +138,8 @@ def _env(options: ClusterOptions, environ: Mapping[str, str]) -> list[dict]:
         env.append({"name": "AWS_ENDPOINT_URL", "value": options.storage_endpoint})
     if options.storage_secret:
         env += [
-            {"name": key, "valueFrom": {"secretKeyRef": {"name": options.storage_secret, "key": key}}}
-            for key in options.secret_keys
+            {"name": env_name, "valueFrom": {"secretKeyRef": {"name": options.storage_secret, "key": key}}}
+            for env_name, key in options.secret_keys.items()
         ]
     return env
 
@@ -193,7 +208,7 @@ def build_trainjob(
 ) -> dict:
     """The TrainJob manifest (a plain dict, validated by schema.validate_trainjob)."""
     if not NAME.match(name) or len(name) > 63:
-        raise ValueError(f"TrainJob name {name!r}: expected an RFC 1035 label of at most 63 characters")
+        raise ConfigError(f"TrainJob name {name!r}: expected an RFC 1035 label of at most 63 characters")
     env = _env(options, environ)
     command, args = _command(name, cfg, resources, output_uri, env)
     trainer: dict = {

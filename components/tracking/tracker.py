@@ -5,9 +5,12 @@ Layout of a pipeline run in MLflow: one parent run per pipeline run, found by it
 per step. Where KFP injects MLFLOW_RUN_ID (its MLflow integration creates a run per task under
 its own parent run), that run is the step's run and its parent is the pipeline's run.
 
-Tracking never stops a step: when the server is unreachable (checked once, fast) or a call
-fails, the item is skipped, and `Tracker.close()` logs one warning listing everything that was
-not recorded. Nothing else (artifacts, models, metrics files) depends on MLflow.
+Locally, tracking never stops a step: when the server is unreachable (checked once, fast) or a
+call fails, the item is skipped, and `Tracker.close()` logs one warning listing everything that
+was not recorded. On a cluster (`RunContext.required`, by default: inside a pod) MLflow is the
+record of the run and the registry compare/register decide against, so a tracking failure fails
+the step with `TrackingError` (KFP retries or reports it) instead of deciding against an empty
+registry or leaving a run nobody can find.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from invfold.errors import InvfoldError
+
 log = logging.getLogger(__name__)
 
 PIPELINE_RUN_TAG = "kfp.pipeline_run_id"
@@ -28,6 +33,16 @@ PARENT_TAG = "mlflow.parentRunId"
 CHAMPION = "champion"
 DEFAULT_EXPERIMENT = "invfold"
 REACHABILITY_TIMEOUT_S = 3.0
+
+
+class TrackingError(InvfoldError, ValueError):
+    """A step cannot say where (or for which run) to record, or, on a cluster, MLflow could not
+    record what the step needs recorded (or answer what it needs to know)."""
+
+
+def in_cluster(env=os.environ) -> bool:
+    """Inside a pod (the kubelet sets KUBERNETES_SERVICE_HOST in every container)."""
+    return bool(env.get("KUBERNETES_SERVICE_HOST"))
 
 
 def default_tracking_uri(runs_dir: str | os.PathLike = "runs") -> str:
@@ -63,13 +78,17 @@ class RunContext:
     pipeline_version: str = ""
     run_url: str = ""
     tags: dict[str, str] = field(default_factory=dict)
+    # Whether a tracking failure fails the step: None = on a cluster yes, locally no.
+    required: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.required is None:
+            self.required = in_cluster()
         if not self.pipeline_run_id:
-            raise ValueError("RunContext.pipeline_run_id must be given (the KFP run id)")
+            raise TrackingError("RunContext.pipeline_run_id must be given (the KFP run id)")
         self.tracking_uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
         if not self.tracking_uri:
-            raise ValueError("RunContext.tracking_uri: none given and MLFLOW_TRACKING_URI is not set")
+            raise TrackingError("RunContext.tracking_uri: none given and MLFLOW_TRACKING_URI is not set")
         self.experiment = self.experiment or DEFAULT_EXPERIMENT
 
 
@@ -90,6 +109,8 @@ class Tracker:
         self.available = ok
         if not ok:
             self.reason = f"tracking server {ctx.tracking_uri} unreachable ({why})"
+            if ctx.required:
+                raise TrackingError(f"{self.reason}: the {step} step needs its record in MLflow on a cluster")
             log.warning("%s: the %s step goes on without recording to MLflow", self.reason, step)
         else:
             self.reason = ""
@@ -121,7 +142,9 @@ class Tracker:
             return None
         try:
             return fn()
-        except Exception as err:  # noqa: BLE001 - tracking must never stop the step
+        except Exception as err:  # locally, tracking must never stop the step
+            if self.ctx.required:
+                raise TrackingError(f"MLflow: the {self.step} step could not record {what}: {err}") from err
             log.warning("MLflow: could not record %s: %s", what, err)
             self.skipped.append(what)
             if _is_connection_error(err):
@@ -270,7 +293,9 @@ class Tracker:
 
             session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
             outputs = session.run(None, input_example)
-            signature = infer_signature(input_example, {o.name: v for o, v in zip(session.get_outputs(), outputs)})
+            signature = infer_signature(
+                input_example, {o.name: v for o, v in zip(session.get_outputs(), outputs, strict=True)}
+            )
             mlflow.set_tracking_uri(self.ctx.tracking_uri)
             with mlflow.start_run(run_id=self.run_id):
                 info = mlflow.onnx.log_model(

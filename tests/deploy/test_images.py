@@ -338,4 +338,9 @@ def test_compiled_pipeline_runs_through_kfp_docker_runner_offline(cpu_images, tm
         )
     finally:
         os.umask(old_umask)
-    assert list(root.rglob("model.onnx")) or list(root.rglob("*.onnx")), "no ONNX model came out of the pipeline"
+    # the register step's own output (KFP's local layout: <root>/<pipeline run>/<task>/<output>)
+    found = list(root.glob("*/register-op/onnx_model/model.onnx"))
+    assert len(found) == 1, sorted(str(p.relative_to(root)) for p in root.rglob("*.onnx"))
+    (onnx,) = found
+    assert onnx.stat().st_size > 0
+    assert json.loads((onnx.parent / "model.parity.json").read_text())["passed"] is True

@@ -122,7 +122,7 @@ def test_credentials_are_referenced_never_copied():
     env = {e["name"]: e for e in job["spec"]["trainer"]["env"]}
     assert env["AWS_ACCESS_KEY_ID"] == {
         "name": "AWS_ACCESS_KEY_ID",
-        "valueFrom": {"secretKeyRef": {"name": "invfold-storage", "key": "AWS_ACCESS_KEY_ID"}},
+        "valueFrom": {"secretKeyRef": {"name": "invfold-storage", "key": "accesskey"}},
     }
     assert "value" not in env["AWS_SECRET_ACCESS_KEY"]
     assert env["MLFLOW_TRACKING_URI"]["value"] == "http://mlflow.invfold:5000"

@@ -208,7 +208,7 @@ def test_a_failing_step_fails_the_run_with_its_reason_and_marks_mlflow_runs_fail
     )
     err = capfd.readouterr().err
     assert code == 1
-    assert "invfold run: the pipeline failed" in err and "prep-op" in err
+    assert "invfold run: error: the pipeline failed" in err and "prep-op" in err
     client = MlflowClient(workspace["uri"])
     experiment = client.get_experiment_by_name(workspace["base"]["mlflow_experiment"])
     failed = client.search_runs(

@@ -59,13 +59,13 @@ def _mmcif(tmp_path, record, at: int):
     structure = gemmi.Structure()
     model = gemmi.Model("1")
     model.add_chain(gemmi.Chain("A"))
-    for position, (letter, xyz) in enumerate(zip(seq, coords), 1):
+    for position, (letter, xyz) in enumerate(zip(seq, coords, strict=True), 1):
         if np.isnan(xyz).all():
             continue  # not modelled: only the entity sequence names it
         residue = gemmi.Residue()
         residue.name, residue.seqid, residue.label_seq = ONE_TO_THREE[letter], gemmi.SeqId(position, " "), position
         residue.entity_type = gemmi.EntityType.Polymer
-        for atom_name, p in zip(BACKBONE_ATOMS, xyz):
+        for atom_name, p in zip(BACKBONE_ATOMS, xyz, strict=True):
             if np.isfinite(p).all():
                 atom = gemmi.Atom()
                 atom.name, atom.element, atom.pos = atom_name, gemmi.Element(atom_name[0]), gemmi.Position(*p)
@@ -85,7 +85,7 @@ def _pdb(tmp_path, record, at: int):
     seq, coords = _with_missing(record, at)
     residues = [
         (ONE_TO_THREE[letter], number, " ", xyz)
-        for number, (letter, xyz) in enumerate(zip(seq, coords), 1)
+        for number, (letter, xyz) in enumerate(zip(seq, coords, strict=True), 1)
         if not np.isnan(xyz).all()
     ]
     path = tmp_path / "x.pdb"

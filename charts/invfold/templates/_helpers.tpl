@@ -13,6 +13,22 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}
 {{- define "invfold.mlflowName" -}}{{ .Release.Name }}-mlflow{{- end -}}
 {{- define "invfold.postgresName" -}}{{ .Release.Name }}-postgresql{{- end -}}
 {{- define "invfold.postgresSecret" -}}{{ .Values.postgresql.existingSecret | default (include "invfold.postgresName" .) }}{{- end -}}
+{{/* Host headers MLflow accepts (--allowed-hosts; since MLflow 3.5 the default is localhost and
+private IPs only): the Service's in-cluster names with and without the port, loopback for
+port-forward, the ingress host, and mlflow.allowedHosts. /health is exempt upstream. */}}
+{{- define "invfold.mlflowAllowedHosts" -}}
+{{- $svc := include "invfold.mlflowName" . -}}{{- $ns := .Release.Namespace -}}{{- $port := .Values.mlflow.port -}}
+{{- $hosts := list -}}
+{{- range $name := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
+{{- $hosts = append $hosts $name -}}{{- $hosts = append $hosts (printf "%s:%v" $name $port) -}}
+{{- end -}}
+{{- $hosts = concat $hosts (list "localhost" "localhost:*" "127.0.0.1" "127.0.0.1:*") -}}
+{{- if .Values.mlflow.ingress.enabled -}}
+{{- $hosts = concat $hosts (list .Values.mlflow.ingress.host (printf "%s:*" .Values.mlflow.ingress.host)) -}}
+{{- end -}}
+{{- join "," (concat $hosts .Values.mlflow.allowedHosts) -}}
+{{- end -}}
+
 {{- define "invfold.trackingUri" -}}http://{{ include "invfold.mlflowName" . }}.{{ .Release.Namespace }}.svc.cluster.local:{{ .Values.mlflow.port }}{{- end -}}
 
 {{/* Pod-level security context: non-root, RuntimeDefault seccomp. */}}
