@@ -23,8 +23,9 @@ class PrepConfig:
         are dropped, except X: an unknown residue or a numbering gap, kept in place and masked);
         max_length = 500 (CATH 4.2 and ProteinMPNN-style training cap); min_length = 30 (shorter
         chains are peptides without a fold of their own, and CATH rarely classifies domains that
-        short; the project's real 833-chain set, shortest 32, loses none); min_observed_fraction = 0.5 (a chain with over half its backbone missing
-        teaches the model its sequence from little structure).
+        short; the project's real 833-chain set, shortest 32, loses none); min_observed_fraction =
+        0.5 (a chain with over half its backbone missing teaches the model its sequence from little
+        structure).
     strict: turn input defects (reader skips, duplicate names, chains without any observed
         residue, split names absent from the set) into errors; filter drops stay counted drops.
     split_fractions/split_by/identity_tool/identity_threshold/seed: how prep makes a split when no
