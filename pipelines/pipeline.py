@@ -31,6 +31,7 @@ def _labelled(task, mlflow_secret, role: str = "step"):
     `restricted` require of KFP's executor pods."""
     kubernetes.add_pod_label(task, "app.kubernetes.io/part-of", "invfold")
     kubernetes.add_pod_label(task, "invfold.dev/role", role)
+    kubernetes.add_pod_annotation(task, "sidecar.istio.io/inject", "false")
     kubernetes.use_secret_as_env(
         task, secret_name=mlflow_secret, secret_key_to_env={k: k for k in MLFLOW_CLIENT_KEYS}, optional=True
     )

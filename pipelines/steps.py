@@ -66,7 +66,7 @@ def fingerprint_step(
     with Tracker(ctx, "fingerprint") as tracker:
         start = time.perf_counter()
         result = fingerprint([data_uri, split_file])
-        record_timing("fingerprint", time.perf_counter() - start)
+        record_timing("fingerprint", time.perf_counter() - start, digest=result[:19])
         inputs = {"data_uri": data_uri, "split_file": split_file, "input_fingerprint": result}
         tracker.log_params(inputs)
         tracker.log_params(inputs, parent=True)
@@ -86,7 +86,7 @@ def prep_step(data_uri: str, split_file: str, data_digest: str, prepared_path: s
     result = run_prep(PrepConfig(input=data_uri, output=prepared_path, split_file=split_file or None))
     shutil.copyfile(open_prepared(prepared_path).root / "card.md", card_path)
     seconds = time.perf_counter() - start
-    record_timing("prep", seconds)
+    record_timing("prep", seconds, digest=result.digest[:19])
     return {
         "digest": result.digest,
         "input_digest": data_digest,
@@ -225,7 +225,8 @@ def train_step(
         tracker.log_params({"strategy": strategy, "data": data, "data_digest": prepared.digest}, parent=True)
         for name, context in (("train", "training"), ("validation", "validation")):
             if name in prepared.datasets:
-                tracker.log_dataset(name, prepared.digest, data, context, prepared.index["datasets"][name])
+                for parent in (False, True):
+                    tracker.log_dataset(name, prepared.digest, data, context, prepared.index["datasets"][name], parent)
         tracker.log_artifact(str(prepared.root / "card.md"), "dataset")
         tracker.log_artifact(str(prepared.root / "card.json"), "dataset")
         cluster = {
@@ -247,7 +248,13 @@ def train_step(
             summary = json.load(fh)
         # The training loop's own time; the ranks' start-up and imports count as overhead.
         seconds = float(summary.get("elapsed_s") or job_seconds)
-        record_timing("train", seconds)
+        record_timing(
+            "train",
+            seconds,
+            steps=summary.get("step"),
+            val_recovery=(summary.get("validation") or {}).get("recovery"),
+            stop=summary.get("stop_reason"),
+        )
         tracker.log_metrics_file(os.path.join(model_path, "metrics.jsonl"))
         scalars = {k: float(summary[k]) for k in SUMMARY_METRICS if isinstance(summary.get(k), (int, float))}
         for key, value in (summary.get("validation") or {}).items():
@@ -309,14 +316,21 @@ def evaluate_step(
             )
         )
         seconds = time.perf_counter() - start
-        record_timing("evaluate", seconds)
         shutil.copyfile(os.path.join(out, "report.html"), report_path)
         with open(os.path.join(out, "confusion.json")) as fh:
             confusion = json.load(fh)
         flat = scalar_metrics(metrics)
+        record_timing(
+            "evaluate",
+            seconds,
+            test_recovery=flat.get("test_recovery"),
+            test_perplexity=flat.get("test_perplexity"),
+            constant_recovery=flat.get("test_constant_recovery"),
+        )
         tracker.log_metrics(flat)
         tracker.log_metrics({k: v for k, v in flat.items() if k.startswith("test_")}, parent=True)
-        tracker.log_dataset("test", metrics["data_digest"], prepared_path, "testing")
+        for parent in (False, True):
+            tracker.log_dataset("test", metrics["data_digest"], prepared_path, "testing", parent=parent)
         tracker.log_artifacts(out, "evaluation")
     return {
         "metrics": flat,
@@ -341,8 +355,9 @@ TAG_DIGEST = "invfold.data_digest"
 MODEL_PT_PATH = "model_pt"
 
 
-def _candidate(evaluation_path: str) -> tuple[float, float | None, str]:
-    """(validation recovery, test recovery or None, data digest) from evaluate's metrics.json."""
+def _candidate(evaluation_path: str) -> tuple[float, float | None, str, dict[str, float]]:
+    """(validation recovery, test recovery or None, data digest, test figures) from evaluate's
+    metrics.json."""
     path = os.path.join(evaluation_path, "metrics.json")
     with open(path) as fh:
         metrics = json.load(fh)
@@ -354,7 +369,8 @@ def _candidate(evaluation_path: str) -> tuple[float, float | None, str]:
             f"non-empty {SELECTION_DATASET} split (the test split is for reporting only)"
         )
     test = (datasets.get("test") or {}).get("recovery")
-    return float(selection["recovery"]), None if test is None else float(test), metrics["data_digest"]
+    figures = {k: v for k, v in scalar_metrics(metrics).items() if k.startswith("test_")}
+    return float(selection["recovery"]), None if test is None else float(test), metrics["data_digest"], figures
 
 
 def compare_step(
@@ -370,8 +386,9 @@ def compare_step(
     from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
     from invfold.components.tracking import RunContext, Tracker
 
-    candidate, test_recovery, digest = _candidate(evaluation_path)
+    candidate, test_recovery, digest, test_figures = _candidate(evaluation_path)
     result = {
+        "test_metrics": test_figures,
         "metric": METRIC,
         "candidate": candidate,
         "candidate_test_recovery": test_recovery,
@@ -431,7 +448,7 @@ def compare_step(
                 ),
             )
         result.update(register=register, decision=why)
-        record_timing("compare", time.perf_counter() - start)
+        record_timing("compare", time.perf_counter() - start, register=register, decision=why)
         tracker.log_metrics(
             {
                 "candidate_" + METRIC: candidate,
@@ -455,6 +472,29 @@ def input_example(prepared_path: str) -> dict:
     batch = collate([record])
     order = torch.rand(batch.S.shape, generator=torch.Generator().manual_seed(0))
     return feeds(batch.X, batch.S, batch.mask, batch.residue_index, order)
+
+
+def model_description(model_name: str, comparison: dict) -> str:
+    """The registered model's description (markdown): what it is, its data, how to use it."""
+    figures = comparison.get("test_metrics", {})
+    perplexity = figures.get("test_perplexity")
+    return (
+        "invfold protein inverse-folding model (backbone coordinates in, per-residue amino-acid "
+        "logits out) as ONNX, exported and checked for parity with the PyTorch model.\n\n"
+        f"- data digest: `{comparison['data_digest']}`\n"
+        f"- validation median recovery (what it was chosen on): {comparison['candidate']:.4f}\n"
+        + (
+            f"- test median recovery: {comparison['candidate_test_recovery']:.4f}"
+            if comparison.get("candidate_test_recovery") is not None
+            else "- test median recovery: not measured"
+        )
+        + (f", test perplexity: {perplexity:.3f}" if perplexity is not None else "")
+        + "\n"
+        f"- decision: {comparison['decision']}\n\n"
+        "Use: `mlflow.onnx.load_model(f'models:/" + model_name + "@champion')` or onnxruntime on "
+        "the version's `model/model.onnx`; inputs and outputs are in the model's signature. "
+        "`invfold design` designs sequences with the PyTorch checkpoint logged beside it (`model_pt/`)."
+    )
 
 
 def register_step(
@@ -501,11 +541,18 @@ def register_step(
             "invfold.decision": comparison["decision"],
             "kfp.pipeline_run_id": pipeline_run_id,
         }
-        version = tracker.log_onnx_model(onnx_path, model_name, input_example(prepared_path), tags)
+        version = tracker.log_onnx_model(
+            onnx_path,
+            model_name,
+            input_example(prepared_path),
+            tags,
+            metrics={**comparison.get("test_metrics", {}), **export_metrics},
+            description=model_description(model_name, comparison),
+        )
         if version:
             tracker.set_champion(model_name, version)
         seconds = time.perf_counter() - start
-        record_timing("register", seconds)
+        record_timing("register", seconds, version=version or "not recorded")
         tracker.set_tags({"invfold.registered_version": version or "not recorded"}, parent=True)
     return {
         "metrics": export_metrics,

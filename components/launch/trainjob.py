@@ -37,7 +37,9 @@ ENTRY_MODULE = "invfold.components.launch.trainjob_entry"
 TRAINER_CONTAINER = "node"
 WORKSPACE_MOUNT = "/workspace"
 RENDEZVOUS_PORT = 29500  # allowed between a job's pods by k8s/base/network-policies.yaml
-REPLICATED_JOBS = {"ddp": ("node",), "deepspeed": ("launcher", "node"), "horovod": ("launcher", "node")}
+# Upstream's MPI runtimes list `node` first and start the launcher once the nodes are Ready
+# (kubeflow/trainer manifests/base/runtimes/deepspeed_distributed.yaml); ours follow.
+REPLICATED_JOBS = {"ddp": ("node",), "deepspeed": ("node", "launcher"), "horovod": ("node", "launcher")}
 FORWARDED_ENV = re.compile(r"^(MLFLOW_(?!TRACKING_PASSWORD|TRACKING_TOKEN|TRACKING_USERNAME)\w+)$")
 # The storage Secret's layout: KFP's own artifact-store Secret (mlpipeline-minio-artifact, which
 # KFP copies into every profile namespace) holds `accesskey` / `secretkey`; they become the AWS
@@ -148,21 +150,25 @@ def _command(
     name: str, cfg: TrainConfig, resources: Resources, output_uri: str, env: list[dict]
 ) -> tuple[list[str], list[str]]:
     """(command, args): both set, so neither the runtime's command nor its args survive.
-    Under mpirun, torch.distributed's rendezvous (DeepSpeed) is the launcher pod: our MPI runtimes
-    run the launcher as node 0 (runLauncherAsNode), reachable through the job's headless Service."""
+    Under mpirun, torch.distributed's rendezvous (DeepSpeed) is rank 0's pod. Trainer writes the
+    hostfile in the order of the runtime's replicated jobs, node first (then the launcher, which
+    runs as a node): rank 0 is `<job>-node-0-0`, reachable through the job's headless Service.
+    A one-node job runs all ranks on the launcher itself (localhost), never on the idle node pod."""
     entry = [ENTRY_MODULE, "--config-json", json.dumps(cfg.to_dict(), sort_keys=True), "--output", output_uri]
     if cfg.strategy == "ddp":
         # The torch runtime sets PET_NNODES / PET_NPROC_PER_NODE / PET_NODE_RANK / PET_MASTER_*.
         return ["torchrun"], ["--module", *entry]
-    rendezvous = [f"MASTER_ADDR={name}-launcher-0-0.{name}", f"MASTER_PORT={RENDEZVOUS_PORT}"]
+    single = resources.nodes == 1
+    first = "127.0.0.1" if single else f"{name}-node-0-0.{name}"
+    rendezvous = [f"MASTER_ADDR={first}", f"MASTER_PORT={RENDEZVOUS_PORT}"]
+    hosts = ["--host", f"localhost:{resources.procs_per_node}"] if single else ["--hostfile", "/etc/mpi/hostfile"]
     exports = (
         [arg for item in env for arg in ("-x", item["name"])]
         + ["-x", "OMP_NUM_THREADS"]
         + [arg for pair in rendezvous for arg in ("-x", pair)]
     )
     return ["mpirun"], [
-        "--hostfile",
-        "/etc/mpi/hostfile",
+        *hosts,
         "-np",
         str(resources.world_size),
         "--bind-to",
@@ -175,6 +181,20 @@ def _command(
 
 
 def _runtime_patches(strategy: str, options: ClusterOptions) -> list[dict]:
+    """The same pod changes for every replicated job of the runtime. Trainer v2.3 patches only a
+    container's env, securityContext and volumeMounts (TrainerV1alpha1ContainerPatch): image and
+    resources of MPI node pods come from the runtime's template (the chart's images and
+    runtimes values), the TrainJob's trainer.image / resourcesPerNode from the launcher's."""
+    pod_spec = _pod_patch(options)
+    if not pod_spec:
+        return []
+    replicated = [
+        {"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}} for name in REPLICATED_JOBS[strategy]
+    ]
+    return [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": replicated}}}}]
+
+
+def _pod_patch(options: ClusterOptions) -> dict:
     pod_spec: dict = {}
     if options.node_selector:
         pod_spec["nodeSelector"] = dict(options.node_selector)
@@ -190,12 +210,7 @@ def _runtime_patches(strategy: str, options: ClusterOptions) -> list[dict]:
                 "volumeMounts": [{"name": "invfold-workspace", "mountPath": options.workspace_mount}],
             }
         ]
-    if not pod_spec:
-        return []
-    replicated = [
-        {"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}} for name in REPLICATED_JOBS[strategy]
-    ]
-    return [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": replicated}}}}]
+    return pod_spec
 
 
 def build_trainjob(

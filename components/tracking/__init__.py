@@ -3,6 +3,7 @@
 from .tracker import (
     CHAMPION,
     DEFAULT_EXPERIMENT,
+    MODEL_TRAINING_VIEW,
     RunContext,
     Tracker,
     TrackingError,
@@ -15,6 +16,7 @@ from .tracker import (
 __all__ = [
     "CHAMPION",
     "DEFAULT_EXPERIMENT",
+    "MODEL_TRAINING_VIEW",
     "RunContext",
     "Tracker",
     "TrackingError",

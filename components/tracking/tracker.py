@@ -33,6 +33,15 @@ PARENT_TAG = "mlflow.parentRunId"
 CHAMPION = "champion"
 DEFAULT_EXPERIMENT = "invfold"
 REACHABILITY_TIMEOUT_S = 3.0
+# MLflow 3's UI opens an experiment on its GenAI overview (traces, token usage). The experiment
+# kind tag says "model training" (mlflow/mlflow, mlflow/server/js/src/experiment-tracking/
+# constants.ts: enum ExperimentKind); MLflow 3.17's UI, whose sidebar has a GenAI / Model training
+# switch, follows that switch instead: the page's `workflowType` query parameter, else the
+# browser's last choice (localStorage `mlflow.workflowType`, default genai). So the links we print
+# carry MODEL_TRAINING_VIEW.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+MODEL_TRAINING_VIEW = "workflowType=machine_learning"
 
 
 class TrackingError(InvfoldError, ValueError):
@@ -50,6 +59,14 @@ def default_tracking_uri(runs_dir: str | os.PathLike = "runs") -> str:
     path = Path(runs_dir).absolute() / "mlflow.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
+
+
+def artifact_location(uri: str) -> str | None:
+    """Where a SQLite store's experiments keep their artifacts: beside the database (MLflow's
+    own default is ./mlruns in whatever folder the step runs in). Servers decide for themselves."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return (Path(uri[len("sqlite:///") :]).parent / "artifacts").absolute().as_uri()
 
 
 def reachable(uri: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> tuple[bool, str]:
@@ -238,9 +255,11 @@ class Tracker:
             lambda: self.client.log_artifacts(self.run_id, str(folder), artifact_path),
         )
 
-    def log_dataset(self, name: str, digest: str, source: str, context: str, profile: dict | None = None) -> None:
-        """A prepared dataset as an MLflow dataset input of this run (context: training,
-        validation, testing); the digest is prep's content digest."""
+    def log_dataset(
+        self, name: str, digest: str, source: str, context: str, profile: dict | None = None, parent: bool = False
+    ) -> None:
+        """A prepared dataset as an MLflow dataset input of this run, or of the pipeline's run
+        (context: training, validation, testing); the digest is prep's content digest."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         dataset = Dataset(
@@ -251,8 +270,9 @@ class Tracker:
             profile=json.dumps(profile or {}),
         )
         tags = [InputTag("mlflow.data.context", context)]
+        target = lambda: self.parent_run_id if parent else self.run_id  # noqa: E731
         self._record(
-            f"dataset input {name}", lambda: self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, tags)])
+            f"dataset input {name}", lambda: self.client.log_inputs(target(), datasets=[DatasetInput(dataset, tags)])
         )
 
     # -- model registry --------------------------------------------------------------------
@@ -280,10 +300,18 @@ class Tracker:
         )
 
     def log_onnx_model(
-        self, onnx_path: str, model_name: str, input_example: dict, version_tags: dict[str, Any]
+        self,
+        onnx_path: str,
+        model_name: str,
+        input_example: dict,
+        version_tags: dict[str, Any],
+        metrics: dict[str, float] | None = None,
+        description: str = "",
     ) -> str | None:
-        """Log the ONNX graph with signature and input example into this run, register it under
-        model_name, tag the new version; returns the version (None when not recorded)."""
+        """Log the ONNX graph with signature and input example into this run, with `metrics` on
+        the logged model; register it under model_name, tag the new version, describe model and
+        version; link the version from the pipeline's run. Returns the version (None when not
+        recorded)."""
 
         def do():
             import mlflow
@@ -308,8 +336,20 @@ class Tracker:
                     onnx_execution_providers=["CPUExecutionProvider"],
                 )
             version = str(info.registered_model_version)
+            for key, value in (metrics or {}).items():
+                if _finite(value):
+                    self.client.log_metric(self.run_id, key, float(value), model_id=info.model_id)
             for key, value in version_tags.items():
                 self.client.set_model_version_tag(model_name, version, key, str(value))
+            if description:
+                self.client.update_registered_model(model_name, description=description)
+                self.client.update_model_version(model_name, version, description=description)
+            link = f"[{model_name} version {version}](#/models/{model_name}/versions/{version})"
+            self.client.set_tag(
+                self.parent_run_id,
+                "mlflow.note.content",
+                f"Registered {link}: the ONNX model of this pipeline run (logged by its `{self.step}` step).",
+            )
             return version
 
         return self._record(f"ONNX model registration as {model_name}", do)
@@ -355,13 +395,21 @@ def finish_pipeline(ctx: RunContext, failed: bool, message: str = "") -> list[st
 
 
 def _experiment_id(client, name: str) -> str:
+    """The experiment's id, created (artifacts beside a SQLite store) or tagged as a
+    model-training experiment as needed."""
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    try:
-        return client.create_experiment(name)
-    except Exception:  # created meanwhile by another step
-        return client.get_experiment_by_name(name).experiment_id
+    if experiment is None:
+        try:
+            return client.create_experiment(
+                name,
+                artifact_location=artifact_location(client.tracking_uri),
+                tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+            )
+        except Exception:  # noqa: BLE001 - created meanwhile by another step
+            experiment = client.get_experiment_by_name(name)
+    if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return experiment.experiment_id
 
 
 def _find_or_create_parent(client, experiment_id: str, ctx: RunContext) -> str:

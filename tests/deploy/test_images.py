@@ -282,6 +282,14 @@ def test_mlflow_image_serves_health_and_artifacts(cpu_images, tmp_path, monkeypa
         engine.docker("rm", "-f", name, check=False)
 
 
+def test_mlflow_image_has_what_basic_auth_needs(cpu_images):
+    """mlflow.auth.enabled runs `--app-name basic-auth`, which refuses to import without Flask-WTF."""
+    proc = cpu_images.engine.docker(
+        "run", "--rm", "--entrypoint", "python", cpu_images["mlflow"], "-c", "import flask_wtf, wtforms", check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
 SAMPLE_IN_IMAGE = "/opt/venv/lib/python3.11/site-packages/invfold/data"
 
 

@@ -57,6 +57,10 @@ metadata:
     app.kubernetes.io/part-of: invfold
     app.kubernetes.io/instance: {{ $root.Release.Name }}
     invfold.dev/role: trainer
+  # No Istio sidecar: it would intercept sshd, torchrun's rendezvous and NCCL/Gloo traffic between
+  # pods and keep a finished pod running (KFP sets the same on its own pods).
+  annotations:
+    sidecar.istio.io/inject: "false"
 spec:
   terminationGracePeriodSeconds: {{ $r.terminationGracePeriodSeconds }}
   {{- if $root.Values.priorityClasses.create }}
