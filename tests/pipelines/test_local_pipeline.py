@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from invfold.pipelines.local import run_local
-from invfold.pipelines.steps import compare_step
+from invfold.components.register.step import compare_step
 from mlflow import MlflowClient
 
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
@@ -184,9 +184,9 @@ def test_champion_on_other_data_is_evaluated_again(ddp_run, workspace, tmp_path)
         model_name=workspace["base"]["registered_model_name"],
         threshold=0.0,
     )
-    assert result["basis"] == "re-evaluated on this run's test data"
-    assert result["champion"] == pytest.approx(metrics["datasets"]["test"]["recovery"], abs=1e-6)
-    assert result["register"] is False  # equal, not better
+    assert result.basis == "re-evaluated on this run's test data"
+    assert result.champion == pytest.approx(metrics["datasets"]["test"]["recovery"], abs=1e-6)
+    assert result.register is False  # equal, not better
 
 
 def test_changed_data_misses_the_cache_and_an_unreachable_server_loses_only_records(
