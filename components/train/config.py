@@ -33,6 +33,8 @@ class TrainConfig:
     grad_clip: max global gradient norm (0 = no clipping).
     validate_every / checkpoint_every / log_every: in optimizer steps (0 = only at the end).
     time_budget_s: stop (checkpoint, model.pt, exit 0) after this many seconds of training.
+    max_nonfinite_steps: a step whose loss or gradient is NaN/inf on any rank is skipped on every
+        rank (counted in metrics); this many such steps in a row fail the job (nothing is saved).
     The default recipe (default preset, lr 2e-3, noise 0.1 A, short warm-up) learns fast on CPU.
     """
 
@@ -68,6 +70,7 @@ class TrainConfig:
     resume: bool = True
     time_budget_s: float | None = None
     dist_timeout_s: float = 600.0
+    max_nonfinite_steps: int = 10
 
     def __post_init__(self) -> None:
         self.data, self.out = str(self.data), str(self.out)
@@ -117,6 +120,7 @@ class TrainConfig:
             "grad_accum": self.grad_accum,
             "threads": self.threads,
             "keep_checkpoints": self.keep_checkpoints,
+            "max_nonfinite_steps": self.max_nonfinite_steps,
         }
         for name in ("max_steps", "epochs"):
             if getattr(self, name) is not None:

@@ -5,10 +5,15 @@ Exact resume rests on three things: batches are a pure function of (seed, epoch,
 checkpointing draw no random numbers from the global generators. A stopped-and-resumed run
 therefore ends with the same weights as an uninterrupted one.
 
-Stopping: SIGTERM (preemption) or the time budget sets a local flag; after every optimizer step
-the ranks all-reduce the flags with MAX, so they agree on the same step, checkpoint together and
+Stopping: SIGTERM (preemption) or the time budget sets a local flag; before every optimizer step
+the ranks all-reduce the flags, so they agree on the same step, checkpoint together and
 leave: exit 143 after SIGTERM (the pod is retried and resumes), 0 after the time budget (a
 finished run with model.pt).
+
+Non-finite numbers: the same all-reduce carries whether this rank saw a NaN/inf loss or gradient;
+if any did, every rank skips that update (counted in metrics as `nonfinite_steps`, logged).
+`max_nonfinite_steps` of them in a row raise NonFiniteTrainingError (exit 3) before anything is
+saved, and a model with non-finite weights is never written (model/io.py refuses it).
 """
 
 from __future__ import annotations
@@ -41,8 +46,13 @@ from .strategies import make_strategy
 log = logging.getLogger(__name__)
 
 EXIT_OK = 0
+EXIT_DIVERGED = 3  # a run of non-finite steps
 EXIT_PREEMPTED = 143  # 128 + SIGTERM, what a pod killed by SIGTERM reports
 STOP_TIME_BUDGET, STOP_PREEMPTED = 1, 2
+
+
+class NonFiniteTrainingError(RuntimeError):
+    """Too many optimizer steps in a row had a NaN or infinite loss or gradient."""
 
 
 def lr_factor(cfg: TrainConfig, total_steps: int | None):
@@ -136,6 +146,7 @@ class _Position:
     epoch: int = 0
     position: int = 0
     residues: float = 0.0  # observed residues trained on, all ranks
+    nonfinite_steps: int = 0  # updates skipped for a NaN/inf loss or gradient on some rank
 
 
 def _seed_everything(seed: int) -> None:
@@ -201,9 +212,11 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     stop_reason, last_saved, val_summary = "finished", pos.step if latest else -1, {}
     window = torch.zeros(3, dtype=torch.float64)  # nll, correct, count since the last log line
     window_loss, window_start = 0.0, time.monotonic()
+    grad_norm, nonfinite_run = None, 0
     batches = sampler.iterate(pos.epoch, pos.position)
     try:
         while not _done(cfg, pos):
+            step_sums, step_loss, finite = torch.zeros(3, dtype=torch.float64), 0.0, True
             for micro in range(cfg.grad_accum):
                 rows, pos.epoch, pos.position = next(batches)
                 batch = collate([train_set[i] for i in rows]).to(info.device)
@@ -215,16 +228,45 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
                     logits = strategy.forward(X, batch.S, batch.mask, batch.residue_index, order)
                     loss, sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
                     strategy.backward(loss)
-                window += sums
-                window_loss += float(loss.detach()) * float(sums[2])
-            grad_norm = strategy.step()
-            pos.step += 1
+                finite = finite and math.isfinite(float(loss.detach())) and bool(torch.isfinite(sums).all())
+                step_sums += sums
+                step_loss += float(loss.detach()) * float(sums[2])
+            finite = finite and strategy.local_grads_finite()
 
+            # one all-reduce (sum) for: ranks with a non-finite loss/gradient, preempted ranks, over budget
             flags = torch.tensor(
-                [STOP_PREEMPTED if preemption.requested else 0, STOP_TIME_BUDGET if _over_budget(cfg, start) else 0],
+                [0.0 if finite else 1.0, float(preemption.requested), float(_over_budget(cfg, start))],
                 dtype=torch.float64,
             )
-            stop = int(strategy.all_reduce(flags, "max").max())
+            nonfinite_ranks, preempted, over_budget = (int(x) for x in strategy.all_reduce(flags, "sum"))
+            stop = STOP_PREEMPTED if preempted else STOP_TIME_BUDGET if over_budget else 0
+            if nonfinite_ranks:
+                strategy.step(skip=True)
+                pos.nonfinite_steps += 1
+                nonfinite_run += 1
+                if main:
+                    log.warning(
+                        "step %d: NaN or infinite loss or gradient on %d of %d rank(s): update skipped on all "
+                        "(%d skipped in all, %d in a row; the job fails at %d in a row)",
+                        pos.step + 1,
+                        nonfinite_ranks,
+                        info.world_size,
+                        pos.nonfinite_steps,
+                        nonfinite_run,
+                        cfg.max_nonfinite_steps,
+                    )
+                if nonfinite_run >= cfg.max_nonfinite_steps:
+                    raise NonFiniteTrainingError(
+                        f"{nonfinite_run} optimizer steps in a row (up to step {pos.step + 1}) had a NaN or "
+                        f"infinite loss or gradient; model.pt was not written. Check "
+                        "the data (invfold prep drops implausible chains), lower --lr or raise --grad-clip"
+                    )
+            else:
+                grad_norm = strategy.step()
+                nonfinite_run = 0
+                window += step_sums
+                window_loss += step_loss
+            pos.step += 1
 
             if cfg.log_every and pos.step % cfg.log_every == 0 or stop or _done(cfg, pos):
                 stats = strategy.all_reduce(torch.cat([window, torch.tensor([window_loss])]), "sum")
@@ -287,20 +329,21 @@ def _over_budget(cfg: TrainConfig, start: float) -> bool:
 
 
 def _log_train(
-    metrics: MetricsLog, pos: _Position, stats: torch.Tensor, lr: float, grad_norm: float, residues_per_s: float
+    metrics: MetricsLog, pos: _Position, stats: torch.Tensor, lr: float, grad_norm: float | None, residues_per_s: float
 ) -> None:
     nll, correct, count, smoothed = (float(x) for x in stats)
     count = max(count, 1.0)
     values = {
         "loss": smoothed / count,
         "nll": nll / count,
-        "perplexity": math.exp(nll / count),
+        "perplexity": math.exp(min(nll / count, 700.0)),  # float overflow past e^709
         "accuracy": correct / count,
         "lr": lr,
         "grad_norm": grad_norm,
         "residues": count,
         "residues_per_s": residues_per_s,
         "epoch": pos.epoch,
+        "nonfinite_steps": pos.nonfinite_steps,
     }
     metrics.write("train", pos.step, values)
     log.info(
@@ -375,7 +418,9 @@ def _resume(strategy, directory: str, cfg: TrainConfig, info: DistInfo) -> _Posi
             info.world_size,
         )
         _seed_everything(cfg.seed + 1000 * (info.rank + 1) + state["step"])
-    return _Position(state["step"], state["epoch"], state["position"], state["residues"])
+    return _Position(
+        state["step"], state["epoch"], state["position"], state["residues"], state.get("nonfinite_steps", 0)
+    )
 
 
 def _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_path) -> dict:
@@ -392,6 +437,7 @@ def _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_pa
         "elapsed_s": round(elapsed, 3),
         "residues": pos.residues,
         "residues_per_s": round(pos.residues / max(elapsed, 1e-9), 1),
+        "nonfinite_steps": pos.nonfinite_steps,
         "validation": val_summary,
         "model": model_path,
         "checkpoint": ckpt.latest_complete(cfg.checkpoint_dir),
