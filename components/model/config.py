@@ -13,7 +13,7 @@ DECODING_MODES = ("one_shot", "autoregressive")
 class ModelConfig:
     """Shape of the network; everything needed to rebuild it travels with a saved model.
 
-    decoding: "one_shot" predicts all residues at once from structure alone (PiFold-like);
+    decoding: "one_shot" predicts all residues at once from structure alone;
         "autoregressive" decodes in a given random order, each residue seeing the letters of
         neighbours decoded earlier (ProteinMPNN-like).
     decoder_layers: autoregressive: masked message-passing decoder layers; one_shot: hidden
@@ -85,7 +85,8 @@ class ModelConfig:
 
 
 PRESETS: dict[str, ModelConfig] = {
-    # PiFold-like: one-shot, geometric features, 10 layers over 30 neighbours with lighter
+    # A deeper ProteinMPNN-style encoder with extra geometric features, read out one-shot (not
+    # PiFold: no attention, no virtual atoms): 10 layers over 30 neighbours with lighter
     # 2-linear messages (~2.7M parameters, about as fast per residue as "proteinmpnn").
     "default": ModelConfig(
         hidden=128,
@@ -98,7 +99,8 @@ PRESETS: dict[str, ModelConfig] = {
         message_mlp_layers=2,
         geometric_features=True,
     ),
-    # ProteinMPNN's size: hidden 128, 3 + 3 layers, k = 48, random-order autoregressive decoder.
+    # Exactly ProteinMPNN's network (published weights load: model/published.py): hidden 128,
+    # 3 + 3 layers, k = 48, random-order autoregressive decoder, the W_e edge projection.
     "proteinmpnn": ModelConfig(
         hidden=128,
         encoder_layers=3,

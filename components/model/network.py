@@ -1,4 +1,4 @@
-"""The structure-conditioned sequence model (ProteinMPNN / PiFold family).
+"""The structure-conditioned sequence model (ProteinMPNN family).
 
 forward() is pure tensor code with no Python branch on data, so torch.onnx.export(dynamo=True)
 traces it with a dynamic batch and length. Speed comes from working on the neighbour list

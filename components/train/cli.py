@@ -45,12 +45,27 @@ def add_parser(subparsers) -> None:
         metavar="NAME=VALUE",
         help="model config override, e.g. --model hidden=64 (repeatable)",
     )
+    p.add_argument(
+        "--init-from",
+        metavar="MODEL",
+        help="fine-tune: start from a model file/URI or published weights (e.g. proteinmpnn:v_48_020; "
+        "see `invfold weights list`); the architecture is the initial model's",
+    )
+    p.add_argument(
+        "--freeze-encoder", action="store_true", help="with --init-from: train only the decoder and read-out"
+    )
     p.add_argument("--zero-stage", type=int, default=0, choices=(0, 1, 2, 3), help="DeepSpeed ZeRO stage")
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--tokens-per-batch", type=int, default=3000, help="residue budget per process and step")
     p.add_argument("--max-steps", type=int)
     p.add_argument("--epochs", type=int)
     p.add_argument("--time-budget", type=float, metavar="SECONDS", help="stop (and save) after this long")
+    p.add_argument(
+        "--cpu-time-budget",
+        type=float,
+        metavar="SECONDS",
+        help="stop (and save) after this many CPU seconds of each training process",
+    )
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup-steps", type=int, default=50)
     p.add_argument("--schedule", choices=("noam", "one_cycle"), default="noam")
@@ -79,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
             checkpoint_dir=args.checkpoint_dir,
             preset=args.preset,
             model_overrides=dict(args.model),
+            init_from=args.init_from,
+            freeze_encoder=args.freeze_encoder,
             strategy=args.strategy,
             zero_stage=args.zero_stage,
             precision=args.precision,
@@ -86,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             max_steps=args.max_steps,
             epochs=args.epochs,
             time_budget_s=args.time_budget,
+            cpu_time_budget_s=args.cpu_time_budget,
             lr=args.lr,
             warmup_steps=args.warmup_steps,
             schedule=args.schedule,
@@ -101,8 +119,9 @@ def run(args: argparse.Namespace) -> int:
             threads=args.threads,
             resume=not args.no_resume,
         )
-        cfg.model_config()
-    except (ValueError, TypeError) as err:
+        initial = cfg.initial_model()
+        cfg.model_config(initial.cfg if initial is not None else None)
+    except (ValueError, TypeError, OSError) as err:
         print(f"invfold train: error: {err}", file=sys.stderr)
         return 2
     try:

@@ -10,9 +10,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from .sampler import BALANCE_MODES
+
 STRATEGIES = ("ddp", "horovod", "deepspeed")
 PRECISIONS = ("fp32", "bf16")
 SCHEDULES = ("noam", "one_cycle")
+# model fields a fine-tuning run may change; the rest must match the initial weights
+FINE_TUNE_OVERRIDES = ("dropout", "activation_checkpointing")
 
 
 @dataclass
@@ -25,7 +29,16 @@ class TrainConfig:
     checkpoint_dir: where checkpoints go (default `out`/checkpoints); may be an fsspec URI
         (object storage) for ddp and horovod; DeepSpeed writes local files only.
     preset / model_overrides: ModelConfig.preset(preset, **model_overrides).
+    init_from: start from these weights instead of random ones (fine-tuning): a model file (path
+        or URI) or a published name such as "proteinmpnn:v_48_020". The architecture is the
+        initial model's (preset ignored); model_overrides may change only FINE_TUNE_OVERRIDES.
+        A checkpoint to resume from wins over init_from.
+    freeze_encoder: with init_from, train only the decoder and read-out (the edge/node embeddings
+        and encoder layers keep the initial weights).
     tokens_per_batch: padded-residue budget of one micro-batch on one process.
+    balance: how each step's batches are made alike across ranks (sampler.py): "interleaved"
+        (dealt from one length-sorted run: same rows, neighbouring lengths) or "pairs" (packed
+        alone, then paired by padded size; the earlier scheme).
     max_steps / epochs: optimizer steps or passes over the data (one of them; max_steps wins).
     schedule: "noam" (linear warm-up to lr, then lr * sqrt(warmup / step)); "one_cycle" (linear
         warm-up, then cosine to 0 at the last step; needs the step count up front).
@@ -33,6 +46,9 @@ class TrainConfig:
     grad_clip: max global gradient norm (0 = no clipping).
     validate_every / checkpoint_every / log_every: in optimizer steps (0 = only at the end).
     time_budget_s: stop (checkpoint, model.pt, exit 0) after this many seconds of training.
+    cpu_time_budget_s: the same, counted in CPU seconds of each training process (all its
+        threads; the ranks stop together when the first reaches it): a budget that a loaded
+        machine does not shrink.
     max_nonfinite_steps: a step whose loss or gradient is NaN/inf on any rank is skipped on every
         rank (counted in metrics); this many such steps in a row fail the job (nothing is saved).
     The default recipe (default preset, lr 2e-3, noise 0.1 A, short warm-up) learns fast on CPU.
@@ -45,11 +61,14 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     preset: str = "default"
     model_overrides: dict[str, Any] = field(default_factory=dict)
+    init_from: str | None = None
+    freeze_encoder: bool = False
     strategy: str = "ddp"
     zero_stage: int = 0
     precision: str = "fp32"
     tokens_per_batch: int = 3000
     pool_batches: int = 50
+    balance: str = "interleaved"
     max_steps: int | None = None
     epochs: int | None = None
     lr: float = 2e-3
@@ -69,6 +88,7 @@ class TrainConfig:
     threads: int = 1
     resume: bool = True
     time_budget_s: float | None = None
+    cpu_time_budget_s: float | None = None
     dist_timeout_s: float = 600.0
     max_nonfinite_steps: int = 10
 
@@ -87,12 +107,26 @@ class TrainConfig:
         self._check_choice("strategy", STRATEGIES)
         self._check_choice("precision", PRECISIONS)
         self._check_choice("schedule", SCHEDULES)
+        self._check_choice("balance", BALANCE_MODES)
         if not isinstance(self.model_overrides, dict):
             raise ValueError(f"TrainConfig.model_overrides: expected a dict, got {self.model_overrides!r}")
         from invfold.components.model.config import PRESETS
 
         if self.preset not in PRESETS:
             raise ValueError(f"TrainConfig.preset: expected one of {sorted(PRESETS)}, got {self.preset!r}")
+        if self.init_from is not None:
+            self.init_from = str(self.init_from)
+            if not self.init_from:
+                self.init_from = None
+        if self.init_from is not None:
+            fixed = sorted(set(self.model_overrides) - set(FINE_TUNE_OVERRIDES))
+            if fixed:
+                raise ValueError(
+                    f"TrainConfig.model_overrides: {fixed} cannot change when fine-tuning from "
+                    f"{self.init_from!r} (its architecture is kept); only {list(FINE_TUNE_OVERRIDES)} can"
+                )
+        if self.freeze_encoder and self.init_from is None:
+            raise ValueError("TrainConfig.freeze_encoder: needs init_from (a random encoder would stay random)")
         if self.zero_stage not in (0, 1, 2, 3):
             raise ValueError(f"TrainConfig.zero_stage: expected 0, 1, 2 or 3, got {self.zero_stage!r}")
         if self.zero_stage and self.strategy != "deepspeed":
@@ -108,8 +142,13 @@ class TrainConfig:
                 f"TrainConfig.checkpoint_dir: DeepSpeed writes checkpoints as local files; "
                 f"got {self.checkpoint_dir!r} (use a mounted volume)"
             )
-        if self.max_steps is None and self.epochs is None and self.time_budget_s is None:
-            raise ValueError("TrainConfig: give max_steps, epochs or time_budget_s")
+        if (
+            self.max_steps is None
+            and self.epochs is None
+            and self.time_budget_s is None
+            and self.cpu_time_budget_s is None
+        ):
+            raise ValueError("TrainConfig: give max_steps, epochs, time_budget_s or cpu_time_budget_s")
         if self.schedule == "one_cycle" and self.max_steps is None and self.epochs is None:
             raise ValueError(
                 "TrainConfig.schedule 'one_cycle' needs max_steps or epochs (its cosine ends at the last step)"
@@ -139,7 +178,7 @@ class TrainConfig:
                 raise ValueError(f"TrainConfig.{name}: expected >= 0, got {getattr(self, name)!r}")
         if not 0 <= self.label_smoothing < 1:
             raise ValueError(f"TrainConfig.label_smoothing: expected 0 <= x < 1, got {self.label_smoothing!r}")
-        for name in ("time_budget_s",):
+        for name in ("time_budget_s", "cpu_time_budget_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise ValueError(f"TrainConfig.{name}: expected > 0 seconds, got {value!r}")
@@ -150,13 +189,26 @@ class TrainConfig:
         if getattr(self, name) not in choices:
             raise ValueError(f"TrainConfig.{name}: expected one of {choices}, got {getattr(self, name)!r}")
 
-    def model_config(self):
+    def model_config(self, initial=None):
+        """The model's config: the preset with overrides, or (fine-tuning) the initial model's."""
+        import dataclasses as dc
+
         from invfold.components.model.config import ModelConfig
 
         overrides = dict(self.model_overrides)
         if self.activation_checkpointing:
             overrides["activation_checkpointing"] = True
+        if initial is not None:
+            return dc.replace(initial, **overrides)
         return ModelConfig.preset(self.preset, **overrides)
+
+    def initial_model(self):
+        """The model init_from names (eval mode), or None."""
+        if self.init_from is None:
+            return None
+        from invfold.components.model.io import load_model_or_published
+
+        return load_model_or_published(self.init_from)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -21,6 +21,11 @@ import torch
 log = logging.getLogger(__name__)
 
 DEFAULT_MASTER_PORT = "29500"
+# Horovod's background thread negotiates every HOROVOD_CYCLE_TIME ms (upstream default 1 ms, set in
+# BackgroundThreadLoop of horovod/common/operations.cc), even with nothing to reduce. On CPU that
+# thread shares the core with the rank's compute thread; 20 ms cut the 2-process step time of the
+# `small` preset in bench/scaling_bench.py (see bench/README.md). GPUs keep upstream's default.
+CPU_HOROVOD_CYCLE_TIME_MS = "20"
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,8 @@ def setup(strategy: str, timeout_s: float = 600.0, trace_dir: str | None = None)
     if strategy == "horovod":
         import horovod.torch as hvd
 
+        if not cuda:
+            os.environ.setdefault("HOROVOD_CYCLE_TIME", CPU_HOROVOD_CYCLE_TIME_MS)  # the operator's value wins
         hvd.init()
         rank, world, local = hvd.rank(), hvd.size(), hvd.local_rank()
         backend = "horovod-" + ("nccl" if cuda else ("gloo" if hvd.gloo_enabled() else "mpi"))

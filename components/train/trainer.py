@@ -6,14 +6,16 @@ checkpointing draw no random numbers from the global generators. A stopped-and-r
 therefore ends with the same weights as an uninterrupted one.
 
 Stopping: SIGTERM (preemption) or the time budget sets a local flag; before every optimizer step
-the ranks all-reduce the flags, so they agree on the same step, checkpoint together and
-leave: exit 143 after SIGTERM (the pod is retried and resumes), 0 after the time budget (a
-finished run with model.pt).
+the ranks exchange their flags in the step's agreement all-reduce (`_agree`, which also carries
+the loss sums and every rank's phase times, see timing.py), so they agree on the same step,
+checkpoint together after it and leave: exit 143 after SIGTERM (the pod is retried and resumes),
+0 after the time budget (a finished run with model.pt).
 
-Non-finite numbers: the same all-reduce carries whether this rank saw a NaN/inf loss or gradient;
-if any did, every rank skips that update (counted in metrics as `nonfinite_steps`, logged).
-`max_nonfinite_steps` of them in a row raise NonFiniteTrainingError (exit 3) before anything is
-saved, and a model with non-finite weights is never written (model/io.py refuses it).
+Non-finite numbers: the same all-reduce carries whether this rank saw a NaN/inf loss (its loss
+sums) or gradient (a flag); if any did, every rank skips that update (counted in metrics as
+`nonfinite_steps`, logged). `max_nonfinite_steps` of them in a row raise NonFiniteTrainingError
+(exit 3) before model.pt is written, and a model with non-finite weights is never written
+(model/io.py refuses it).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from .config import TrainConfig
 from .distributed import DistInfo
 from .sampler import TokenBudgetSampler
 from .strategies import make_strategy
+from .timing import PHASES, StepClock, summarize
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +76,12 @@ def lr_factor(cfg: TrainConfig, total_steps: int | None):
     return noam if cfg.schedule == "noam" else one_cycle
 
 
+STAT_FIELDS = ("nll", "correct", "count", "loss_sum")  # per-step sums over observed residues
+
+
 def sequence_loss(logits: torch.Tensor, S: torch.Tensor, mask: torch.Tensor, smoothing: float):
-    """(label-smoothed mean loss over observed residues, and detached sums: nll, correct, count)."""
+    """(label-smoothed mean loss over observed residues, and detached float64 sums on the logits'
+    device, in STAT_FIELDS order). Nothing here waits for the device."""
     observed = mask.reshape(-1) > 0
     flat = logits.float().reshape(-1, NUM_AA)[observed]
     target = S.reshape(-1)[observed]
@@ -83,8 +90,58 @@ def sequence_loss(logits: torch.Tensor, S: torch.Tensor, mask: torch.Tensor, smo
         nll = F.cross_entropy(flat, target, reduction="sum")
         correct = (flat.argmax(-1) == target).sum()
         count = torch.tensor(float(len(target)), dtype=torch.float64, device=flat.device)
-        sums = torch.stack([nll.double(), correct.double(), count]).cpu()
+        sums = torch.stack([nll.double(), correct.double(), count, loss.detach().double() * count])
     return loss, sums
+
+
+def _agree(strategy, info: DistInfo, flags: list[int], sums: torch.Tensor, times: np.ndarray):
+    """The loop's one collective per step besides the gradient exchange: every rank puts its stop
+    flags, loss sums and phase times in its own row of a [world, fields] matrix, and one SUM
+    all-reduce gives every rank every row. Returns every rank's row split in three: [world, flags],
+    [world, STAT_FIELDS] loss sums, [world, phases] times."""
+    width = len(flags) + len(STAT_FIELDS) + len(PHASES)
+    row = torch.cat(
+        [
+            torch.tensor(flags, dtype=torch.float64),
+            sums.to("cpu", torch.float64),
+            torch.from_numpy(times),
+        ]
+    )
+    table = torch.zeros(info.world_size, width, dtype=torch.float64)
+    table[info.rank] = row
+    table = strategy.all_reduce(table, "sum").numpy()
+    stats_end = len(flags) + len(STAT_FIELDS)
+    return table[:, : len(flags)], table[:, len(flags) : stats_end], table[:, stats_end:]
+
+
+class _Window:
+    """Loss sums and per-rank phase times of the steps since the last log line."""
+
+    def __init__(self, world_size: int):
+        self.stats = np.zeros(len(STAT_FIELDS))
+        self.times = np.zeros((world_size, len(PHASES)))
+        self.steps = 0
+        self.restart_clock()
+
+    def add(self, stats: np.ndarray, times: np.ndarray) -> None:
+        self.stats += stats
+        self.times += times
+        self.steps += 1
+
+    def residues(self) -> float:
+        return float(self.stats[STAT_FIELDS.index("count")])
+
+    def residues_per_s(self) -> float:
+        return self.residues() / max(time.monotonic() - self.start, 1e-9)
+
+    def restart_clock(self) -> None:
+        self.start = time.monotonic()
+
+    def reset(self) -> None:
+        self.stats[:] = 0.0
+        self.times[:] = 0.0
+        self.steps = 0
+        self.restart_clock()
 
 
 class _Preemption:
@@ -171,14 +228,26 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
         else None
     )
     sampler = TokenBudgetSampler(
-        train_set.lengths, cfg.tokens_per_batch, info.rank, info.world_size, cfg.seed, cfg.pool_batches
+        train_set.lengths,
+        cfg.tokens_per_batch,
+        info.rank,
+        info.world_size,
+        cfg.seed,
+        cfg.pool_batches,
+        balance=cfg.balance,
     )
     steps_per_epoch = max(1, sampler.batches_per_rank(0) // cfg.grad_accum)
     total_steps = cfg.max_steps or (cfg.epochs * steps_per_epoch if cfg.epochs else None)
 
     _seed_everything(cfg.seed)  # identical initial weights on every rank
-    model_cfg = cfg.model_config()
+    initial = cfg.initial_model()
+    model_cfg = cfg.model_config(initial.cfg if initial is not None else None)
     model = InverseFoldingModel(model_cfg)
+    if initial is not None:
+        model.load_state_dict(initial.state_dict())
+        if cfg.freeze_encoder:
+            for param in encoder_parameters(model):
+                param.requires_grad_(False)
     strategy = make_strategy(cfg, info)
     factor = lr_factor(cfg, total_steps)
     strategy.wrap(model, lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, factor))
@@ -196,9 +265,11 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     metrics = MetricsLog(cfg.out, pos.step) if main else None
     if main:
         log.info(
-            "training %s (%d parameters) with %s on %d process(es) x %d thread(s); %d train chains, %d steps/epoch%s",
-            cfg.preset,
+            "training %s (%d parameters, %d trainable) with %s on %d process(es) x %d thread(s); "
+            "%d train chains, %d steps/epoch%s",
+            f"from {cfg.init_from}" if cfg.init_from else cfg.preset,
             model.num_parameters(),
+            sum(p.numel() for p in model.parameters() if p.requires_grad),
             cfg.strategy,
             info.world_size,
             cfg.threads,
@@ -208,89 +279,67 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
         )
 
     preemption = _Preemption()
-    start = time.monotonic()
+    start, cpu_start = time.monotonic(), time.process_time()
     stop_reason, last_saved, val_summary = "finished", pos.step if latest else -1, {}
-    window = torch.zeros(3, dtype=torch.float64)  # nll, correct, count since the last log line
-    window_loss, window_start = 0.0, time.monotonic()
+    clock = StepClock()
+    window = _Window(info.world_size)
     grad_norm, nonfinite_run = None, 0
     batches = sampler.iterate(pos.epoch, pos.position)
     try:
         while not _done(cfg, pos):
-            step_sums, step_loss, finite = torch.zeros(3, dtype=torch.float64), 0.0, True
+            sums = torch.zeros(len(STAT_FIELDS), dtype=torch.float64, device=info.device)
             for micro in range(cfg.grad_accum):
-                rows, pos.epoch, pos.position = next(batches)
-                batch = collate([train_set[i] for i in rows]).to(info.device)
-                with strategy.accumulating(sync=micro == cfg.grad_accum - 1):
+                with clock.phase("data_s"):
+                    rows, pos.epoch, pos.position = next(batches)
+                    batch = collate([train_set[i] for i in rows]).to(info.device)
+                with clock.phase("compute_s"), strategy.accumulating(sync=micro == cfg.grad_accum - 1):
                     X = batch.X
                     if cfg.backbone_noise > 0:
                         X = X + cfg.backbone_noise * torch.randn_like(X)
                     order = torch.rand(batch.mask.shape, device=info.device)
                     logits = strategy.forward(X, batch.S, batch.mask, batch.residue_index, order)
-                    loss, sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
+                    loss, micro_sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
                     strategy.backward(loss)
-                finite = finite and math.isfinite(float(loss.detach())) and bool(torch.isfinite(sums).all())
-                step_sums += sums
-                step_loss += float(loss.detach()) * float(sums[2])
-            finite = finite and strategy.local_grads_finite()
-
-            # one all-reduce (sum) for: ranks with a non-finite loss/gradient, preempted ranks, over budget
-            flags = torch.tensor(
-                [0.0 if finite else 1.0, float(preemption.requested), float(_over_budget(cfg, start))],
-                dtype=torch.float64,
-            )
-            nonfinite_ranks, preempted, over_budget = (int(x) for x in strategy.all_reduce(flags, "sum"))
-            stop = STOP_PREEMPTED if preempted else STOP_TIME_BUDGET if over_budget else 0
+                sums += micro_sums
+            grads_finite = strategy.local_grads_finite()  # Horovod waits for its all-reduce here
+            clock.move(strategy.sync_seconds(), "compute_s", "sync_s")
+            flags = [
+                STOP_PREEMPTED if preemption.requested else 0,
+                STOP_TIME_BUDGET if _over_budget(cfg, start, cpu_start) else 0,
+                0 if grads_finite else 1,
+            ]
+            with clock.phase("sync_s"):
+                rank_flags, rank_stats, step_times = _agree(strategy, info, flags, sums, clock.lap())
+            stop = int(rank_flags[:, :2].max())
+            nonfinite_ranks = int(((rank_flags[:, 2] > 0) | ~np.isfinite(rank_stats).all(axis=1)).sum())
             if nonfinite_ranks:
                 strategy.step(skip=True)
                 pos.nonfinite_steps += 1
                 nonfinite_run += 1
-                if main:
-                    log.warning(
-                        "step %d: NaN or infinite loss or gradient on %d of %d rank(s): update skipped on all "
-                        "(%d skipped in all, %d in a row; the job fails at %d in a row)",
-                        pos.step + 1,
-                        nonfinite_ranks,
-                        info.world_size,
-                        pos.nonfinite_steps,
-                        nonfinite_run,
-                        cfg.max_nonfinite_steps,
-                    )
-                if nonfinite_run >= cfg.max_nonfinite_steps:
-                    raise NonFiniteTrainingError(
-                        f"{nonfinite_run} optimizer steps in a row (up to step {pos.step + 1}) had a NaN or "
-                        f"infinite loss or gradient; model.pt was not written. Check "
-                        "the data (invfold prep drops implausible chains), lower --lr or raise --grad-clip"
-                    )
+                _report_nonfinite(cfg, info, pos, nonfinite_ranks, nonfinite_run)
+                window.add(np.zeros(len(STAT_FIELDS)), step_times)
             else:
-                grad_norm = strategy.step()
+                with clock.phase("compute_s"):
+                    grad_norm = strategy.step()
                 nonfinite_run = 0
-                window += step_sums
-                window_loss += step_loss
+                window.add(rank_stats.sum(axis=0), step_times)
             pos.step += 1
 
             if cfg.log_every and pos.step % cfg.log_every == 0 or stop or _done(cfg, pos):
-                stats = strategy.all_reduce(torch.cat([window, torch.tensor([window_loss])]), "sum")
-                now = time.monotonic()
-                pos.residues += float(stats[2])
+                pos.residues += window.residues()
                 if main:
-                    _log_train(
-                        metrics,
-                        pos,
-                        stats,
-                        strategy.current_lr(),
-                        grad_norm,
-                        float(stats[2]) / max(now - window_start, 1e-9),
-                    )
-                window.zero_()
-                window_loss, window_start = 0.0, now
+                    _log_train(metrics, pos, window, strategy.current_lr(), grad_norm)
+                window.reset()
 
             if val_set is not None and cfg.validate_every and pos.step % cfg.validate_every == 0:
                 val_summary = _validate(strategy, val_set, cfg, info, metrics, pos.step)
-                window_start = time.monotonic()  # throughput counts training time only
+                window.restart_clock()  # throughput counts training time only
+                clock.restart()
             if stop or (cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0):
                 _save(strategy, cfg, info, pos)
                 last_saved = pos.step
-                window_start = time.monotonic()
+                window.restart_clock()
+                clock.restart()
             if stop:
                 stop_reason = "preempted" if stop == STOP_PREEMPTED else "time_budget"
                 break
@@ -312,10 +361,17 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     if main:
         final = InverseFoldingModel(dataclasses.replace(model_cfg, activation_checkpointing=False))
         final.load_state_dict(strategy.fp32_state_dict(ckpt.step_dir(cfg.checkpoint_dir, pos.step)))
-        save_model(model_path, final)
+        save_model(model_path, final, {"init_from": cfg.init_from} if cfg.init_from else None)
     summary = _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_path)
     _finish(strategy, metrics, summary, cfg, main)
     return TrainResult(EXIT_OK, stop_reason, pos.step, summary)
+
+
+def encoder_parameters(model: InverseFoldingModel) -> list[torch.nn.Parameter]:
+    """Everything that reads structure: edge/node embeddings and the encoder layers (what
+    freeze_encoder keeps fixed); the decoder, letter embedding and read-out stay trainable."""
+    trainable_heads = ("decoder.", "seq_embed.", "readout.")
+    return [p for name, p in model.named_parameters() if not name.startswith(trainable_heads)]
 
 
 def _done(cfg: TrainConfig, pos: _Position) -> bool:
@@ -324,14 +380,37 @@ def _done(cfg: TrainConfig, pos: _Position) -> bool:
     return cfg.epochs is not None and pos.epoch >= cfg.epochs
 
 
-def _over_budget(cfg: TrainConfig, start: float) -> bool:
-    return cfg.time_budget_s is not None and time.monotonic() - start >= cfg.time_budget_s
+def _report_nonfinite(cfg: TrainConfig, info: DistInfo, pos: _Position, ranks: int, run: int) -> None:
+    """Log a skipped update; raise (on every rank alike) once `max_nonfinite_steps` come in a row."""
+    if info.is_main:
+        log.warning(
+            "step %d: NaN or infinite loss or gradient on %d of %d rank(s): update skipped on all "
+            "(%d skipped in all, %d in a row; the job fails at %d in a row)",
+            pos.step + 1,
+            ranks,
+            info.world_size,
+            pos.nonfinite_steps,
+            run,
+            cfg.max_nonfinite_steps,
+        )
+    if run >= cfg.max_nonfinite_steps:
+        raise NonFiniteTrainingError(
+            f"{run} optimizer steps in a row (up to step {pos.step + 1}) had a NaN or infinite loss or "
+            "gradient; model.pt was not written. Check the data (invfold prep drops implausible chains), "
+            "lower --lr or raise --grad-clip"
+        )
 
 
-def _log_train(
-    metrics: MetricsLog, pos: _Position, stats: torch.Tensor, lr: float, grad_norm: float | None, residues_per_s: float
-) -> None:
-    nll, correct, count, smoothed = (float(x) for x in stats)
+def _over_budget(cfg: TrainConfig, start: float, cpu_start: float) -> bool:
+    """Wall-clock budget, or CPU-time budget of this process (all its threads): the latter
+    trains the same amount on a loaded machine, only slower."""
+    if cfg.time_budget_s is not None and time.monotonic() - start >= cfg.time_budget_s:
+        return True
+    return cfg.cpu_time_budget_s is not None and time.process_time() - cpu_start >= cfg.cpu_time_budget_s
+
+
+def _log_train(metrics: MetricsLog, pos: _Position, window: _Window, lr: float, grad_norm: float | None) -> None:
+    nll, correct, count, smoothed = (float(x) for x in window.stats)
     count = max(count, 1.0)
     values = {
         "loss": smoothed / count,
@@ -341,20 +420,28 @@ def _log_train(
         "lr": lr,
         "grad_norm": grad_norm,
         "residues": count,
-        "residues_per_s": residues_per_s,
+        "residues_per_s": window.residues_per_s(),
         "epoch": pos.epoch,
         "nonfinite_steps": pos.nonfinite_steps,
     }
     metrics.write("train", pos.step, values)
+    timing = summarize(window.times, window.steps)
+    metrics.write("time", pos.step, timing)
     log.info(
-        "step %d | epoch %d | loss %.4f | ppl %.2f | acc %.3f | lr %.2e | %.0f res/s",
+        "step %d | epoch %d | loss %.4f | ppl %.2f | acc %.3f | lr %.2e | %.0f res/s | "
+        "per step: data %.3fs compute %.3fs sync %.3fs (slowest rank %d, +%.0f%%)",
         pos.step,
         pos.epoch,
         values["loss"],
         values["perplexity"],
         values["accuracy"],
         lr,
-        residues_per_s,
+        values["residues_per_s"],
+        timing["data_s"],
+        timing["compute_s"],
+        timing["sync_s"],
+        timing["slowest_rank"],
+        100 * timing["compute_imbalance"],
     )
 
 
@@ -435,6 +522,7 @@ def _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_pa
         "zero_stage": cfg.zero_stage,
         "precision": cfg.precision,
         "elapsed_s": round(elapsed, 3),
+        "process_cpu_s": round(time.process_time(), 3),
         "residues": pos.residues,
         "residues_per_s": round(pos.residues / max(elapsed, 1e-9), 1),
         "nonfinite_steps": pos.nonfinite_steps,

@@ -70,6 +70,8 @@ def test_pipeline_records_runs_metrics_datasets_and_artifacts(ddp_run, workspace
     train_steps = [r["step"] for r in records if r["split"] == "train"]
     history = client.get_metric_history(train.info.run_id, "train/loss")
     assert sorted(m.step for m in history) == train_steps and len(train_steps) >= 2
+    for name in ("time/compute_s", "time/sync_s", "time/rank0/compute_s", "time/rank1/sync_s"):
+        assert sorted(m.step for m in client.get_metric_history(train.info.run_id, name)) == train_steps, name
 
     prepared = json.loads(next(folder.parent.glob("*/prep-op/prepared/index.json")).read_text())
     inputs = {i.dataset.name: i for i in train.inputs.dataset_inputs}

@@ -17,7 +17,7 @@ BASE = dict(data="prepared", out="out", max_steps=10)
         (dict(precision="fp16"), "TrainConfig.precision"),
         (dict(zero_stage=4, strategy="deepspeed"), "TrainConfig.zero_stage"),
         (dict(zero_stage=2), "needs strategy 'deepspeed'"),
-        (dict(max_steps=None), "give max_steps, epochs or time_budget_s"),
+        (dict(max_steps=None), "give max_steps, epochs, time_budget_s or cpu_time_budget_s"),
         (dict(max_steps=0), "TrainConfig.max_steps"),
         (dict(tokens_per_batch=0), "TrainConfig.tokens_per_batch"),
         (dict(grad_accum=0), "TrainConfig.grad_accum"),
@@ -29,6 +29,7 @@ BASE = dict(data="prepared", out="out", max_steps=10)
         (dict(out="s3://bucket/run"), "TrainConfig.out: expected a local folder"),
         (dict(strategy="deepspeed", checkpoint_dir="s3://bucket/ckpt"), "DeepSpeed writes checkpoints as local files"),
         (dict(time_budget_s=0.0), "TrainConfig.time_budget_s"),
+        (dict(balance="random"), "TrainConfig.balance"),
     ],
 )
 def test_config_rejects(overrides, message):
@@ -52,6 +53,7 @@ def test_config_file_with_unknown_field_names_it(tmp_path):
 
 
 LENGTHS = np.random.default_rng(0).integers(30, 400, size=300)
+LONG_SET = np.random.default_rng(1).integers(30, 500, size=3000)
 
 
 def test_batches_fit_the_budget_cover_every_chain_and_stay_sorted_within():
@@ -77,17 +79,21 @@ def test_epochs_are_deterministic_and_differ():
     assert a.all_batches(3) != a.all_batches(4)
 
 
+@pytest.mark.parametrize("balance", ["interleaved", "pairs"])
 @pytest.mark.parametrize("world_size", [1, 2, 3])
-def test_ranks_get_equal_disjoint_shares(world_size):
+def test_ranks_get_equal_disjoint_shares(world_size, balance):
     shares = [
-        TokenBudgetSampler(LENGTHS, 1200, rank=r, world_size=world_size, seed=2).rank_batches(0)
+        TokenBudgetSampler(LENGTHS, 1200, rank=r, world_size=world_size, seed=2, balance=balance).rank_batches(0)
         for r in range(world_size)
     ]
     assert len({len(s) for s in shares}) == 1
     rows = [i for s in shares for b in s for i in b]
     assert len(rows) == len(set(rows))
-    dropped = len(TokenBudgetSampler(LENGTHS, 1200, seed=2).all_batches(0)) - sum(map(len, shares))
-    assert 0 <= dropped < world_size
+    if balance == "interleaved":  # fewer than world_size chains wait for the next epoch
+        assert 0 <= len(LENGTHS) - len(rows) < world_size
+    else:
+        dropped = len(TokenBudgetSampler(LENGTHS, 1200, seed=2).all_batches(0)) - sum(map(len, shares))
+        assert 0 <= dropped < world_size
 
 
 def test_iteration_resumes_from_a_position_across_epochs():
@@ -105,9 +111,37 @@ def test_too_few_batches_for_the_ranks_is_a_clear_error():
         TokenBudgetSampler(np.array([100, 100]), tokens_per_batch=1000, rank=0, world_size=4)
 
 
+def _step_padding(world_size: int, balance: str, lengths=LENGTHS, budget=1200) -> list[list[int]]:
+    samplers = [
+        TokenBudgetSampler(lengths, budget, rank=r, world_size=world_size, seed=5, balance=balance)
+        for r in range(world_size)
+    ]
+    return [[len(b) * lengths[b].max() for b in step] for step in zip(*(s.rank_batches(0) for s in samplers))]
+
+
 def test_ranks_get_batches_of_similar_size_at_each_step():
     """Every step waits for the slowest rank: paired batches must be close in padded size."""
-    samplers = [TokenBudgetSampler(LENGTHS, 1200, rank=r, world_size=2, seed=5) for r in (0, 1)]
-    pairs = zip(*(s.rank_batches(0) for s in samplers))
-    ratios = [max(sizes) / min(sizes) for sizes in ([len(b) * LENGTHS[b].max() for b in pair] for pair in pairs)]
+    ratios = [max(sizes) / min(sizes) for sizes in _step_padding(2, "pairs")]
     assert np.median(ratios) < 1.03  # about 1.08 when pairs are left to chance
+
+
+@pytest.mark.parametrize("world_size", [2, 8])
+def test_interleaved_steps_balance_padding_better_than_pairs(world_size):
+    """Share of each step's padded work that the slowest rank's wait does not waste (mean/max)."""
+
+    def efficiency(balance):
+        steps = np.array(_step_padding(world_size, balance, LONG_SET), dtype=float)
+        return steps.mean(axis=1).sum() / steps.max(axis=1).sum()
+
+    assert efficiency("interleaved") > efficiency("pairs") > 0.95
+    assert efficiency("interleaved") > 0.99
+
+
+def test_interleaved_changes_nothing_for_one_process():
+    a = TokenBudgetSampler(LENGTHS, 1200, seed=3, balance="interleaved").all_batches(2)
+    assert a == TokenBudgetSampler(LENGTHS, 1200, seed=3, balance="pairs").all_batches(2)
+
+
+def test_unknown_balance_is_refused():
+    with pytest.raises(ValueError, match="TokenBudgetSampler.balance"):
+        TokenBudgetSampler(LENGTHS, 1200, balance="random")

@@ -42,7 +42,7 @@ def _poisoned_copy(prepared: str, dest: Path, rows: set[int] | None) -> str:
 
 def _first_row_of_rank0(prepared: str, cfg) -> int:
     lengths = open_prepared(prepared).open("train").lengths
-    sampler = TokenBudgetSampler(lengths, cfg.tokens_per_batch, 0, 2, cfg.seed, cfg.pool_batches)
+    sampler = TokenBudgetSampler(lengths, cfg.tokens_per_batch, 0, 2, cfg.seed, cfg.pool_batches, balance=cfg.balance)
     rows, _, _ = next(sampler.iterate(0, 0))
     return int(rows[0])
 

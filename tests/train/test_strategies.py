@@ -12,6 +12,7 @@ import pytest
 import torch
 from invfold.components.model.io import load_model
 from invfold.components.train import checkpoint as ckpt
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from .conftest import read_metrics, run_job, summary, tiny_config
 
@@ -44,6 +45,18 @@ def test_two_processes_learn_agree_and_resume_exactly(strategy, extra, synthetic
     assert done["stop_reason"] == "finished" and done["step"] == full.max_steps
     assert len(done["params_digests"]) == 2 and len(set(done["params_digests"])) == 1
     assert done["validation"]["proteins"] > 0
+
+    # every step's per-rank phase times reach rank 0's metrics.jsonl and TensorBoard
+    timing = read_metrics(tmp_path / "full", split="time")
+    assert [r["step"] for r in timing] == list(range(1, full.max_steps + 1))
+    for record in timing:
+        assert all(record[f"rank{rank}/compute_s"] > 0 for rank in (0, 1)), record
+        assert all(record[f"rank{rank}/sync_s"] >= 0 and record[f"rank{rank}/data_s"] > 0 for rank in (0, 1))
+        assert record["slowest_rank"] in (0, 1) and record["compute_imbalance"] >= 0
+    # from step 2 on, the interval includes the previous step's agreement all-reduce
+    assert all(record["sync_s"] > 0 for record in timing[1:])
+    scalars = EventAccumulator(str(tmp_path / "full" / "tensorboard")).Reload().Tags()["scalars"]
+    assert {"train/loss", "time/compute_s", "time/sync_s", "time/rank1/compute_s"} <= set(scalars)
 
     # restart from the step-4 checkpoint in a fresh folder, next to a torn step-6 save
     resumed_out = tmp_path / "resumed"

@@ -90,6 +90,12 @@ class Strategy(ABC):
     @abstractmethod
     def backward(self, loss: torch.Tensor) -> None: ...
 
+    def sync_seconds(self) -> float:
+        """Seconds this rank spent blocked in the gradient exchange inside backward() and step()
+        since the last call (waiting for slower ranks plus the transfer itself); 0 where the
+        strategy cannot tell it apart from compute."""
+        return 0.0
+
     @abstractmethod
     def step(self, skip: bool = False) -> float:
         """Clip, step optimizer and scheduler, zero gradients; returns the gradient norm.

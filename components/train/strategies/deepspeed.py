@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
+import time
 
 import torch
 
@@ -61,6 +63,26 @@ class DeepSpeedStrategy(TorchCollectives, Strategy):
             config=deepspeed_config(self.cfg, self.info.world_size),
             dist_init_required=False,
         )
+        self._sync = 0.0
+        self.engine.allreduce_gradients = self._timed(self.engine.allreduce_gradients)
+
+    def _timed(self, reduce):
+        """The engine's end-of-backward gradient reduction (ZeRO-1/2: the reduce-scatter of what
+        is left in its buckets; stage 0: the all-reduce), timed as sync."""
+
+        @functools.wraps(reduce)
+        def timed(*args, **kwargs):
+            started = time.perf_counter()
+            try:
+                return reduce(*args, **kwargs)
+            finally:
+                self._sync += time.perf_counter() - started
+
+        return timed
+
+    def sync_seconds(self) -> float:
+        seconds, self._sync = self._sync, 0.0
+        return seconds
 
     @property
     def module(self) -> torch.nn.Module:

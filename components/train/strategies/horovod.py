@@ -3,6 +3,8 @@ and broadcasts of the initial weights and optimizer state; launched by horovodru
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from .base import SchedulerFactory, TorchStateStrategy, make_optimizer
@@ -28,6 +30,7 @@ class HorovodStrategy(TorchStateStrategy):
         self.scheduler = scheduler_factory(self.optimizer)
         self._synchronized = False  # the gradient all-reduce of this step has been waited for
         self._broadcast_state()
+        self._sync = 0.0
 
     def _broadcast_state(self) -> None:
         hvd = _hvd()
@@ -41,7 +44,9 @@ class HorovodStrategy(TorchStateStrategy):
     def _synchronize(self) -> None:
         """Finish the gradient all-reduce (once per step: a second call would start another)."""
         if not self._synchronized:
+            started = time.perf_counter()
             self.optimizer.synchronize()
+            self._sync += time.perf_counter() - started
             self._synchronized = True
 
     def local_grads_finite(self) -> bool:
@@ -60,6 +65,12 @@ class HorovodStrategy(TorchStateStrategy):
         self.scheduler.step()
         self.optimizer.zero_grad()  # Horovod's override takes no arguments
         return norm
+
+    def sync_seconds(self) -> float:
+        """Backward only queues the all-reduces (Horovod runs them in its background thread);
+        synchronize() is where this rank waits for them."""
+        seconds, self._sync = self._sync, 0.0
+        return seconds
 
     def load(self, directory: str) -> dict:
         state = super().load(directory)
