@@ -7,6 +7,8 @@ run:
 
 test:
 	bash scripts/setup.sh test
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	.venv/bin/python -m pytest -q --durations=25
 
 images:

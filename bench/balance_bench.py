@@ -40,7 +40,7 @@ def efficiency(lengths: np.ndarray, world: int, budget: int, balance: str, epoch
                 TokenBudgetSampler(lengths, budget, rank=r, world_size=world, seed=0, balance=balance)
                 for r in range(world)
             ]
-            steps = list(zip(*(s.rank_batches(epoch) for s in samplers)))
+            steps = list(zip(*(s.rank_batches(epoch) for s in samplers), strict=True))
         for step in steps:
             work = np.array([len(b) * lengths[b].max() for b in step], dtype=float)
             means += work.mean()
@@ -62,7 +62,8 @@ def main() -> int:
     from invfold.components.prep.shards import open_prepared
 
     lengths = np.asarray(open_prepared(args.data).open(args.dataset).lengths, dtype=np.int64)
-    source = f"{len(lengths)} chains of '{args.dataset}' (lengths {lengths.min()}-{lengths.max()}, median {np.median(lengths):.0f})"
+    span = f"lengths {lengths.min()}-{lengths.max()}, median {np.median(lengths):.0f}"
+    source = f"{len(lengths)} chains of '{args.dataset}' ({span})"
     if args.resample:
         lengths = np.random.default_rng(0).choice(lengths, size=args.resample)
         source += f", resampled to {args.resample}"

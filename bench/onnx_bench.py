@@ -58,11 +58,11 @@ def bench_model(label, model, records, threads: int, repeats: int) -> dict:
             order = torch.rand(b.S.shape, generator=torch.Generator().manual_seed(0))
             inputs = feeds(b.X, b.S, b.mask, b.residue_index, order)
 
-            def run_torch():
+            def run_torch(b=b, order=order):
                 with torch.inference_mode():
                     return model(b.X, b.S, b.mask, b.residue_index, order).numpy()
 
-            def run_ort():
+            def run_ort(inputs=inputs):
                 return sess.run(None, inputs)[0]
 
             ref, got = run_torch(), run_ort()  # warm-up

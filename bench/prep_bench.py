@@ -6,7 +6,7 @@ jsonl and parses each line with the standard json module, on a generated CATH-si
     python bench/prep_bench.py --no-split-file --no-labels  # ... by MMseqs2 clustering
 
 Each measurement runs in its own subprocess (peak RSS from os.wait4 for that child only);
-baseline and prep alternate, best of --repeats each. Targets (issue 2): prep <= 2x the baseline's
+baseline and prep alternate, best of --repeats each. Targets: prep <= 2x the baseline's
 time, peak memory < 1.5 GB.
 """
 
@@ -89,7 +89,8 @@ def main() -> None:
         return
 
     with tempfile.TemporaryDirectory(prefix="invfold-prep-bench-", dir=args.workdir) as tmp:
-        from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests/support
+        from tests.support.synthetic import SyntheticConfig, write_synthetic_set
 
         tmp = Path(tmp)
         start = time.perf_counter()

@@ -227,9 +227,8 @@ def loss_curves(args, data: str, root: Path) -> dict:
                 balance=balance,
             )
             curves[(balance, seed)] = np.array([r["loss"] for r in read_records(out, "train", 0)])
-            log(
-                f"loss curve: balance {balance}, seed {seed}: last-half mean {curves[(balance, seed)][-args.steps // 2 :].mean():.4f}"
-            )
+            last_half = curves[(balance, seed)][-args.steps // 2 :].mean()
+            log(f"loss curve: balance {balance}, seed {seed}: last-half mean {last_half:.4f}")
 
     def smooth(x: np.ndarray) -> np.ndarray:
         width = max(1, args.steps // 20)
@@ -245,6 +244,7 @@ def loss_curves(args, data: str, root: Path) -> dict:
         + [gap(("interleaved", seeds[0]), ("interleaved", s)) for s in seeds[1:]],
         "last_half_mean": {f"{b}-{s}": float(curves[(b, s)][-args.steps // 2 :].mean()) for b, s in curves},
     }
+    rows["within_noise"] = max(rows["balance_effect"]) <= max(rows["seed_noise"])
     return rows
 
 

@@ -277,7 +277,7 @@ def evaluate_reference(job: ReferenceJob, model, test_set) -> dict:
             )["S"]
             correct = ((designed == S).float() * mask).sum(1)
             counts = mask.sum(1)
-            recoveries += [float(c / n) for c, n in zip(correct, counts) if n > 0]
+            recoveries += [float(c / n) for c, n in zip(correct, counts, strict=True) if n > 0]
     return {
         "proteins": len(recoveries),
         "residues": int(residues),

@@ -58,6 +58,12 @@ def add_parser(subparsers) -> None:
     run.add_argument("--runs-dir", default="runs", help="where pipeline outputs, checkpoints and mlflow.db go")
     run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///RUNS_DIR/mlflow.db)")
     run.add_argument("--no-cache", action="store_true", help="run prep even when its inputs are unchanged")
+    run.add_argument(
+        "--verbose",
+        dest="show_logs",
+        action="store_true",
+        help="show every step's whole output live (it always goes to RUNS_DIR/logs/)",
+    )
     _add_pipeline_flags(run)
     run.set_defaults(func=run_command)
 
@@ -97,19 +103,58 @@ def add_parser(subparsers) -> None:
 def run_command(args: argparse.Namespace) -> int:
     from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
-    from .local import PipelineFailed, run_local
+    from .local import run_local
 
     params = _pipeline_params(args)
     params["data_uri"] = args.data or str(SAMPLE_CHAIN_SET)
     if args.data is None:
         params.setdefault("split_file", str(SAMPLE_SPLITS))
-    try:
-        result = run_local(params, runs_dir=args.runs_dir, tracking_uri=args.tracking_uri, cache=not args.no_cache)
-    except PipelineFailed as err:
-        print(f"invfold run: {err}", file=sys.stderr)
-        return 1
-    print(result.where_to_look())
+    from rich.console import Console
+
+    console = Console(file=sys.stdout, highlight=False)
+    console.print(f"invfold run: fingerprint -> prep -> train -> evaluate -> compare -> register ({args.runs_dir}/)")
+    result = run_local(
+        params,
+        runs_dir=args.runs_dir,
+        tracking_uri=args.tracking_uri,
+        cache=not args.no_cache,
+        console=console,
+        verbose=args.show_logs or args.verbose,
+    )
+    console.print(summary_table(result))
     return 0
+
+
+def summary_table(result) -> object:
+    """The run in one table: test figures against the constant predictor, the champion
+    decision, where to look."""
+    from rich.table import Table
+
+    def fmt(value) -> str:
+        return f"{value:.4f}" if isinstance(value, float) else ("-" if value is None else str(value))
+
+    evaluation, compare = result.figures("evaluate"), result.figures("compare")
+    compute = sum(t["compute_s"] for t in result.timings)
+    table = Table(title=f"invfold run finished in {result.wall_s:.0f} s ({compute:.0f} s the steps' own compute)")
+    table.add_column("", style="bold")
+    table.add_column("", overflow="fold")
+    table.add_row(
+        "test median recovery",
+        f"{fmt(evaluation.get('test_recovery'))} (constant predictor {fmt(evaluation.get('constant_recovery'))})",
+    )
+    table.add_row("test perplexity", fmt(evaluation.get("test_perplexity")))
+    table.add_row("champion decision", str(compare.get("decision", "not made this run")))
+    table.add_row(
+        "registered model",
+        f"{result.registered_model} version {result.registered_version}"
+        if result.registered_version
+        else f"{result.registered_model}: not registered this run",
+    )
+    table.add_row("MLflow run", f"{result.mlflow_run_id or 'not recorded'} (experiment {result.experiment!r})")
+    table.add_row("MLflow UI", result.ui_command())
+    table.add_row("artifacts", str(result.run_folder or result.pipeline_root))
+    table.add_row("full log", str(result.log_file))
+    return table
 
 
 def compile_command(args: argparse.Namespace) -> int:
@@ -127,31 +172,28 @@ def compile_command(args: argparse.Namespace) -> int:
 def submit_command(args: argparse.Namespace) -> int:
     import os
 
-    from .compile import SubmitError, submit
+    from invfold.errors import ConfigError
+
+    from .compile import submit
 
     params = _pipeline_params(args)
     params["data_uri"] = args.data
     for item in args.param:
         name, sep, value = item.partition("=")
         if not sep:
-            print(f"invfold submit: --param expects NAME=VALUE, got {item!r}", file=sys.stderr)
-            return 2
+            raise ConfigError(f"--param expects NAME=VALUE, got {item!r}")
         try:
             params[name] = json.loads(value)
         except json.JSONDecodeError:
             params[name] = value
-    try:
-        result = submit(
-            args.host,
-            params,
-            package=args.package,
-            experiment=args.kfp_experiment,
-            run_name=args.run_name,
-            token=args.token or os.environ.get("KFP_TOKEN"),
-            namespace=args.namespace,
-        )
-    except SubmitError as err:
-        print(f"invfold submit: {err}", file=sys.stderr)
-        return 1
+    result = submit(
+        args.host,
+        params,
+        package=args.package,
+        experiment=args.kfp_experiment,
+        run_name=args.run_name,
+        token=args.token or os.environ.get("KFP_TOKEN"),
+        namespace=args.namespace,
+    )
     print(f"submitted run {result['run_id']}: {result['url']}")
     return 0

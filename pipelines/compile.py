@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from invfold import __version__
+from invfold.errors import InvfoldError
 
 from .settings import DEFAULT_REGISTRY, runtime_image
 
@@ -40,7 +41,7 @@ def compile_pipeline(out: str | os.PathLike, registry: str = DEFAULT_REGISTRY, t
     return text
 
 
-class SubmitError(RuntimeError):
+class SubmitError(InvfoldError, RuntimeError):
     """Submission failed; the message is one line naming the host and what it answered."""
 
     def __init__(self, message: str):

@@ -1,7 +1,8 @@
 """The training recipe the pipeline defaults to (and so `invfold run`, which passes only what
 the user sets): the trainer's own defaults, except where the demo recipe of the training
-quality gate (tests/train/test_quality.py) differs: the `small` preset and a fixed time budget, so the bundled sample trains to well above the constant predictor in a few
-minutes on 2 CPU processes."""
+quality gate (tests/train/test_quality.py) differs: the `small` preset and a fixed time budget,
+so the bundled sample trains to well above the constant predictor in a few minutes on 2 CPU
+processes."""
 
 from __future__ import annotations
 

@@ -9,16 +9,19 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from invfold.errors import ConfigError, InvfoldError
 
 from .settings import TIMINGS_ENV
 
 log = logging.getLogger(__name__)
 
 
-class PipelineFailed(RuntimeError):
+class PipelineFailed(InvfoldError, RuntimeError):
     """A step failed; the message names it and its error."""
 
 
@@ -36,13 +39,26 @@ class LocalRun:
     registered_version: str | None
     wall_s: float
     timings: list[dict] = field(default_factory=list)
+    log_file: str | None = None
+    experiment_id: str | None = None
+
+    def figures(self, step: str) -> dict:
+        """The key figures a step recorded this run ({} when it did not run, e.g. cached)."""
+        found = [t.get("figures", {}) for t in self.timings if t["step"] == step]
+        return found[-1] if found else {}
+
+    def ui_command(self) -> str:
+        """How to see the run: the UI command and the experiment's page in its model-training
+        view (MLflow 3 otherwise opens on its GenAI overview)."""
+        from invfold.components.tracking import MODEL_TRAINING_VIEW
+
+        page = f"#/experiments/{self.experiment_id}?{MODEL_TRAINING_VIEW}" if self.experiment_id else ""
+        if self.tracking_uri.startswith("sqlite:"):
+            return f"mlflow ui --backend-store-uri {self.tracking_uri}, then open http://127.0.0.1:5000/{page}"
+        return f"open {self.tracking_uri.rstrip('/')}/{page}"
 
     def where_to_look(self) -> str:
-        ui = (
-            f"mlflow ui --backend-store-uri {self.tracking_uri}"
-            if self.tracking_uri.startswith("sqlite:")
-            else f"open {self.tracking_uri}"
-        )
+        ui = self.ui_command()
         compute = sum(t["compute_s"] for t in self.timings)
         lines = [
             f"pipeline finished in {self.wall_s:.0f} s ({compute:.0f} s of it the steps' own compute)",
@@ -56,13 +72,24 @@ class LocalRun:
         return "\n".join(lines)
 
 
-def run_local(params: dict, runs_dir: str = "runs", tracking_uri: str | None = None, cache: bool = True) -> LocalRun:
+def run_local(
+    params: dict,
+    runs_dir: str = "runs",
+    tracking_uri: str | None = None,
+    cache: bool = True,
+    console=None,
+    verbose: bool = True,
+) -> LocalRun:
     """Run the pipeline with `params` (pipeline parameters; unset ones take the pipeline's
-    defaults). Raises PipelineFailed when a step fails (the exit handler has then marked the
-    MLflow runs FAILED)."""
+    defaults). Everything the runner prints goes to runs/logs/run-<time>.log; `console` (a rich
+    Console) shows one line per step and a training bar, and with `verbose` the whole output
+    live. Raises PipelineFailed when a step fails (the exit handler has then marked the MLflow
+    runs FAILED)."""
     from invfold.components.tracking import default_tracking_uri
     from kfp import local
+    from rich.console import Console
 
+    from .console import StepConsole, TrainLimit
     from .pipeline import invfold_pipeline
 
     params = _coerce(invfold_pipeline, params)
@@ -85,25 +112,44 @@ def run_local(params: dict, runs_dir: str = "runs", tracking_uri: str | None = N
     before = set((runs / "pipeline_root").iterdir())
     start = time.time()
     error = None
-    try:
-        invfold_pipeline(**params)
-    except Exception as err:  # the local runner raises RuntimeError naming the failed task
-        error = err
+    log_file = runs / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+    limit = TrainLimit(
+        max_steps=int(params.get("max_steps") or 0),
+        time_budget_s=float(params.get("time_budget_s") or _pipeline_default("time_budget_s")),
+    )
+    display = StepConsole(log_file, console or Console(file=sys.stdout), verbose, limit, timings_file)
+    with display:
+        try:
+            invfold_pipeline(**params)
+        except Exception as err:  # noqa: BLE001 - the local runner raises RuntimeError naming the failed task
+            error = err
+            display.fail_running(err)
     wall = time.time() - start
     _remove_task_temp_folders(runs / "tmp", start)
     new = sorted(set((runs / "pipeline_root").iterdir()) - before, key=lambda p: p.stat().st_mtime)
     run_folder = str(new[-1]) if new else None
-    timings = _read_timings(timings_file)
+    timings = read_timings(timings_file)
     experiment = params.get("mlflow_experiment") or _pipeline_default("mlflow_experiment")
     model_name = params.get("registered_model_name") or _pipeline_default("registered_model_name")
-    run_id, version = _mlflow_outcome(uri, experiment, start)
+    run_id, version, experiment_id = _mlflow_outcome(uri, experiment, start)
     if error is not None:
         raise PipelineFailed(
             f"the pipeline failed: {error} (MLflow run {run_id or 'not recorded'} marked "
-            f"FAILED; task logs above; artifacts in {run_folder})"
+            f"FAILED; the step's output above, the whole run's in {log_file}; artifacts in {run_folder})"
         ) from error
     return LocalRun(
-        str(runs), str(runs / "pipeline_root"), run_folder, uri, experiment, run_id, model_name, version, wall, timings
+        str(runs),
+        str(runs / "pipeline_root"),
+        run_folder,
+        uri,
+        experiment,
+        run_id,
+        model_name,
+        version,
+        wall,
+        timings,
+        str(log_file),
+        experiment_id,
     )
 
 
@@ -113,7 +159,7 @@ def _coerce(pipeline, params: dict) -> dict:
     inputs = pipeline.component_spec.inputs or {}
     unknown = sorted(set(params) - set(inputs))
     if unknown:
-        raise ValueError(f"unknown pipeline parameter(s) {unknown}; expected some of {sorted(inputs)}")
+        raise ConfigError(f"unknown pipeline parameter(s) {unknown}; expected some of {sorted(inputs)}")
     return {
         k: float(v) if inputs[k].type == "Float" and isinstance(v, int) and not isinstance(v, bool) else v
         for k, v in params.items()
@@ -123,7 +169,11 @@ def _coerce(pipeline, params: dict) -> dict:
 def _pipeline_default(name: str):
     from . import defaults
 
-    return {"mlflow_experiment": defaults.EXPERIMENT, "registered_model_name": defaults.REGISTERED_MODEL}[name]
+    return {
+        "mlflow_experiment": defaults.EXPERIMENT,
+        "registered_model_name": defaults.REGISTERED_MODEL,
+        "time_budget_s": defaults.TIME_BUDGET_S,
+    }[name]
 
 
 def _remove_task_temp_folders(tmp: Path, since: float) -> None:
@@ -135,26 +185,26 @@ def _remove_task_temp_folders(tmp: Path, since: float) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _read_timings(path: Path) -> list[dict]:
-    if not path.exists():
+def read_timings(path: Path) -> list[dict]:
+    if not Path(path).exists():
         return []
     with open(path) as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def _mlflow_outcome(uri: str, experiment: str, since: float) -> tuple[str | None, str | None]:
-    """The parent run this pipeline run created, and the model version it registered."""
+def _mlflow_outcome(uri: str, experiment: str, since: float) -> tuple[str | None, str | None, str | None]:
+    """The parent run this pipeline run created, the model version it registered, the experiment."""
     from invfold.components.tracking import reachable
 
     if not reachable(uri)[0]:
-        return None, None
+        return None, None, None
     try:
         from mlflow import MlflowClient
 
         client = MlflowClient(uri)
         found = client.get_experiment_by_name(experiment)
         if found is None:
-            return None, None
+            return None, None, None
         runs = client.search_runs(
             [found.experiment_id],
             filter_string=f"attributes.start_time >= {int(since * 1000)}",
@@ -162,10 +212,11 @@ def _mlflow_outcome(uri: str, experiment: str, since: float) -> tuple[str | None
         )
         parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
         if not parents:
-            return None, None
+            return None, None, found.experiment_id
         parent = parents[0]
         version = parent.data.tags.get("invfold.registered_version")
-        return parent.info.run_id, version if version and version != "not recorded" else None
+        registered = version if version and version != "not recorded" else None
+        return parent.info.run_id, registered, found.experiment_id
     except Exception as err:  # noqa: BLE001 - only the summary depends on it
         log.warning("could not read the run back from MLflow: %s", err)
-        return None, None
+        return None, None, None

@@ -7,6 +7,7 @@ runtime image, training as a Kubeflow Trainer TrainJob)."""
 
 from invfold.components.evaluate.component import evaluate_op
 from invfold.components.export.component import compare_op, register_op
+from invfold.components.launch.trainjob import SECRET_KEYS
 from invfold.components.prep.component import prep_op
 from invfold.components.tracking.component import finish_tracking_op
 from invfold.components.train.component import train_op
@@ -17,13 +18,24 @@ from .settings import PIPELINE_NAME, runtime_image
 
 RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 RUN_NAME = dsl.PIPELINE_JOB_NAME_PLACEHOLDER
+MLFLOW_CLIENT_KEYS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
+STORAGE_SECRET_TO_ENV = {key: env for env, key in SECRET_KEYS.items()}
+RUN_AS = 10001  # the images' user (images/runtime/Dockerfile)
 
 
-def _labelled(task, role: str = "step"):
-    """Pod labels the chart's NetworkPolicies select on: every step may reach DNS, MLflow, the
-    artifact store and KFP's API; only the `launcher` (train step) may reach the Kubernetes API."""
+def _labelled(task, mlflow_secret, role: str = "step"):
+    """What every step pod gets on a cluster (the local runner ignores it): the pod labels the
+    NetworkPolicies select on (`launcher`: the train step, which creates TrainJobs); MLflow's
+    client credentials from the Secret `mlflow_secret` as env (optional: absent without auth);
+    a non-root security context as the images' user, which namespaces enforcing Pod Security
+    `restricted` require of KFP's executor pods."""
     kubernetes.add_pod_label(task, "app.kubernetes.io/part-of", "invfold")
     kubernetes.add_pod_label(task, "invfold.dev/role", role)
+    kubernetes.add_pod_annotation(task, "sidecar.istio.io/inject", "false")
+    kubernetes.use_secret_as_env(
+        task, secret_name=mlflow_secret, secret_key_to_env={k: k for k in MLFLOW_CLIENT_KEYS}, optional=True
+    )
+    kubernetes.set_security_context(task, run_as_user=RUN_AS, run_as_group=RUN_AS, run_as_non_root=True)
     return task
 
 
@@ -74,10 +86,12 @@ def invfold_pipeline(
     registration_threshold: float = 0.0,
     mlflow_tracking_uri: str = "",
     mlflow_experiment: str = d.EXPERIMENT,
+    mlflow_secret: str = "invfold-mlflow-auth",
     registered_model_name: str = d.REGISTERED_MODEL,
     checkpoint_root: str = "",
     storage_root: str = "",
-    storage_secret: str = "",
+    storage_secret: str = "mlpipeline-minio-artifact",
+    storage_endpoint: str = "",
     workspace_pvc: str = "",
     trainer_runtime_kind: str = "ClusterTrainingRuntime",
     gpu_node_selector: dict = {},
@@ -107,22 +121,26 @@ def invfold_pipeline(
         registration_threshold: Minimum median test recovery (0-1) for the model to be registered.
         mlflow_tracking_uri: MLflow tracking URI; empty to use the MLFLOW_TRACKING_URI the cluster gives the steps.
         mlflow_experiment: MLflow experiment that records the run.
+        mlflow_secret: Secret with MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD every step sends to MLflow (basic auth); ignored when absent.
         registered_model_name: MLflow registered model that receives the ONNX model; its champion alias marks the best.
         checkpoint_root: Checkpoint location (a folder per pipeline run under it, so a retried step resumes); empty for the default.
         storage_root: Object-storage URI (s3://bucket/prefix) the TrainJob writes its outputs and checkpoints under (clusters).
-        storage_secret: Name of the Secret holding the object-storage keys for TrainJob pods (referenced, never copied); empty for none.
+        storage_secret: Secret with the object-storage keys `accesskey` / `secretkey` (KFP's own layout: its mlpipeline-minio-artifact Secret, copied into every profile namespace) for the train step and TrainJob pods; referenced, never copied.
+        storage_endpoint: S3-compatible endpoint of that store, e.g. http://minio-service.kubeflow:9000 (KFP's MinIO or SeaweedFS); empty for AWS S3.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim mounted at /workspace in every training pod (clusters); required for deepspeed, whose checkpoints are local files (they go to /workspace/checkpoints/<run id>).
         trainer_runtime_kind: ClusterTrainingRuntime (runtimes installed cluster-wide) or TrainingRuntime (a tenant's runtimes in its own namespace).
         gpu_node_selector: Node selector of the GPU node pool for the TrainJob, e.g. {"nvidia.com/gpu.present": "true"}.
         gpu_tolerations: Tolerations for the GPU node pool's taints, e.g. [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}].
     """
     tracking = {"pipeline_run_id": RUN_ID, "tracking_uri": mlflow_tracking_uri, "experiment": mlflow_experiment}
-    finish = _labelled(finish_tracking_op(**tracking).set_caching_options(False).set_display_name("finish-tracking"))
+    finish = _labelled(
+        finish_tracking_op(**tracking).set_caching_options(False).set_display_name("finish-tracking"), mlflow_secret
+    )
     with dsl.ExitHandler(finish, name="invfold-run"):
         fingerprint = fingerprint_op(data_uri=data_uri, split_file=split_file, pipeline_run_name=RUN_NAME, **tracking)
-        _labelled(fingerprint.set_caching_options(False).set_display_name("fingerprint"))
+        _labelled(fingerprint.set_caching_options(False).set_display_name("fingerprint"), mlflow_secret)
         prep = prep_op(data_uri=data_uri, split_file=split_file, data_digest=fingerprint.output)
-        _labelled(prep.set_display_name("prep"))
+        _labelled(prep.set_display_name("prep"), mlflow_secret)
         train = train_op(
             prepared=prep.outputs["prepared"],
             pipeline_run_name=RUN_NAME,
@@ -145,20 +163,26 @@ def invfold_pipeline(
             checkpoint_root=checkpoint_root,
             storage_root=storage_root,
             storage_secret=storage_secret,
+            storage_endpoint=storage_endpoint,
             workspace_pvc=workspace_pvc,
             runtime_kind=trainer_runtime_kind,
             **tracking,
         )
         _labelled(
             train.set_display_name("train").set_retry(num_retries=d.TRAIN_RETRIES, backoff_duration="10s"),
+            mlflow_secret,
             role="launcher",
         )
         kubernetes.add_node_selector_json(train, gpu_node_selector)
         kubernetes.add_toleration_json(train, gpu_tolerations)
+        # The train step itself reads the job's outputs from the store: same keys as the job.
+        kubernetes.use_secret_as_env(
+            train, secret_name=storage_secret, secret_key_to_env=STORAGE_SECRET_TO_ENV, optional=True
+        )
         kubernetes.use_field_path_as_env(train, "POD_NAME", "metadata.name")
         kubernetes.use_field_path_as_env(train, "POD_UID", "metadata.uid")
         evaluate = evaluate_op(prepared=prep.outputs["prepared"], model=train.outputs["model"], **tracking)
-        _labelled(evaluate.set_display_name("evaluate"))
+        _labelled(evaluate.set_display_name("evaluate"), mlflow_secret)
         compare = compare_op(
             prepared=prep.outputs["prepared"],
             evaluation=evaluate.outputs["evaluation"],
@@ -166,7 +190,7 @@ def invfold_pipeline(
             threshold=registration_threshold,
             **tracking,
         )
-        _labelled(compare.set_display_name("compare-with-champion").set_caching_options(False))
+        _labelled(compare.set_display_name("compare-with-champion").set_caching_options(False), mlflow_secret)
         with dsl.If(compare.outputs["Output"] == True, name="better-than-champion"):  # noqa: E712
             register = register_op(
                 prepared=prep.outputs["prepared"],
@@ -175,4 +199,4 @@ def invfold_pipeline(
                 model_name=registered_model_name,
                 **tracking,
             )
-            _labelled(register.set_display_name("export-and-register").set_caching_options(False))
+            _labelled(register.set_display_name("export-and-register").set_caching_options(False), mlflow_secret)

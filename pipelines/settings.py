@@ -24,10 +24,12 @@ def runtime_image(registry: str = DEFAULT_REGISTRY, tag: str = __version__) -> s
     return f"{registry.rstrip('/')}/{RUNTIME_IMAGE}:{tag}"
 
 
-def record_timing(step: str, compute_s: float) -> None:
-    """Append the step's own compute time to the file named by INVFOLD_TIMINGS_FILE (set by
-    `invfold run`), so the run can report wall time against compute time."""
+def record_timing(step: str, compute_s: float, **figures) -> None:
+    """Append the step's own compute time and its key figures (shown on the step's line and in
+    the summary) to the file named by INVFOLD_TIMINGS_FILE (set by `invfold run`), so the run
+    can report wall time against compute time."""
     path = os.environ.get(TIMINGS_ENV)
     if path:
+        record = {"step": step, "compute_s": round(compute_s, 3), "end": time.time(), "figures": figures}
         with open(path, "a") as fh:
-            fh.write(json.dumps({"step": step, "compute_s": round(compute_s, 3), "end": time.time()}) + "\n")
+            fh.write(json.dumps(record, default=str) + "\n")

@@ -16,6 +16,8 @@ import shutil
 import tempfile
 import time
 
+from invfold.errors import ConfigError
+
 from .settings import record_timing
 
 # -- fingerprint: KFP caches on input values, not on the files behind a path; prep receives
@@ -27,7 +29,7 @@ CHUNK = 4 * 2**20
 def fingerprint(uris: list[str]) -> str:
     """sha256 over every file's relative name and bytes (a folder: its files in sorted order);
     local paths and fsspec URIs."""
-    from invfold.components.protein import io as storage
+    from invfold import storage
 
     digest = hashlib.sha256()
     for uri in uris:
@@ -64,7 +66,7 @@ def fingerprint_step(
     with Tracker(ctx, "fingerprint") as tracker:
         start = time.perf_counter()
         result = fingerprint([data_uri, split_file])
-        record_timing("fingerprint", time.perf_counter() - start)
+        record_timing("fingerprint", time.perf_counter() - start, digest=result[:19])
         inputs = {"data_uri": data_uri, "split_file": split_file, "input_fingerprint": result}
         tracker.log_params(inputs)
         tracker.log_params(inputs, parent=True)
@@ -84,7 +86,7 @@ def prep_step(data_uri: str, split_file: str, data_digest: str, prepared_path: s
     result = run_prep(PrepConfig(input=data_uri, output=prepared_path, split_file=split_file or None))
     shutil.copyfile(open_prepared(prepared_path).root / "card.md", card_path)
     seconds = time.perf_counter() - start
-    record_timing("prep", seconds)
+    record_timing("prep", seconds, digest=result.digest[:19])
     return {
         "digest": result.digest,
         "input_digest": data_digest,
@@ -136,7 +138,7 @@ def checkpoint_location(
         root = os.path.join(local_root, "checkpoints")
     elif strategy == "deepspeed":
         if not workspace_pvc:
-            raise ValueError(
+            raise ConfigError(
                 "strategy deepspeed on a cluster writes its checkpoints as local files: set the "
                 "pipeline parameter workspace_pvc to a ReadWriteMany claim (e.g. invfold-workspace) "
                 "or checkpoint_root to a path on a volume every training pod mounts"
@@ -145,7 +147,7 @@ def checkpoint_location(
     elif storage_root:
         root = f"{storage_root.rstrip('/')}/checkpoints"
     else:
-        raise ValueError("on a cluster the train step needs storage_root (s3://bucket/prefix) or checkpoint_root")
+        raise ConfigError("on a cluster the train step needs storage_root (s3://bucket/prefix) or checkpoint_root")
     return f"{root.rstrip('/')}/{pipeline_run_id}"
 
 
@@ -166,6 +168,7 @@ def train_step(
     checkpoint_root: str,
     storage_root: str,
     storage_secret: str,
+    storage_endpoint: str = "",
     workspace_pvc: str = "",
     runtime_kind: str = "ClusterTrainingRuntime",
     task_config=None,
@@ -179,6 +182,9 @@ def train_step(
     from invfold import __version__
 
     remote = on_kubernetes()
+    if remote and storage_endpoint:
+        # This pod reads the job's outputs from the same store (s3fs/botocore read the variable).
+        os.environ["AWS_ENDPOINT_URL"] = storage_endpoint
     data = object_store_uri(prepared_uri) if remote else prepared_path
     checkpoint_dir = checkpoint_location(
         strategy,
@@ -219,12 +225,14 @@ def train_step(
         tracker.log_params({"strategy": strategy, "data": data, "data_digest": prepared.digest}, parent=True)
         for name, context in (("train", "training"), ("validation", "validation")):
             if name in prepared.datasets:
-                tracker.log_dataset(name, prepared.digest, data, context, prepared.index["datasets"][name])
+                for parent in (False, True):
+                    tracker.log_dataset(name, prepared.digest, data, context, prepared.index["datasets"][name], parent)
         tracker.log_artifact(str(prepared.root / "card.md"), "dataset")
         tracker.log_artifact(str(prepared.root / "card.json"), "dataset")
         cluster = {
             "storage_root": storage_root,
             "storage_secret": storage_secret or None,
+            "storage_endpoint": storage_endpoint or None,
             "workspace_pvc": workspace_pvc or None,
             "runtime_kind": runtime_kind,
             "pipeline_run_id": pipeline_run_id,
@@ -240,7 +248,13 @@ def train_step(
             summary = json.load(fh)
         # The training loop's own time; the ranks' start-up and imports count as overhead.
         seconds = float(summary.get("elapsed_s") or job_seconds)
-        record_timing("train", seconds)
+        record_timing(
+            "train",
+            seconds,
+            steps=summary.get("step"),
+            val_recovery=(summary.get("validation") or {}).get("recovery"),
+            stop=summary.get("stop_reason"),
+        )
         tracker.log_metrics_file(os.path.join(model_path, "metrics.jsonl"))
         scalars = {k: float(summary[k]) for k in SUMMARY_METRICS if isinstance(summary.get(k), (int, float))}
         for key, value in (summary.get("validation") or {}).items():
@@ -302,14 +316,21 @@ def evaluate_step(
             )
         )
         seconds = time.perf_counter() - start
-        record_timing("evaluate", seconds)
         shutil.copyfile(os.path.join(out, "report.html"), report_path)
         with open(os.path.join(out, "confusion.json")) as fh:
             confusion = json.load(fh)
         flat = scalar_metrics(metrics)
+        record_timing(
+            "evaluate",
+            seconds,
+            test_recovery=flat.get("test_recovery"),
+            test_perplexity=flat.get("test_perplexity"),
+            constant_recovery=flat.get("test_constant_recovery"),
+        )
         tracker.log_metrics(flat)
         tracker.log_metrics({k: v for k, v in flat.items() if k.startswith("test_")}, parent=True)
-        tracker.log_dataset("test", metrics["data_digest"], prepared_path, "testing")
+        for parent in (False, True):
+            tracker.log_dataset("test", metrics["data_digest"], prepared_path, "testing", parent=parent)
         tracker.log_artifacts(out, "evaluation")
     return {
         "metrics": flat,
@@ -331,10 +352,12 @@ TAG_DIGEST = "invfold.data_digest"
 MODEL_PT_PATH = "model_pt"
 
 
-def _candidate(evaluation_path: str) -> tuple[float, str]:
+def _candidate(evaluation_path: str) -> tuple[float, str, dict[str, float]]:
+    """The candidate's test recovery, data digest and test figures."""
     with open(os.path.join(evaluation_path, "metrics.json")) as fh:
         metrics = json.load(fh)
-    return float(metrics["datasets"]["test"]["recovery"]), metrics["data_digest"]
+    figures = {k: v for k, v in scalar_metrics(metrics).items() if k.startswith("test_")}
+    return float(metrics["datasets"]["test"]["recovery"]), metrics["data_digest"], figures
 
 
 def compare_step(
@@ -350,8 +373,9 @@ def compare_step(
     from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
     from invfold.components.tracking import RunContext, Tracker
 
-    candidate, digest = _candidate(evaluation_path)
+    candidate, digest, test_figures = _candidate(evaluation_path)
     result = {
+        "test_metrics": test_figures,
         "metric": METRIC,
         "candidate": candidate,
         "threshold": threshold,
@@ -407,7 +431,7 @@ def compare_step(
                 ),
             )
         result.update(register=register, decision=why)
-        record_timing("compare", time.perf_counter() - start)
+        record_timing("compare", time.perf_counter() - start, register=register, decision=why)
         tracker.log_metrics(
             {
                 "candidate_" + METRIC: candidate,
@@ -431,6 +455,24 @@ def input_example(prepared_path: str) -> dict:
     batch = collate([record])
     order = torch.rand(batch.S.shape, generator=torch.Generator().manual_seed(0))
     return feeds(batch.X, batch.S, batch.mask, batch.residue_index, order)
+
+
+def model_description(model_name: str, comparison: dict) -> str:
+    """The registered model's description (markdown): what it is, its data, how to use it."""
+    figures = comparison.get("test_metrics", {})
+    perplexity = figures.get("test_perplexity")
+    return (
+        "invfold protein inverse-folding model (backbone coordinates in, per-residue amino-acid "
+        "logits out) as ONNX, exported and checked for parity with the PyTorch model.\n\n"
+        f"- data digest: `{comparison['data_digest']}`\n"
+        f"- test median recovery: {comparison['candidate']:.4f}"
+        + (f", test perplexity: {perplexity:.3f}" if perplexity is not None else "")
+        + "\n"
+        f"- decision: {comparison['decision']}\n\n"
+        "Use: `mlflow.onnx.load_model(f'models:/" + model_name + "@champion')` or onnxruntime on "
+        "the version's `model/model.onnx`; inputs and outputs are in the model's signature. "
+        "`invfold design` designs sequences with the PyTorch checkpoint logged beside it (`model_pt/`)."
+    )
 
 
 def register_step(
@@ -474,11 +516,18 @@ def register_step(
             "invfold.decision": comparison["decision"],
             "kfp.pipeline_run_id": pipeline_run_id,
         }
-        version = tracker.log_onnx_model(onnx_path, model_name, input_example(prepared_path), tags)
+        version = tracker.log_onnx_model(
+            onnx_path,
+            model_name,
+            input_example(prepared_path),
+            tags,
+            metrics={**comparison.get("test_metrics", {}), **export_metrics},
+            description=model_description(model_name, comparison),
+        )
         if version:
             tracker.set_champion(model_name, version)
         seconds = time.perf_counter() - start
-        record_timing("register", seconds)
+        record_timing("register", seconds, version=version or "not recorded")
         tracker.set_tags({"invfold.registered_version": version or "not recorded"}, parent=True)
     return {
         "metrics": export_metrics,

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from invfold.errors import ConfigError
+
 from ..protein.alphabet import AA_TO_INDEX, ALPHABET
 from ..protein.batch import Batch, collate
 from ..protein.record import ChainRecord
@@ -44,14 +46,14 @@ class DesignConfig:
 
     def __post_init__(self):
         if self.num_sequences < 1:
-            raise ValueError(f"DesignConfig.num_sequences: expected >= 1, got {self.num_sequences!r}")
+            raise ConfigError(f"DesignConfig.num_sequences: expected >= 1, got {self.num_sequences!r}")
         if not self.temperature > 0:
-            raise ValueError(f"DesignConfig.temperature: expected > 0, got {self.temperature!r}")
+            raise ConfigError(f"DesignConfig.temperature: expected > 0, got {self.temperature!r}")
         unknown = sorted(set(self.excluded.upper()) - set(ALPHABET))
         if unknown:
-            raise ValueError(f"DesignConfig.excluded: {unknown} are not among the 20 amino acids {ALPHABET}")
+            raise ConfigError(f"DesignConfig.excluded: {unknown} are not among the 20 amino acids {ALPHABET}")
         if set(self.excluded.upper()) >= set(ALPHABET):
-            raise ValueError("DesignConfig.excluded: all 20 amino acids are excluded")
+            raise ConfigError("DesignConfig.excluded: all 20 amino acids are excluded")
         if isinstance(self.fixed_positions, str):
             self.fixed_positions = parse_positions(self.fixed_positions)
 
@@ -74,9 +76,9 @@ def parse_positions(text: str) -> list[int]:
             lo, _, hi = part.partition("-")
             start, end = int(lo), int(hi or lo)
         except ValueError:
-            raise ValueError(f"fixed positions: {part!r} is not a position or a range like 5-12") from None
+            raise ConfigError(f"fixed positions: {part!r} is not a position or a range like 5-12") from None
         if start < 1 or end < start:
-            raise ValueError(f"fixed positions: {part!r}: expected 1-based positions, start <= end")
+            raise ConfigError(f"fixed positions: {part!r}: expected 1-based positions, start <= end")
         positions.extend(range(start, end + 1))
     return sorted(set(positions))
 
@@ -92,7 +94,7 @@ def select_record(structure: str, name: str | None, chain: str | None) -> ChainR
         return picked[0]
     names = ", ".join(r.name for r in records[:20]) + (" ..." if len(records) > 20 else "")
     what = "no chain matches" if not picked else f"{len(picked)} chains match"
-    raise ValueError(
+    raise ConfigError(
         f"{structure}: {what} name={name!r} chain={chain!r}; give --name or --chain (chains: {names or 'none'})"
     )
 
@@ -174,7 +176,7 @@ def design(cfg: DesignConfig) -> list[Design]:
     length = len(record)
     bad = [p for p in cfg.fixed_positions if p > length]
     if bad:
-        raise ValueError(
+        raise ConfigError(
             f"fixed positions {bad[:5]} lie beyond the chain's {length} residues "
             f"({record.name}; positions are 1-based sequence positions)"
         )
@@ -202,7 +204,9 @@ def design(cfg: DesignConfig) -> list[Design]:
     recovery = ((S == b.S) & scored).sum(1) / count
     designs = []
     for i in range(n):
-        letters = [ALPHABET[int(s)] if d else native for s, d, native in zip(S[i], designed[i], record.seq)]
+        letters = [
+            ALPHABET[int(s)] if d else native for s, d, native in zip(S[i], designed[i], record.seq, strict=True)
+        ]
         designs.append(Design(record.name, i, cfg.seed + i, "".join(letters), float(mean_nll[i]), float(recovery[i])))
     write_fasta(cfg.out, designs, cfg.temperature, os.path.basename(str(cfg.model)))
     return designs

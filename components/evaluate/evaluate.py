@@ -21,12 +21,14 @@ import torch
 from invfold.components.model.io import load_model
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA
+from invfold.components.protein.splits import SPLIT_NAMES
+
+from invfold.errors import ConfigError, InputError
 
 from .metrics import DatasetScores, score_dataset
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "validation", "test")
 LENGTH_BINS = (0, 100, 200, 300, 400, 10**9)
 
 
@@ -49,11 +51,11 @@ class EvaluateConfig:
     def __post_init__(self) -> None:
         self.model_path, self.data, self.out = str(self.model_path), str(self.data), str(self.out)
         if not self.model_path or not self.data or not self.out:
-            raise ValueError("EvaluateConfig: model_path, data and out must be given")
+            raise ConfigError("EvaluateConfig: model_path, data and out must be given")
         if self.tokens_per_batch < 1 or self.short_max_length < 1:
-            raise ValueError("EvaluateConfig: tokens_per_batch and short_max_length must be positive")
+            raise ConfigError("EvaluateConfig: tokens_per_batch and short_max_length must be positive")
         if self.threads is not None and self.threads < 1:
-            raise ValueError(f"EvaluateConfig.threads: expected a positive int, got {self.threads!r}")
+            raise ConfigError(f"EvaluateConfig.threads: expected a positive int, got {self.threads!r}")
 
 
 def most_frequent_letter(dataset) -> str:
@@ -90,11 +92,11 @@ def evaluate(cfg: EvaluateConfig) -> dict:
     model = load_model(cfg.model_path)
     data = open_prepared(cfg.data)
     if "test" not in data.datasets:
-        raise ValueError(f"{cfg.data}: no 'test' dataset to evaluate on (has {data.datasets})")
-    requested = cfg.datasets or ["test"] + [d for d in data.datasets if d not in SPLITS]
+        raise InputError(cfg.data, None, None, "a 'test' dataset", f"datasets {data.datasets}", reason="no_test_set")
+    requested = cfg.datasets or ["test"] + [d for d in data.datasets if d not in SPLIT_NAMES]
     missing = [d for d in requested if d not in data.datasets]
     if missing:
-        raise ValueError(f"{cfg.data}: no dataset(s) {missing} (has {data.datasets})")
+        raise ConfigError(f"{cfg.data}: no dataset(s) {missing} (has {data.datasets})")
 
     test = data.open("test")
     test_rows = list(range(len(test)))
@@ -207,7 +209,9 @@ def _plots(out: str, confusion: np.ndarray, length_rows: list[dict]) -> dict[str
     fig, ax = plt.subplots(figsize=(6, 3.5))
     labels = [r["bin"] for r in length_rows]
     ax.bar(range(len(labels)), [r["recovery"] for r in length_rows], color="tab:blue")
-    ax.set_xticks(range(len(labels)), [f"{lab}\n(n={r['proteins']})" for lab, r in zip(labels, length_rows)])
+    ax.set_xticks(
+        range(len(labels)), [f"{lab}\n(n={r['proteins']})" for lab, r in zip(labels, length_rows, strict=True)]
+    )
     ax.set_xlabel("chain length")
     ax.set_ylabel("median recovery")
     ax.set_ylim(0, 1)

@@ -22,6 +22,9 @@ from invfold.components.train.sampler import pack_by_length
 GREEDY_TEMPERATURE = 1e-6
 
 
+CPU = torch.device("cpu")
+
+
 def seeded_generator(seed: int, device) -> torch.Generator:
     generator = torch.Generator(device=device)
     generator.manual_seed(int(seed))
@@ -97,7 +100,7 @@ def score_dataset(
     indices: list[int],
     tokens_per_batch: int,
     seed: int,
-    device=torch.device("cpu"),
+    device: torch.device = CPU,
     keep_designed: bool = False,
 ) -> DatasetScores:
     """Score rows `indices` of `dataset`; other rows stay zero, so per-rank results can be summed.

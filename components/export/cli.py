@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 
 def add_parser(subparsers) -> None:
@@ -31,7 +30,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .onnx_export import ExportConfig, ParityError, export_onnx
+    from .onnx_export import ExportConfig, export_onnx
 
     cfg = ExportConfig(
         model_path=args.model,
@@ -41,11 +40,7 @@ def run(args: argparse.Namespace) -> int:
         parity_chains=args.chains,
         opset=args.opset,
     )
-    try:
-        result = export_onnx(cfg)
-    except ParityError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    result = export_onnx(cfg)  # a ParityError exits 1 with its message (src/invfold/cli.py)
     print(
         json.dumps(
             {k: result[k] for k in ("onnx", "opset", "max_abs_diff", "tolerance", "size_bytes", "report_path")},

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from invfold.errors import ConfigError, InvfoldError
+
 from ..protein.alphabet import ALPHABET
 from ..protein.batch import collate
 from ..protein.record import ChainRecord
@@ -25,7 +27,7 @@ log = logging.getLogger(__name__)
 SAMPLE_RESOURCE = "sample_chain_set.jsonl.gz"
 
 
-class ParityError(RuntimeError):
+class ParityError(InvfoldError, RuntimeError):
     """The ONNX graph's logits differ from PyTorch's by more than the tolerance."""
 
     def __init__(self, max_abs_diff: float, tolerance: float, report: dict):
@@ -59,13 +61,13 @@ class ExportConfig:
 
     def __post_init__(self):
         if not str(self.out_path).endswith(".onnx"):
-            raise ValueError(f"ExportConfig.out_path: expected a path ending in .onnx, got {self.out_path!r}")
+            raise ConfigError(f"ExportConfig.out_path: expected a path ending in .onnx, got {self.out_path!r}")
         if not self.tolerance > 0:
-            raise ValueError(f"ExportConfig.tolerance: expected > 0, got {self.tolerance!r}")
+            raise ConfigError(f"ExportConfig.tolerance: expected > 0, got {self.tolerance!r}")
         if self.parity_chains < 1:
-            raise ValueError(f"ExportConfig.parity_chains: expected >= 1, got {self.parity_chains!r}")
+            raise ConfigError(f"ExportConfig.parity_chains: expected >= 1, got {self.parity_chains!r}")
         if self.parity_records is not None and not self.parity_records:
-            raise ValueError("ExportConfig.parity_records: expected at least one record, got an empty list")
+            raise ConfigError("ExportConfig.parity_records: expected at least one record, got an empty list")
 
 
 def report_path(out_path: str | os.PathLike) -> Path:
@@ -96,9 +98,9 @@ def load_parity_records(data: str | None, count: int, max_length: int) -> list[C
 
 
 def _read_records(data: str) -> list[ChainRecord]:
-    from ..protein.io import exists, is_dir
+    from invfold import storage
 
-    if is_dir(data) and exists(f"{str(data).rstrip('/')}/index.json"):
+    if storage.is_dir(data) and storage.exists(f"{str(data).rstrip('/')}/index.json"):
         from ..prep.shards import open_prepared
 
         prepared = open_prepared(data)

@@ -74,9 +74,18 @@ def feeds(X, S, mask, residue_index, decoding_order) -> dict[str, np.ndarray]:
 
 def model_config_of(sess):
     """The ModelConfig stored in an exported graph's metadata."""
+    from invfold.errors import InputError
+
     from ..model.config import ModelConfig
 
     props = sess.get_modelmeta().custom_metadata_map
     if META_CONFIG not in props:
-        raise ValueError(f"the ONNX model has no {META_CONFIG!r} metadata: it was not written by invfold export")
+        raise InputError(
+            "the ONNX model",
+            None,
+            f"metadata {META_CONFIG!r}",
+            "a model written by invfold export",
+            "none",
+            reason="not_a_model",
+        )
     return ModelConfig.from_dict(json.loads(props[META_CONFIG]))

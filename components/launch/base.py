@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from invfold.components.train.config import TrainConfig
+from invfold.errors import ConfigError, InvfoldError
 
 
-class LaunchError(RuntimeError):
+class LaunchError(InvfoldError, RuntimeError):
     """The training job failed; the message carries the job's own reason."""
 
 
@@ -32,11 +33,11 @@ class Resources:
         for name in ("nodes", "procs_per_node"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"Resources.{name}: expected a positive int, got {value!r}")
+                raise ConfigError(f"Resources.{name}: expected a positive int, got {value!r}")
         if not isinstance(self.gpus_per_node, int) or isinstance(self.gpus_per_node, bool) or self.gpus_per_node < 0:
-            raise ValueError(f"Resources.gpus_per_node: expected an int >= 0, got {self.gpus_per_node!r}")
+            raise ConfigError(f"Resources.gpus_per_node: expected an int >= 0, got {self.gpus_per_node!r}")
         if self.gpus_per_node and self.procs_per_node > self.gpus_per_node:
-            raise ValueError(
+            raise ConfigError(
                 f"Resources: {self.procs_per_node} processes per node need as many GPUs, "
                 f"got gpus_per_node={self.gpus_per_node}"
             )

@@ -171,7 +171,7 @@ def _restore_signals(previous: dict) -> None:
 
 def _fetch_folder(uri: str, local: str) -> None:
     """Copy the job's output folder from object storage to the step's local folder."""
-    from invfold.components.protein import io as storage
+    from invfold import storage
 
     if not storage.exists(uri):
         raise LaunchError(f"the TrainJob completed but left no outputs at {uri}")

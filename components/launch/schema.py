@@ -7,10 +7,12 @@ import json
 from functools import cache
 from importlib import resources
 
+from invfold.errors import InvfoldError
+
 SCHEMA_FILES = {"TrainJob": "trainjob.json", "ClusterTrainingRuntime": "clustertrainingruntime.json"}
 
 
-class ManifestError(ValueError):
+class ManifestError(InvfoldError, ValueError):
     """A manifest that a Trainer v2 API server would not accept as written."""
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 from invfold.components.train.config import TrainConfig
 
+from invfold.errors import ConfigError
+
 from .base import Resources
 
 GROUP = "trainer.kubeflow.org"
@@ -35,9 +37,14 @@ ENTRY_MODULE = "invfold.components.launch.trainjob_entry"
 TRAINER_CONTAINER = "node"
 WORKSPACE_MOUNT = "/workspace"
 RENDEZVOUS_PORT = 29500  # allowed between a job's pods by k8s/base/network-policies.yaml
-REPLICATED_JOBS = {"ddp": ("node",), "deepspeed": ("launcher", "node"), "horovod": ("launcher", "node")}
+# Upstream's MPI runtimes list `node` first and start the launcher once the nodes are Ready
+# (kubeflow/trainer manifests/base/runtimes/deepspeed_distributed.yaml); ours follow.
+REPLICATED_JOBS = {"ddp": ("node",), "deepspeed": ("node", "launcher"), "horovod": ("node", "launcher")}
 FORWARDED_ENV = re.compile(r"^(MLFLOW_(?!TRACKING_PASSWORD|TRACKING_TOKEN|TRACKING_USERNAME)\w+)$")
-SECRET_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+# The storage Secret's layout: KFP's own artifact-store Secret (mlpipeline-minio-artifact, which
+# KFP copies into every profile namespace) holds `accesskey` / `secretkey`; they become the AWS
+# variables s3fs/botocore read. Env variable -> key in the Secret.
+SECRET_KEYS = {"AWS_ACCESS_KEY_ID": "accesskey", "AWS_SECRET_ACCESS_KEY": "secretkey"}
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 NAME = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
@@ -48,8 +55,10 @@ class ClusterOptions:
 
     storage_root: object-storage URI (s3://, gs://, ...) under which each job writes its outputs
         (`<root>/runs/<run>/<job>`); required on a cluster.
-    storage_secret: name of a Secret with the storage keys `secret_keys` (None: the pods' own
-        identity, e.g. workload identity). storage_endpoint: S3-compatible endpoint URL (MinIO).
+    storage_secret: name of a Secret with the storage keys (None: the pods' own identity, e.g.
+        workload identity); secret_keys maps env variable -> key in it (KFP's layout by default).
+    storage_endpoint: S3-compatible endpoint URL (KFP's MinIO / SeaweedFS, any non-AWS store):
+        handed to every training pod as AWS_ENDPOINT_URL, else s3fs goes to AWS.
     image: training image (None: the runtime's own). node_selector / tolerations: GPU node pool.
     runtime_kind: ClusterTrainingRuntime (installed cluster-wide), or TrainingRuntime for tenants
         whose runtimes are installed in their own namespace (k8s/overlays/tenant).
@@ -63,7 +72,7 @@ class ClusterOptions:
     namespace: str | None = None
     storage_root: str = ""
     storage_secret: str | None = None
-    secret_keys: tuple[str, ...] = SECRET_KEYS
+    secret_keys: dict[str, str] = field(default_factory=lambda: dict(SECRET_KEYS))
     storage_endpoint: str | None = None
     image: str | None = None
     runtime_prefix: str = RUNTIME_PREFIX
@@ -86,24 +95,32 @@ class ClusterOptions:
         if self.namespace is None and os.path.exists(SERVICE_ACCOUNT_NAMESPACE):
             with open(SERVICE_ACCOUNT_NAMESPACE) as fh:
                 self.namespace = fh.read().strip()
-        self.secret_keys = tuple(self.secret_keys)
+        self.secret_keys = dict(self.secret_keys)
+        self.storage_endpoint = self.storage_endpoint or None
+        if self.storage_endpoint and not self.storage_endpoint.startswith(("http://", "https://")):
+            raise ConfigError(
+                f"ClusterOptions.storage_endpoint: expected an http(s) URL such as "
+                f"http://minio-service.kubeflow:9000, got {self.storage_endpoint!r}"
+            )
         self.tolerations = list(self.tolerations or [])
         self.node_selector = dict(self.node_selector or {})
         if self.runtime_kind not in RUNTIME_KINDS:
-            raise ValueError(f"ClusterOptions.runtime_kind: expected one of {RUNTIME_KINDS}, got {self.runtime_kind!r}")
+            raise ConfigError(
+                f"ClusterOptions.runtime_kind: expected one of {RUNTIME_KINDS}, got {self.runtime_kind!r}"
+            )
         if not self.timeout_s > 0 or not self.poll_s > 0:
-            raise ValueError(f"ClusterOptions: timeout_s and poll_s must be > 0, got {self.timeout_s}, {self.poll_s}")
+            raise ConfigError(f"ClusterOptions: timeout_s and poll_s must be > 0, got {self.timeout_s}, {self.poll_s}")
         if self.storage_root and "://" not in self.storage_root:
-            raise ValueError(
+            raise ConfigError(
                 f"ClusterOptions.storage_root: expected an object-storage URI "
                 f"(s3://bucket/prefix), got {self.storage_root!r}"
             )
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in self.node_selector.items()):
-            raise ValueError(
+            raise ConfigError(
                 f"ClusterOptions.node_selector: expected string keys and values, got {self.node_selector!r}"
             )
         if not all(isinstance(t, dict) for t in self.tolerations):
-            raise ValueError(f"ClusterOptions.tolerations: expected a list of objects, got {self.tolerations!r}")
+            raise ConfigError(f"ClusterOptions.tolerations: expected a list of objects, got {self.tolerations!r}")
 
 
 def job_name(strategy: str, pipeline_run_id: str = "") -> str:
@@ -123,8 +140,8 @@ def _env(options: ClusterOptions, environ: Mapping[str, str]) -> list[dict]:
         env.append({"name": "AWS_ENDPOINT_URL", "value": options.storage_endpoint})
     if options.storage_secret:
         env += [
-            {"name": key, "valueFrom": {"secretKeyRef": {"name": options.storage_secret, "key": key}}}
-            for key in options.secret_keys
+            {"name": env_name, "valueFrom": {"secretKeyRef": {"name": options.storage_secret, "key": key}}}
+            for env_name, key in options.secret_keys.items()
         ]
     return env
 
@@ -133,21 +150,25 @@ def _command(
     name: str, cfg: TrainConfig, resources: Resources, output_uri: str, env: list[dict]
 ) -> tuple[list[str], list[str]]:
     """(command, args): both set, so neither the runtime's command nor its args survive.
-    Under mpirun, torch.distributed's rendezvous (DeepSpeed) is the launcher pod: our MPI runtimes
-    run the launcher as node 0 (runLauncherAsNode), reachable through the job's headless Service."""
+    Under mpirun, torch.distributed's rendezvous (DeepSpeed) is rank 0's pod. Trainer writes the
+    hostfile in the order of the runtime's replicated jobs, node first (then the launcher, which
+    runs as a node): rank 0 is `<job>-node-0-0`, reachable through the job's headless Service.
+    A one-node job runs all ranks on the launcher itself (localhost), never on the idle node pod."""
     entry = [ENTRY_MODULE, "--config-json", json.dumps(cfg.to_dict(), sort_keys=True), "--output", output_uri]
     if cfg.strategy == "ddp":
         # The torch runtime sets PET_NNODES / PET_NPROC_PER_NODE / PET_NODE_RANK / PET_MASTER_*.
         return ["torchrun"], ["--module", *entry]
-    rendezvous = [f"MASTER_ADDR={name}-launcher-0-0.{name}", f"MASTER_PORT={RENDEZVOUS_PORT}"]
+    single = resources.nodes == 1
+    first = "127.0.0.1" if single else f"{name}-node-0-0.{name}"
+    rendezvous = [f"MASTER_ADDR={first}", f"MASTER_PORT={RENDEZVOUS_PORT}"]
+    hosts = ["--host", f"localhost:{resources.procs_per_node}"] if single else ["--hostfile", "/etc/mpi/hostfile"]
     exports = (
         [arg for item in env for arg in ("-x", item["name"])]
         + ["-x", "OMP_NUM_THREADS"]
         + [arg for pair in rendezvous for arg in ("-x", pair)]
     )
     return ["mpirun"], [
-        "--hostfile",
-        "/etc/mpi/hostfile",
+        *hosts,
         "-np",
         str(resources.world_size),
         "--bind-to",
@@ -160,6 +181,20 @@ def _command(
 
 
 def _runtime_patches(strategy: str, options: ClusterOptions) -> list[dict]:
+    """The same pod changes for every replicated job of the runtime. Trainer v2.3 patches only a
+    container's env, securityContext and volumeMounts (TrainerV1alpha1ContainerPatch): image and
+    resources of MPI node pods come from the runtime's template (the chart's images and
+    runtimes values), the TrainJob's trainer.image / resourcesPerNode from the launcher's."""
+    pod_spec = _pod_patch(options)
+    if not pod_spec:
+        return []
+    replicated = [
+        {"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}} for name in REPLICATED_JOBS[strategy]
+    ]
+    return [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": replicated}}}}]
+
+
+def _pod_patch(options: ClusterOptions) -> dict:
     pod_spec: dict = {}
     if options.node_selector:
         pod_spec["nodeSelector"] = dict(options.node_selector)
@@ -175,12 +210,7 @@ def _runtime_patches(strategy: str, options: ClusterOptions) -> list[dict]:
                 "volumeMounts": [{"name": "invfold-workspace", "mountPath": options.workspace_mount}],
             }
         ]
-    if not pod_spec:
-        return []
-    replicated = [
-        {"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}} for name in REPLICATED_JOBS[strategy]
-    ]
-    return [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": replicated}}}}]
+    return pod_spec
 
 
 def build_trainjob(
@@ -193,7 +223,7 @@ def build_trainjob(
 ) -> dict:
     """The TrainJob manifest (a plain dict, validated by schema.validate_trainjob)."""
     if not NAME.match(name) or len(name) > 63:
-        raise ValueError(f"TrainJob name {name!r}: expected an RFC 1035 label of at most 63 characters")
+        raise ConfigError(f"TrainJob name {name!r}: expected an RFC 1035 label of at most 63 characters")
     env = _env(options, environ)
     command, args = _command(name, cfg, resources, output_uri, env)
     trainer: dict = {

@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 def upload(out: str, uri: str) -> None:
     """Checkpoints already live at their own (remote) location; the rest goes to `uri`."""
-    from invfold.components.protein import io as storage
+    from invfold import storage
 
     storage.upload_folder(out, uri, skip_top=("checkpoints",))
 

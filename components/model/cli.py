@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def add_parser(subparsers) -> None:
@@ -25,12 +24,7 @@ def add_parser(subparsers) -> None:
 def run_list(args: argparse.Namespace) -> int:
     from invfold.components.model import published
 
-    try:
-        found = published.available()
-    except published.PublishedWeightsError as err:
-        print(f"invfold weights: error: {err}", file=sys.stderr)
-        return 2
-    for weights in found:
+    for weights in published.available():
         print(weights.name)
     return 0
 
@@ -39,11 +33,7 @@ def run_import(args: argparse.Namespace) -> int:
     from invfold.components.model import published
     from invfold.components.model.io import save_model
 
-    try:
-        model, provenance = published.load_published(args.name)
-    except published.PublishedWeightsError as err:
-        print(f"invfold weights: error: {err}", file=sys.stderr)
-        return 2
+    model, provenance = published.load_published(args.name)
     save_model(args.out, model, provenance)
     print(f"{args.name} -> {args.out} ({model.num_parameters()} parameters, preset proteinmpnn)")
     return 0

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from invfold.errors import ConfigError
+
 DECODING_MODES = ("one_shot", "autoregressive")
 
 
@@ -51,15 +53,15 @@ class ModelConfig:
         }
         for name, value in positive.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"ModelConfig.{name}: expected a positive int, got {value!r}")
+                raise ConfigError(f"ModelConfig.{name}: expected a positive int, got {value!r}")
         if not isinstance(self.decoder_layers, int) or self.decoder_layers < 0:
-            raise ValueError(f"ModelConfig.decoder_layers: expected an int >= 0, got {self.decoder_layers!r}")
+            raise ConfigError(f"ModelConfig.decoder_layers: expected an int >= 0, got {self.decoder_layers!r}")
         if self.decoding not in DECODING_MODES:
-            raise ValueError(f"ModelConfig.decoding: expected one of {DECODING_MODES}, got {self.decoding!r}")
+            raise ConfigError(f"ModelConfig.decoding: expected one of {DECODING_MODES}, got {self.decoding!r}")
         if self.decoding == "autoregressive" and self.decoder_layers < 1:
-            raise ValueError("ModelConfig.decoder_layers: an autoregressive model needs >= 1 decoder layer")
+            raise ConfigError("ModelConfig.decoder_layers: an autoregressive model needs >= 1 decoder layer")
         if not 0.0 <= float(self.dropout) < 1.0:
-            raise ValueError(f"ModelConfig.dropout: expected 0 <= dropout < 1, got {self.dropout!r}")
+            raise ConfigError(f"ModelConfig.dropout: expected 0 <= dropout < 1, got {self.dropout!r}")
 
     @property
     def autoregressive(self) -> bool:
@@ -73,14 +75,18 @@ class ModelConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"ModelConfig: unknown fields {unknown}; expected some of {sorted(known)}")
+            raise ConfigError(f"ModelConfig: unknown fields {unknown}; expected some of {sorted(known)}")
         return cls(**data)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named starting point ("default", "proteinmpnn", "small", "tiny") with fields overridden."""
         if name not in PRESETS:
-            raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
+            raise ConfigError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(f"ModelConfig: unknown fields {unknown}; expected some of {sorted(known)}")
         return dataclasses.replace(PRESETS[name], **overrides)
 
 

@@ -10,7 +10,8 @@ import io as _io
 import os
 
 import torch
-from invfold.components.protein import io as storage
+from invfold import storage
+from invfold.errors import InputError, InvfoldError
 
 from .config import ModelConfig
 from .network import InverseFoldingModel
@@ -23,7 +24,7 @@ def _open(path: str, mode: str):
     return fs.open(inner, mode)
 
 
-class NonFiniteWeightsError(ValueError):
+class NonFiniteWeightsError(InvfoldError, ValueError):
     """A model whose weights hold NaN or infinity: it would predict nothing, so it is neither
     written nor loaded."""
 
@@ -57,11 +58,13 @@ def model_payload(model: InverseFoldingModel, provenance: dict | None = None) ->
 def model_from_payload(payload: dict, source: str = "<memory>") -> InverseFoldingModel:
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         found = payload.get("format") if isinstance(payload, dict) else type(payload).__name__
-        raise ValueError(f"{source}: not an invfold model file (format {found!r}, expected {FORMAT!r})")
+        raise InputError(
+            source, None, "format", f"an invfold model file ({FORMAT!r})", repr(found), reason="not_a_model"
+        )
     try:
         cfg = ModelConfig.from_dict(payload["config"])
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{source}: invalid model config: {err}") from None
+        raise InputError(source, None, "config", "a valid model config", err, reason="invalid_model") from None
     check_finite(payload["state_dict"], source)
     model = InverseFoldingModel(cfg)
     model.load_state_dict(payload["state_dict"])
@@ -88,12 +91,13 @@ def save_model(path: str | os.PathLike, model: InverseFoldingModel, provenance: 
 
 def load_model(path: str | os.PathLike, map_location: str = "cpu") -> InverseFoldingModel:
     """Rebuild the model from its file; eval mode."""
-    with _open(str(path), "rb") as fh:
-        data = fh.read()
+    data = storage.read_bytes(path)  # a missing file is an InputError naming it
     try:
         payload = torch.load(_io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as err:  # torch raises several types for corrupt / foreign files
-        raise ValueError(f"{path}: cannot read as an invfold model file: {err}") from None
+        raise InputError(
+            path, None, None, "an invfold model file", f"unreadable ({err})", reason="not_a_model"
+        ) from None
     return model_from_payload(payload, source=str(path))
 
 

@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+from invfold.errors import InvfoldError
 
 from .config import ModelConfig
 from .network import InverseFoldingModel
@@ -53,8 +54,10 @@ UPSTREAM_RBF_PAIRS = (
 UPSTREAM_LETTERS = "ACDEFGHIKLMNPQRSTVWYX"
 
 
-class PublishedWeightsError(ValueError):
-    """A published name that does not exist, or the optional package is missing."""
+class PublishedWeightsError(InvfoldError, ValueError):
+    """A published name that does not exist, or the optional package is missing (exit 2)."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from invfold.errors import ConfigError
+
 from ..protein.alphabet import ALPHABET, NUM_AA
 
 
@@ -12,12 +14,12 @@ def letter_bias(excluded: str = "") -> torch.Tensor:
     """[20] additive logit bias: -inf for each excluded letter."""
     unknown = sorted(set(excluded.upper()) - set(ALPHABET))
     if unknown:
-        raise ValueError(f"excluded letters {unknown} are not among the 20 amino acids {ALPHABET}")
+        raise ConfigError(f"excluded letters {unknown} are not among the 20 amino acids {ALPHABET}")
     bias = torch.zeros(NUM_AA)
     for letter in set(excluded.upper()):
         bias[ALPHABET.index(letter)] = float("-inf")
     if torch.isinf(bias).all():
-        raise ValueError("excluded letters: all 20 amino acids are excluded; nothing can be designed")
+        raise ConfigError("excluded letters: all 20 amino acids are excluded; nothing can be designed")
     return bias
 
 

@@ -44,7 +44,7 @@ class CompositionStats:
                 "max": int(lengths.max(initial=0)),
                 "histogram": [
                     {"from": int(lo), "to": int(hi), "chains": int(c)}
-                    for lo, hi, c in zip(edges[:-1], edges[1:], counts)
+                    for lo, hi, c in zip(edges[:-1], edges[1:], counts, strict=True)
                 ],
             },
             "composition": {a: round(int(self.letters[ord(a)]) / residues, 6) if residues else 0.0 for a in ALPHABET},

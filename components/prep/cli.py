@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def add_parser(subparsers) -> None:
@@ -50,33 +49,27 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold.components.protein.errors import InputError
-
     from .config import PrepConfig
     from .run import run_prep
 
-    try:
-        cfg = PrepConfig(
-            input=args.input,
-            output=args.out,
-            split_file=args.split_file,
-            subset_files=args.subset,
-            max_length=args.max_length,
-            min_length=args.min_length,
-            min_observed_fraction=args.min_observed_fraction,
-            alphabet=args.alphabet,
-            strict=args.strict,
-            seed=args.seed,
-            split_fractions=tuple(args.split_fractions),
-            split_by=args.split_by,
-            identity_tool=args.identity_tool,
-            identity_threshold=args.identity_threshold,
-            check_identity=args.check_identity,
-        )
-        result = run_prep(cfg)
-    except (InputError, ValueError) as err:
-        print(f"invfold prep: error: {err}", file=sys.stderr)
-        return 2
+    cfg = PrepConfig(
+        input=args.input,
+        output=args.out,
+        split_file=args.split_file,
+        subset_files=args.subset,
+        max_length=args.max_length,
+        min_length=args.min_length,
+        min_observed_fraction=args.min_observed_fraction,
+        alphabet=args.alphabet,
+        strict=args.strict,
+        seed=args.seed,
+        split_fractions=tuple(args.split_fractions),
+        split_by=args.split_by,
+        identity_tool=args.identity_tool,
+        identity_threshold=args.identity_threshold,
+        check_identity=args.check_identity,
+    )
+    result = run_prep(cfg)
     c = result.counts
     print(f"read {c['read']} records: kept {c['kept']}, skipped {c['skipped']}")
     for reason, n in result.card["dropped"].items():

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from invfold.components.protein.alphabet import ALPHABET
+from invfold.errors import ConfigError
 
-SPLIT_NAMES = ("train", "validation", "test")
 SPLIT_METHODS = ("auto", "cath", "cluster", "identity")
 IDENTITY_TOOLS = ("auto", "mmseqs", "kmer")
 
@@ -60,36 +60,36 @@ class PrepConfig:
         self.subset_files = [str(p) for p in self.subset_files]
         self.split_fractions = tuple(float(f) for f in self.split_fractions)
         if not self.input or not self.output:
-            raise ValueError("input and output must be given")
+            raise ConfigError("input and output must be given")
         if not 1 <= self.min_length <= self.max_length:
-            raise ValueError(
+            raise ConfigError(
                 f"need 1 <= min_length <= max_length, got min_length={self.min_length}, max_length={self.max_length}"
             )
         if not 0.0 <= self.min_observed_fraction <= 1.0:
-            raise ValueError(f"min_observed_fraction must be in [0, 1], got {self.min_observed_fraction}")
+            raise ConfigError(f"min_observed_fraction must be in [0, 1], got {self.min_observed_fraction}")
         if (
             not self.alphabet
             or not set(self.alphabet) <= set(ALPHABET)
             or len(set(self.alphabet)) != len(self.alphabet)
         ):
-            raise ValueError(f"alphabet must be distinct letters of {ALPHABET}, got {self.alphabet!r}")
+            raise ConfigError(f"alphabet must be distinct letters of {ALPHABET}, got {self.alphabet!r}")
         if (
             len(self.split_fractions) != 3
             or min(self.split_fractions) < 0
             or abs(sum(self.split_fractions) - 1.0) > 1e-6
             or self.split_fractions[0] <= 0
         ):
-            raise ValueError(
+            raise ConfigError(
                 f"split_fractions must be 3 non-negative numbers (train > 0) summing to 1, got {self.split_fractions}"
             )
         if self.split_by not in SPLIT_METHODS:
-            raise ValueError(f"split_by must be one of {SPLIT_METHODS}, got {self.split_by!r}")
+            raise ConfigError(f"split_by must be one of {SPLIT_METHODS}, got {self.split_by!r}")
         if self.identity_tool not in IDENTITY_TOOLS:
-            raise ValueError(f"identity_tool must be one of {IDENTITY_TOOLS}, got {self.identity_tool!r}")
+            raise ConfigError(f"identity_tool must be one of {IDENTITY_TOOLS}, got {self.identity_tool!r}")
         if not 0.0 < self.identity_threshold < 1.0:
-            raise ValueError(f"identity_threshold must be in (0, 1), got {self.identity_threshold}")
+            raise ConfigError(f"identity_threshold must be in (0, 1), got {self.identity_threshold}")
         if self.batch_rows < 1 or self.batch_bytes < 1 or self.log_every < 1:
-            raise ValueError("batch_rows, batch_bytes and log_every must be positive")
+            raise ConfigError("batch_rows, batch_bytes and log_every must be positive")
 
     def options(self) -> dict:
         """The options as written into the card (JSON-ready)."""

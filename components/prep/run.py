@@ -35,16 +35,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from invfold.components.protein import io as protein_io
+from invfold import storage
 from invfold.components.protein.errors import InputError, Skip
 from invfold.components.protein.geometry import check_backbone
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
-from invfold.components.protein.splits import read_split_file
+from invfold.components.protein.splits import SPLIT_NAMES, read_split_file
 
 from . import split as splitting
 from .card import CARD_JSON, CARD_MD, CompositionStats, write_card
-from .config import SPLIT_NAMES, PrepConfig
+from .config import PrepConfig
 from .shards import FORMAT, INDEX_FILE, DatasetWriter, content_digest, dataset_file
 
 log = logging.getLogger(__name__)
@@ -285,7 +285,7 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
             subset_of.setdefault(name, []).append(subset)
 
     dataset_names = list(SPLIT_NAMES) + sorted(subsets)
-    remote = protein_io.is_remote(cfg.output)
+    remote = storage.is_remote(cfg.output)
     out_dir = Path(cfg.output.removeprefix("file://"))
     if not remote:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -423,7 +423,7 @@ def _publish(staging: Path, output: str, remote: bool, out_dir: Path) -> None:
     """Move the finished files into place, replacing a previous prep output there."""
     files = sorted(p for p in staging.iterdir() if p.is_file())
     if remote:
-        protein_io.upload_folder(staging, output)
+        storage.upload_folder(staging, output)
         return
     for old in list(out_dir.glob("*.arrow")) + [out_dir / n for n in (INDEX_FILE, CARD_JSON, CARD_MD)]:
         if old.exists():

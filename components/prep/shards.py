@@ -26,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from invfold.components.protein import io as protein_io
+from invfold import storage
 from invfold.components.protein.record import ChainRecord, observed_mask
+from invfold.errors import InputError
 
 from .card import CARD_JSON, CARD_MD
 
@@ -220,19 +221,20 @@ def default_cache_dir() -> Path:
 def open_prepared(root: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> PreparedData:
     """Open a prep output folder; a remote one (s3://, http(s)://, ...) is downloaded once into
     `cache_dir`/<digest> and verified against its digest."""
-    if protein_io.is_remote(root):
+    if storage.is_remote(root):
         root = _cached_copy(str(root).rstrip("/"), Path(cache_dir) if cache_dir else default_cache_dir())
     root = Path(str(root).removeprefix("file://"))
-    index = json.loads((root / INDEX_FILE).read_text())
-    if index.get("format") != FORMAT:
-        raise ValueError(f"{root / INDEX_FILE}: expected format {FORMAT!r}, got {index.get('format')!r}")
+    index = storage.load_json(root / INDEX_FILE)  # missing or invalid: an InputError naming the file
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        found = index.get("format") if isinstance(index, dict) else type(index).__name__
+        raise InputError(root / INDEX_FILE, None, "format", f"{FORMAT!r} (an invfold prep output)", repr(found))
     card_path = root / CARD_JSON
     card = json.loads(card_path.read_text()) if card_path.exists() else {}
     return PreparedData(root, index, card)
 
 
 def _cached_copy(uri: str, cache_dir: Path) -> Path:
-    index = protein_io.load_json(f"{uri}/{INDEX_FILE}")
+    index = storage.load_json(f"{uri}/{INDEX_FILE}")
     digest = index["digest"].split(":", 1)[-1]
     target = cache_dir / digest
     if (target / INDEX_FILE).exists():
@@ -242,11 +244,13 @@ def _cached_copy(uri: str, cache_dir: Path) -> Path:
     try:
         files = [entry["file"] for entry in index["datasets"].values()] + [CARD_JSON, CARD_MD]
         for name in files:
-            with protein_io.open_binary(f"{uri}/{name}") as src, open(staging / name, "wb") as dst:
+            with storage.open_binary(f"{uri}/{name}") as src, open(staging / name, "wb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
         got = content_digest(staging, list(index["datasets"]))
         if got != index["digest"]:
-            raise ValueError(f"{uri}: downloaded datasets have digest {got}, index says {index['digest']}")
+            raise InputError(
+                uri, None, "digest", f"the index's {index['digest']}", f"{got} for the downloaded datasets"
+            )
         (staging / INDEX_FILE).write_text(json.dumps(index) + "\n")
         try:
             staging.rename(target)

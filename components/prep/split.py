@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from invfold.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 KMER = 4
@@ -59,7 +61,7 @@ def resolve_tool(preferred: str) -> str:
     """ "mmseqs" when asked for or available, else "kmer"; asking for mmseqs without it is an error."""
     found = shutil.which("mmseqs") is not None
     if preferred == "mmseqs" and not found:
-        raise RuntimeError("identity_tool='mmseqs' but no `mmseqs` on PATH (Debian: apt-get install mmseqs2)")
+        raise ConfigError("identity_tool='mmseqs' but no `mmseqs` on PATH (Debian: apt-get install mmseqs2)")
     if preferred == "kmer":
         return "kmer"
     return "mmseqs" if found else "kmer"
@@ -83,7 +85,7 @@ def choose_method(split_by: str, labels: list[tuple[str | None, str | None]]) ->
     if column is not None:
         missing = sum(1 for label in labels if not label[column])
         if missing:
-            raise ValueError(f"split_by={split_by!r} but {missing} chain(s) have no {split_by} label")
+            raise ConfigError(f"split_by={split_by!r} but {missing} chain(s) have no {split_by} label")
     return split_by
 
 
@@ -97,7 +99,7 @@ def assign_groups(group_sizes: dict[str, int], fractions: tuple[float, float, fl
     targets = {"test": fractions[2] * total, "validation": fractions[1] * total}
     needed = 1 + sum(1 for f in fractions[1:] if f > 0)
     if len(group_sizes) < needed:
-        raise ValueError(
+        raise ConfigError(
             f"cannot split {len(group_sizes)} group(s) of related chains into {needed} non-empty "
             "splits; give a split file or more chains"
         )
@@ -290,9 +292,9 @@ def _kmer_cluster(seqs: dict[str, str], threshold: float) -> dict[str, str]:
     graph = coo_matrix((np.ones(len(r)), (r, c)), shape=(len(names), len(names)))
     _, labels = connected_components(graph, directed=False)
     first = {}
-    for name, label in zip(names, labels):
+    for name, label in zip(names, labels, strict=True):
         first.setdefault(label, name)
-    return {name: first[label] for name, label in zip(names, labels)}
+    return {name: first[label] for name, label in zip(names, labels, strict=True)}
 
 
 def _kmer_highest(test: dict[str, str], train: dict[str, str]) -> IdentityHit | None:

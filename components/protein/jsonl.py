@@ -24,8 +24,9 @@ from itertools import chain
 import numpy as np
 import orjson
 
+from invfold import storage
+
 from .errors import InputError, Skip
-from .io import GZIP_ERRORS, gzip_error, open_binary
 from .record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
 
 KNOWN_KEYS = {"name", "seq", "coords", "num_chains", "CATH", "cluster"}
@@ -35,7 +36,7 @@ NAN_TRIPLE = [math.nan] * 3
 def read_chain_set(path: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:
     """Yield one ChainRecord (or Skip) per non-blank line, in file order."""
     records = 0
-    with open_binary(path) as stream:
+    with storage.open_binary(path) as stream:
         lineno = 0
         try:
             for raw in stream:
@@ -51,8 +52,8 @@ def read_chain_set(path: str | os.PathLike, strict: bool = False) -> Iterator[Ch
                     yield Skip.from_error(err)
                     continue
                 yield record
-        except GZIP_ERRORS as err:
-            raise gzip_error(path, err) from None
+        except storage.GZIP_ERRORS as err:
+            raise storage.gzip_error(path, err) from None
     if records == 0:
         raise InputError(path, None, None, "at least one JSON record", "an empty file", reason="empty_file")
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
+from invfold import storage
+
 from .errors import InputError, Skip
-from .io import basename, exists, is_dir, strip_gz
 from .jsonl import read_chain_set
 from .record import ChainRecord
 from .structure import read_structures
@@ -25,16 +26,16 @@ ACCEPTED = "a folder of PDB/mmCIF files, *.jsonl[.gz], *.json (TS50 list), *.pdb
 
 def reader_for(uri: str | os.PathLike) -> Reader:
     # Names first: asking an HTTP server whether a large file is a folder would download it.
-    name = strip_gz(basename(uri).lower())
+    name = storage.strip_gz(storage.basename(uri).lower())
     if name.endswith(".jsonl"):
         return read_chain_set
     if name.endswith(".json"):
         return read_ts50
-    if name.endswith((".pdb", ".ent", ".cif", ".mmcif")) or is_dir(uri):
+    if name.endswith((".pdb", ".ent", ".cif", ".mmcif")) or storage.is_dir(uri):
         return read_structures
-    if not exists(uri):
+    if not storage.exists(uri):
         raise InputError(uri, None, None, "an existing file or folder", "nothing there", reason="missing_file")
-    raise InputError(uri, None, None, ACCEPTED, f"a file named {basename(uri)!r}", reason="unknown_format")
+    raise InputError(uri, None, None, ACCEPTED, f"a file named {storage.basename(uri)!r}", reason="unknown_format")
 
 
 def read_protein_set(uri: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:

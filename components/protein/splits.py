@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .errors import InputError
-from .io import basename, load_json, strip_gz
+from invfold import storage
 
-SPLIT_KEYS = ("train", "validation", "test")
-SPLIT_FILE_NAMES = ("chain_set_splits.json", "chain_set_split.json")
+from .errors import InputError
+
+SPLIT_NAMES = ("train", "validation", "test")
 SUBSET_PREFIX = "test_split_"
 
 
@@ -37,56 +36,36 @@ class SplitFile:
 
 
 def subset_name(path: str | os.PathLike) -> str:
-    stem = strip_gz(basename(path)).rsplit(".", 1)[0]
+    stem = storage.strip_gz(storage.basename(path)).rsplit(".", 1)[0]
     return stem[len(SUBSET_PREFIX) :] if stem.startswith(SUBSET_PREFIX) and len(stem) > len(SUBSET_PREFIX) else stem
 
 
 def read_split_file(path: str | os.PathLike) -> SplitFile:
-    content = load_json(path)
-    if not isinstance(content, dict) or not set(content) & set(SPLIT_KEYS):
+    content = storage.load_json(path)
+    if not isinstance(content, dict) or not set(content) & set(SPLIT_NAMES):
         got = f"keys {sorted(content)}" if isinstance(content, dict) else type(content).__name__
         raise InputError(
             path, None, None, "a JSON object with train / validation / test lists", got, reason="not_a_split_file"
         )
     lists = {}
-    for key in SPLIT_KEYS:
+    for key in SPLIT_NAMES:
         if key in content:
             names = content[key]
             if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                 raise InputError(path, None, key, "a list of chain names", _describe(names), reason="wrong_type")
             lists[key] = list(dict.fromkeys(names))
-    ignored = tuple(sorted(k for k in content if k not in SPLIT_KEYS and k != "cath_nodes"))
+    ignored = tuple(sorted(k for k in content if k not in SPLIT_NAMES and k != "cath_nodes"))
     if ignored:
-        warnings.warn(f"{path}: ignoring keys {list(ignored)} (known: {list(SPLIT_KEYS)} and cath_nodes)", stacklevel=2)
+        warnings.warn(
+            f"{path}: ignoring keys {list(ignored)} (known: {list(SPLIT_NAMES)} and cath_nodes)", stacklevel=2
+        )
     if set(lists) == {"test"}:
         return SplitFile(
             subsets={subset_name(path): lists["test"]}, cath_nodes=content.get("cath_nodes"), ignored_keys=ignored
         )
     _check_disjoint(path, lists)
-    splits = {key: lists.get(key, []) for key in SPLIT_KEYS}
+    splits = {key: lists.get(key, []) for key in SPLIT_NAMES}
     return SplitFile(splits=splits, cath_nodes=content.get("cath_nodes"), ignored_keys=ignored)
-
-
-def read_split_files(paths: Iterable[str | os.PathLike]) -> SplitFile:
-    """One split file and any number of subset files, combined; two split files or two subsets
-    with one name are an error."""
-    combined = SplitFile()
-    for path in paths:
-        part = read_split_file(path)
-        if part.splits and combined.splits:
-            raise InputError(
-                path, None, None, "one train/validation/test split file", "a second one", reason="duplicate_split_file"
-            )
-        if part.splits:
-            combined.splits, combined.cath_nodes = part.splits, part.cath_nodes
-        for name, names in part.subsets.items():
-            if name in combined.subsets:
-                raise InputError(
-                    path, None, None, "a unique subset name", f"a second subset '{name}'", reason="duplicate_subset"
-                )
-            combined.subsets[name] = names
-        combined.ignored_keys += part.ignored_keys
-    return combined
 
 
 def _check_disjoint(path, lists: dict[str, list[str]]) -> None:

@@ -23,9 +23,10 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from invfold import storage
+
 from .alphabet import THREE_TO_ONE
 from .errors import InputError, Skip
-from .io import basename, is_dir, list_files, read_bytes, strip_gz
 from .record import BACKBONE_ATOMS, ChainRecord, observed_mask
 
 # Simulation force fields name protonation states of standard residues differently (CHARMM HSD,
@@ -60,10 +61,10 @@ STRUCTURE_PATTERNS = tuple(f"*.{ext}{gz}" for ext in ("pdb", "ent", "cif", "mmci
 
 def read_structures(path: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:
     """Every protein chain of one structure file, or of every structure file in a folder (sorted)."""
-    if is_structure_name(path) or not is_dir(path):
+    if is_structure_name(path) or not storage.is_dir(path):
         yield from read_structure(path, strict)
         return
-    files = list_files(path, STRUCTURE_PATTERNS)
+    files = storage.list_files(path, STRUCTURE_PATTERNS)
     if not files:
         raise InputError(
             path,
@@ -85,14 +86,14 @@ def read_structures(path: str | os.PathLike, strict: bool = False) -> Iterator[C
 
 
 def is_structure_name(path: str | os.PathLike) -> bool:
-    return any(fnmatch.fnmatch(basename(path).lower(), p) for p in STRUCTURE_PATTERNS)
+    return any(fnmatch.fnmatch(storage.basename(path).lower(), p) for p in STRUCTURE_PATTERNS)
 
 
 def read_structure(path: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:
     """The protein chains of one PDB/mmCIF file (first model); a protein chain with no standard or
     modified amino acid (e.g. all UNK) is a Skip, or an InputError with strict=True."""
     structure = _parse(path)
-    name = strip_gz(basename(path)).rsplit(".", 1)[0]
+    name = storage.strip_gz(storage.basename(path)).rsplit(".", 1)[0]
     chains = [(chain.name or BLANK_CHAIN_ID, chain.get_polymer()) for chain in structure[0]]
     chains = [(cid, poly) for cid, poly in chains if _is_protein(poly)]
     records: list[ChainRecord | Skip] = []
@@ -118,10 +119,10 @@ def read_structure(path: str | os.PathLike, strict: bool = False) -> Iterator[Ch
 def _parse(path):
     import gemmi
 
-    data = read_bytes(path)
+    data = storage.read_bytes(path)
     if not data.strip():
         raise InputError(path, None, None, "a PDB or mmCIF file", "an empty file", reason="empty_file")
-    lower = strip_gz(basename(path).lower())
+    lower = storage.strip_gz(storage.basename(path).lower())
     is_cif = lower.endswith((".cif", ".mmcif")) or (
         not lower.endswith((".pdb", ".ent")) and data.lstrip()[:5] == b"data_"
     )

@@ -13,16 +13,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from invfold import storage
+
 from .errors import InputError, Skip
-from .io import load_json
 from .jsonl import parse_object
 from .record import ChainRecord
-from .splits import SPLIT_KEYS
+from .splits import SPLIT_NAMES
 
 
 def read_ts50(path: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:
-    entries = load_json(path)
-    if isinstance(entries, dict) and set(entries) & (set(SPLIT_KEYS) | {"cath_nodes"}):
+    entries = storage.load_json(path)
+    if isinstance(entries, dict) and set(entries) & (set(SPLIT_NAMES) | {"cath_nodes"}):
         raise InputError(
             path,
             None,

@@ -5,9 +5,12 @@ Layout of a pipeline run in MLflow: one parent run per pipeline run, found by it
 per step. Where KFP injects MLFLOW_RUN_ID (its MLflow integration creates a run per task under
 its own parent run), that run is the step's run and its parent is the pipeline's run.
 
-Tracking never stops a step: when the server is unreachable (checked once, fast) or a call
-fails, the item is skipped, and `Tracker.close()` logs one warning listing everything that was
-not recorded. Nothing else (artifacts, models, metrics files) depends on MLflow.
+Locally, tracking never stops a step: when the server is unreachable (checked once, fast) or a
+call fails, the item is skipped, and `Tracker.close()` logs one warning listing everything that
+was not recorded. On a cluster (`RunContext.required`, by default: inside a pod) MLflow is the
+record of the run and the registry compare/register decide against, so a tracking failure fails
+the step with `TrackingError` (KFP retries or reports it) instead of deciding against an empty
+registry or leaving a run nobody can find.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from invfold.errors import InvfoldError
+
 log = logging.getLogger(__name__)
 
 PIPELINE_RUN_TAG = "kfp.pipeline_run_id"
@@ -28,6 +33,25 @@ PARENT_TAG = "mlflow.parentRunId"
 CHAMPION = "champion"
 DEFAULT_EXPERIMENT = "invfold"
 REACHABILITY_TIMEOUT_S = 3.0
+# MLflow 3's UI opens an experiment on its GenAI overview (traces, token usage). The experiment
+# kind tag says "model training" (mlflow/mlflow, mlflow/server/js/src/experiment-tracking/
+# constants.ts: enum ExperimentKind); MLflow 3.17's UI, whose sidebar has a GenAI / Model training
+# switch, follows that switch instead: the page's `workflowType` query parameter, else the
+# browser's last choice (localStorage `mlflow.workflowType`, default genai). So the links we print
+# carry MODEL_TRAINING_VIEW.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+MODEL_TRAINING_VIEW = "workflowType=machine_learning"
+
+
+class TrackingError(InvfoldError, ValueError):
+    """A step cannot say where (or for which run) to record, or, on a cluster, MLflow could not
+    record what the step needs recorded (or answer what it needs to know)."""
+
+
+def in_cluster(env=os.environ) -> bool:
+    """Inside a pod (the kubelet sets KUBERNETES_SERVICE_HOST in every container)."""
+    return bool(env.get("KUBERNETES_SERVICE_HOST"))
 
 
 def default_tracking_uri(runs_dir: str | os.PathLike = "runs") -> str:
@@ -35,6 +59,14 @@ def default_tracking_uri(runs_dir: str | os.PathLike = "runs") -> str:
     path = Path(runs_dir).absolute() / "mlflow.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
+
+
+def artifact_location(uri: str) -> str | None:
+    """Where a SQLite store's experiments keep their artifacts: beside the database (MLflow's
+    own default is ./mlruns in whatever folder the step runs in). Servers decide for themselves."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return (Path(uri[len("sqlite:///") :]).parent / "artifacts").absolute().as_uri()
 
 
 def reachable(uri: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> tuple[bool, str]:
@@ -63,13 +95,17 @@ class RunContext:
     pipeline_version: str = ""
     run_url: str = ""
     tags: dict[str, str] = field(default_factory=dict)
+    # Whether a tracking failure fails the step: None = on a cluster yes, locally no.
+    required: bool | None = None
 
     def __post_init__(self) -> None:
+        if self.required is None:
+            self.required = in_cluster()
         if not self.pipeline_run_id:
-            raise ValueError("RunContext.pipeline_run_id must be given (the KFP run id)")
+            raise TrackingError("RunContext.pipeline_run_id must be given (the KFP run id)")
         self.tracking_uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
         if not self.tracking_uri:
-            raise ValueError("RunContext.tracking_uri: none given and MLFLOW_TRACKING_URI is not set")
+            raise TrackingError("RunContext.tracking_uri: none given and MLFLOW_TRACKING_URI is not set")
         self.experiment = self.experiment or DEFAULT_EXPERIMENT
 
 
@@ -90,6 +126,8 @@ class Tracker:
         self.available = ok
         if not ok:
             self.reason = f"tracking server {ctx.tracking_uri} unreachable ({why})"
+            if ctx.required:
+                raise TrackingError(f"{self.reason}: the {step} step needs its record in MLflow on a cluster")
             log.warning("%s: the %s step goes on without recording to MLflow", self.reason, step)
         else:
             self.reason = ""
@@ -121,7 +159,9 @@ class Tracker:
             return None
         try:
             return fn()
-        except Exception as err:  # noqa: BLE001 - tracking must never stop the step
+        except Exception as err:  # locally, tracking must never stop the step
+            if self.ctx.required:
+                raise TrackingError(f"MLflow: the {self.step} step could not record {what}: {err}") from err
             log.warning("MLflow: could not record %s: %s", what, err)
             self.skipped.append(what)
             if _is_connection_error(err):
@@ -215,9 +255,11 @@ class Tracker:
             lambda: self.client.log_artifacts(self.run_id, str(folder), artifact_path),
         )
 
-    def log_dataset(self, name: str, digest: str, source: str, context: str, profile: dict | None = None) -> None:
-        """A prepared dataset as an MLflow dataset input of this run (context: training,
-        validation, testing); the digest is prep's content digest."""
+    def log_dataset(
+        self, name: str, digest: str, source: str, context: str, profile: dict | None = None, parent: bool = False
+    ) -> None:
+        """A prepared dataset as an MLflow dataset input of this run, or of the pipeline's run
+        (context: training, validation, testing); the digest is prep's content digest."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         dataset = Dataset(
@@ -228,8 +270,9 @@ class Tracker:
             profile=json.dumps(profile or {}),
         )
         tags = [InputTag("mlflow.data.context", context)]
+        target = lambda: self.parent_run_id if parent else self.run_id  # noqa: E731
         self._record(
-            f"dataset input {name}", lambda: self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset, tags)])
+            f"dataset input {name}", lambda: self.client.log_inputs(target(), datasets=[DatasetInput(dataset, tags)])
         )
 
     # -- model registry --------------------------------------------------------------------
@@ -257,10 +300,18 @@ class Tracker:
         )
 
     def log_onnx_model(
-        self, onnx_path: str, model_name: str, input_example: dict, version_tags: dict[str, Any]
+        self,
+        onnx_path: str,
+        model_name: str,
+        input_example: dict,
+        version_tags: dict[str, Any],
+        metrics: dict[str, float] | None = None,
+        description: str = "",
     ) -> str | None:
-        """Log the ONNX graph with signature and input example into this run, register it under
-        model_name, tag the new version; returns the version (None when not recorded)."""
+        """Log the ONNX graph with signature and input example into this run, with `metrics` on
+        the logged model; register it under model_name, tag the new version, describe model and
+        version; link the version from the pipeline's run. Returns the version (None when not
+        recorded)."""
 
         def do():
             import mlflow
@@ -270,7 +321,9 @@ class Tracker:
 
             session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
             outputs = session.run(None, input_example)
-            signature = infer_signature(input_example, {o.name: v for o, v in zip(session.get_outputs(), outputs)})
+            signature = infer_signature(
+                input_example, {o.name: v for o, v in zip(session.get_outputs(), outputs, strict=True)}
+            )
             mlflow.set_tracking_uri(self.ctx.tracking_uri)
             with mlflow.start_run(run_id=self.run_id):
                 info = mlflow.onnx.log_model(
@@ -283,8 +336,20 @@ class Tracker:
                     onnx_execution_providers=["CPUExecutionProvider"],
                 )
             version = str(info.registered_model_version)
+            for key, value in (metrics or {}).items():
+                if _finite(value):
+                    self.client.log_metric(self.run_id, key, float(value), model_id=info.model_id)
             for key, value in version_tags.items():
                 self.client.set_model_version_tag(model_name, version, key, str(value))
+            if description:
+                self.client.update_registered_model(model_name, description=description)
+                self.client.update_model_version(model_name, version, description=description)
+            link = f"[{model_name} version {version}](#/models/{model_name}/versions/{version})"
+            self.client.set_tag(
+                self.parent_run_id,
+                "mlflow.note.content",
+                f"Registered {link}: the ONNX model of this pipeline run (logged by its `{self.step}` step).",
+            )
             return version
 
         return self._record(f"ONNX model registration as {model_name}", do)
@@ -330,13 +395,21 @@ def finish_pipeline(ctx: RunContext, failed: bool, message: str = "") -> list[st
 
 
 def _experiment_id(client, name: str) -> str:
+    """The experiment's id, created (artifacts beside a SQLite store) or tagged as a
+    model-training experiment as needed."""
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    try:
-        return client.create_experiment(name)
-    except Exception:  # created meanwhile by another step
-        return client.get_experiment_by_name(name).experiment_id
+    if experiment is None:
+        try:
+            return client.create_experiment(
+                name,
+                artifact_location=artifact_location(client.tracking_uri),
+                tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+            )
+        except Exception:  # noqa: BLE001 - created meanwhile by another step
+            experiment = client.get_experiment_by_name(name)
+    if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return experiment.experiment_id
 
 
 def _find_or_create_parent(client, experiment_id: str, ctx: RunContext) -> str:

@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 import torch
-from invfold.components.protein import io as storage
+from invfold import storage
 
 MARKER = "COMPLETE"
 STEP_DIR = re.compile(r"^step-(\d{8})$")

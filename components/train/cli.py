@@ -93,49 +93,42 @@ def run(args: argparse.Namespace) -> int:
     from .config import TrainConfig
     from .launch import launch_local
 
-    try:
-        cfg = TrainConfig(
-            data=args.data,
-            out=args.out,
-            checkpoint_dir=args.checkpoint_dir,
-            preset=args.preset,
-            model_overrides=dict(args.model),
-            init_from=args.init_from,
-            freeze_encoder=args.freeze_encoder,
-            strategy=args.strategy,
-            zero_stage=args.zero_stage,
-            precision=args.precision,
-            tokens_per_batch=args.tokens_per_batch,
-            max_steps=args.max_steps,
-            epochs=args.epochs,
-            time_budget_s=args.time_budget,
-            cpu_time_budget_s=args.cpu_time_budget,
-            max_nonfinite_steps=args.max_nonfinite_steps,
-            lr=args.lr,
-            warmup_steps=args.warmup_steps,
-            schedule=args.schedule,
-            weight_decay=args.weight_decay,
-            label_smoothing=args.label_smoothing,
-            backbone_noise=args.backbone_noise,
-            grad_clip=args.grad_clip,
-            grad_accum=args.grad_accum,
-            activation_checkpointing=args.activation_checkpointing,
-            validate_every=args.validate_every,
-            checkpoint_every=args.checkpoint_every,
-            seed=args.seed,
-            threads=args.threads,
-            resume=not args.no_resume,
-        )
-        initial = cfg.initial_model()
-        cfg.model_config(initial.cfg if initial is not None else None)
-    except (ValueError, TypeError, OSError) as err:
-        print(f"invfold train: error: {err}", file=sys.stderr)
-        return 2
-    try:
-        code = launch_local(cfg, args.nproc, launcher=args.launcher)
-    except ValueError as err:
-        print(f"invfold train: error: {err}", file=sys.stderr)
-        return 2
+    cfg = TrainConfig(
+        data=args.data,
+        out=args.out,
+        checkpoint_dir=args.checkpoint_dir,
+        preset=args.preset,
+        model_overrides=dict(args.model),
+        init_from=args.init_from,
+        freeze_encoder=args.freeze_encoder,
+        strategy=args.strategy,
+        zero_stage=args.zero_stage,
+        precision=args.precision,
+        tokens_per_batch=args.tokens_per_batch,
+        max_steps=args.max_steps,
+        epochs=args.epochs,
+        time_budget_s=args.time_budget,
+        cpu_time_budget_s=args.cpu_time_budget,
+        max_nonfinite_steps=args.max_nonfinite_steps,
+        lr=args.lr,
+        warmup_steps=args.warmup_steps,
+        schedule=args.schedule,
+        weight_decay=args.weight_decay,
+        label_smoothing=args.label_smoothing,
+        backbone_noise=args.backbone_noise,
+        grad_clip=args.grad_clip,
+        grad_accum=args.grad_accum,
+        activation_checkpointing=args.activation_checkpointing,
+        validate_every=args.validate_every,
+        checkpoint_every=args.checkpoint_every,
+        seed=args.seed,
+        threads=args.threads,
+        resume=not args.no_resume,
+    )
+    # a bad --model override or init_from fails here, before any process starts
+    initial = cfg.initial_model()
+    cfg.model_config(initial.cfg if initial is not None else None)
+    code = launch_local(cfg, args.nproc, launcher=args.launcher)
     if code != 0:
         print(f"invfold train: the {cfg.strategy} job exited with status {code}", file=sys.stderr)
     return code

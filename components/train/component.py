@@ -40,6 +40,7 @@ def train_op(
     checkpoint_root: str,
     storage_root: str,
     storage_secret: str,
+    storage_endpoint: str,
     workspace_pvc: str,
     runtime_kind: str,
     model: Output[Model],
@@ -72,7 +73,8 @@ def train_op(
         threads: CPU threads per process.
         checkpoint_root: Where checkpoints go (a run-id folder under it); '' = beside the model locally, under storage_root on a cluster.
         storage_root: Object-storage URI for TrainJob outputs (cluster only).
-        storage_secret: Secret holding the storage keys (cluster only; referenced, never copied).
+        storage_secret: Secret holding the storage keys `accesskey` / `secretkey` (KFP's layout; cluster only; referenced, never copied).
+        storage_endpoint: S3-compatible endpoint URL of the store (KFP's MinIO / SeaweedFS); '' for AWS.
         runtime_kind: ClusterTrainingRuntime or TrainingRuntime (tenants), the kind of runtime the TrainJob references.
         workspace_pvc: ReadWriteMany claim mounted at /workspace in every training pod (cluster only; DeepSpeed checkpoints go there).
         model: The trained model folder (model.pt, metrics.jsonl, summary.json, tensorboard/).
@@ -110,6 +112,7 @@ def train_op(
         checkpoint_root=checkpoint_root,
         storage_root=storage_root,
         storage_secret=storage_secret,
+        storage_endpoint=storage_endpoint,
         workspace_pvc=workspace_pvc,
         runtime_kind=runtime_kind,
         task_config=task_config,

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from invfold.errors import ConfigError
+
 from .sampler import BALANCE_MODES
 
 STRATEGIES = ("ddp", "horovod", "deepspeed")
@@ -95,9 +97,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         self.data, self.out = str(self.data), str(self.out)
         if not self.data or not self.out:
-            raise ValueError("TrainConfig.data and TrainConfig.out must be given")
+            raise ConfigError("TrainConfig.data and TrainConfig.out must be given")
         if "://" in self.out and not self.out.startswith("file://"):
-            raise ValueError(
+            raise ConfigError(
                 f"TrainConfig.out: expected a local folder, got {self.out!r} (use checkpoint_dir for object storage)"
             )
         self.out = self.out.removeprefix("file://")
@@ -109,11 +111,11 @@ class TrainConfig:
         self._check_choice("schedule", SCHEDULES)
         self._check_choice("balance", BALANCE_MODES)
         if not isinstance(self.model_overrides, dict):
-            raise ValueError(f"TrainConfig.model_overrides: expected a dict, got {self.model_overrides!r}")
+            raise ConfigError(f"TrainConfig.model_overrides: expected a dict, got {self.model_overrides!r}")
         from invfold.components.model.config import PRESETS
 
         if self.preset not in PRESETS:
-            raise ValueError(f"TrainConfig.preset: expected one of {sorted(PRESETS)}, got {self.preset!r}")
+            raise ConfigError(f"TrainConfig.preset: expected one of {sorted(PRESETS)}, got {self.preset!r}")
         if self.init_from is not None:
             self.init_from = str(self.init_from)
             if not self.init_from:
@@ -121,16 +123,16 @@ class TrainConfig:
         if self.init_from is not None:
             fixed = sorted(set(self.model_overrides) - set(FINE_TUNE_OVERRIDES))
             if fixed:
-                raise ValueError(
+                raise ConfigError(
                     f"TrainConfig.model_overrides: {fixed} cannot change when fine-tuning from "
                     f"{self.init_from!r} (its architecture is kept); only {list(FINE_TUNE_OVERRIDES)} can"
                 )
         if self.freeze_encoder and self.init_from is None:
-            raise ValueError("TrainConfig.freeze_encoder: needs init_from (a random encoder would stay random)")
+            raise ConfigError("TrainConfig.freeze_encoder: needs init_from (a random encoder would stay random)")
         if self.zero_stage not in (0, 1, 2, 3):
-            raise ValueError(f"TrainConfig.zero_stage: expected 0, 1, 2 or 3, got {self.zero_stage!r}")
+            raise ConfigError(f"TrainConfig.zero_stage: expected 0, 1, 2 or 3, got {self.zero_stage!r}")
         if self.zero_stage and self.strategy != "deepspeed":
-            raise ValueError(
+            raise ConfigError(
                 f"TrainConfig.zero_stage={self.zero_stage} needs strategy 'deepspeed', got {self.strategy!r}"
             )
         if (
@@ -138,7 +140,7 @@ class TrainConfig:
             and "://" in self.checkpoint_dir
             and not self.checkpoint_dir.startswith("file://")
         ):
-            raise ValueError(
+            raise ConfigError(
                 f"TrainConfig.checkpoint_dir: DeepSpeed writes checkpoints as local files; "
                 f"got {self.checkpoint_dir!r} (use a mounted volume)"
             )
@@ -148,9 +150,9 @@ class TrainConfig:
             and self.time_budget_s is None
             and self.cpu_time_budget_s is None
         ):
-            raise ValueError("TrainConfig: give max_steps, epochs, time_budget_s or cpu_time_budget_s")
+            raise ConfigError("TrainConfig: give max_steps, epochs, time_budget_s or cpu_time_budget_s")
         if self.schedule == "one_cycle" and self.max_steps is None and self.epochs is None:
-            raise ValueError(
+            raise ConfigError(
                 "TrainConfig.schedule 'one_cycle' needs max_steps or epochs (its cosine ends at the last step)"
             )
         positive_ints = {
@@ -166,28 +168,28 @@ class TrainConfig:
                 positive_ints[name] = getattr(self, name)
         for name, value in positive_ints.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"TrainConfig.{name}: expected a positive int, got {value!r}")
+                raise ConfigError(f"TrainConfig.{name}: expected a positive int, got {value!r}")
         for name in ("warmup_steps", "validate_every", "checkpoint_every", "log_every", "seed"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"TrainConfig.{name}: expected an int >= 0, got {value!r}")
+                raise ConfigError(f"TrainConfig.{name}: expected an int >= 0, got {value!r}")
         if not self.lr > 0:
-            raise ValueError(f"TrainConfig.lr: expected > 0, got {self.lr!r}")
+            raise ConfigError(f"TrainConfig.lr: expected > 0, got {self.lr!r}")
         for name in ("weight_decay", "backbone_noise", "grad_clip"):
             if not getattr(self, name) >= 0:
-                raise ValueError(f"TrainConfig.{name}: expected >= 0, got {getattr(self, name)!r}")
+                raise ConfigError(f"TrainConfig.{name}: expected >= 0, got {getattr(self, name)!r}")
         if not 0 <= self.label_smoothing < 1:
-            raise ValueError(f"TrainConfig.label_smoothing: expected 0 <= x < 1, got {self.label_smoothing!r}")
+            raise ConfigError(f"TrainConfig.label_smoothing: expected 0 <= x < 1, got {self.label_smoothing!r}")
         for name in ("time_budget_s", "cpu_time_budget_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:
-                raise ValueError(f"TrainConfig.{name}: expected > 0 seconds, got {value!r}")
+                raise ConfigError(f"TrainConfig.{name}: expected > 0 seconds, got {value!r}")
         if not self.dist_timeout_s > 0:
-            raise ValueError(f"TrainConfig.dist_timeout_s: expected > 0, got {self.dist_timeout_s!r}")
+            raise ConfigError(f"TrainConfig.dist_timeout_s: expected > 0, got {self.dist_timeout_s!r}")
 
     def _check_choice(self, name: str, choices: tuple[str, ...]) -> None:
         if getattr(self, name) not in choices:
-            raise ValueError(f"TrainConfig.{name}: expected one of {choices}, got {getattr(self, name)!r}")
+            raise ConfigError(f"TrainConfig.{name}: expected one of {choices}, got {getattr(self, name)!r}")
 
     def model_config(self, initial=None):
         """The model's config: the preset with overrides, or (fine-tuning) the initial model's."""
@@ -223,7 +225,7 @@ class TrainConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise ValueError(f"{source}: unknown TrainConfig fields {unknown}; expected some of {sorted(known)}")
+            raise ConfigError(f"{source}: unknown TrainConfig fields {unknown}; expected some of {sorted(known)}")
         return cls(**data)
 
     @classmethod
@@ -232,7 +234,7 @@ class TrainConfig:
             try:
                 data = json.load(fh)
             except json.JSONDecodeError as err:
-                raise ValueError(f"{path}: line {err.lineno}: invalid JSON: {err.msg}") from None
+                raise ConfigError(f"{path}: line {err.lineno}: invalid JSON: {err.msg}") from None
         if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a JSON object of TrainConfig fields")
+            raise ConfigError(f"{path}: expected a JSON object of TrainConfig fields")
         return cls.from_dict(data, source=path)

@@ -23,6 +23,8 @@ import sys
 import threading
 from pathlib import Path
 
+from invfold.errors import ConfigError
+
 from .config import TrainConfig
 
 ENTRYPOINT = "invfold.components.train.entrypoint"
@@ -50,7 +52,7 @@ def launch_command(cfg: TrainConfig, nproc: int, config_path: str, launcher: str
     ddp and deepspeed, horovodrun for horovod)."""
     launcher = launcher or ("horovodrun" if cfg.strategy == "horovod" else "torchrun")
     if launcher not in LAUNCHERS[cfg.strategy]:
-        raise ValueError(
+        raise ConfigError(
             f"launcher {launcher!r} cannot start strategy {cfg.strategy!r}; expected one of {LAUNCHERS[cfg.strategy]}"
         )
     entry = [sys.executable, "-m", ENTRYPOINT, "--config", config_path]
@@ -81,7 +83,7 @@ def launch_local(
     """Run the job to its end, output streamed to ours; returns the launcher's exit status.
     SIGTERM/SIGINT to this process are passed on, so the ranks checkpoint before leaving."""
     if nproc < 1:
-        raise ValueError(f"nproc: expected a positive number of processes, got {nproc}")
+        raise ConfigError(f"nproc: expected a positive number of processes, got {nproc}")
     os.makedirs(cfg.out, exist_ok=True)
     config_path = os.path.abspath(os.path.join(cfg.out, CONFIG_FILE))
     cfg.to_json(config_path)

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from invfold.components.evaluate.metrics import DatasetScores, score_dataset
+from invfold.errors import InvfoldError
 from invfold.components.model.io import save_model
 from invfold.components.model.network import InverseFoldingModel
 from invfold.components.prep.shards import open_prepared
@@ -54,8 +55,10 @@ EXIT_PREEMPTED = 143  # 128 + SIGTERM, what a pod killed by SIGTERM reports
 STOP_TIME_BUDGET, STOP_PREEMPTED = 1, 2
 
 
-class NonFiniteTrainingError(RuntimeError):
+class NonFiniteTrainingError(InvfoldError, RuntimeError):
     """Too many optimizer steps in a row had a NaN or infinite loss or gradient."""
+
+    exit_code = EXIT_DIVERGED
 
 
 def lr_factor(cfg: TrainConfig, total_steps: int | None):

@@ -1,4 +1,7 @@
-"""`invfold`: one command with a subcommand per step; each step's cli.py registers its own."""
+"""`invfold`: one command with a subcommand per step; each step's cli.py registers its own.
+
+Errors the project raises on purpose (`invfold.errors.InvfoldError`) are reported here, once:
+`invfold <cmd>: error: <message>` and the error's exit code."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import logging
 import sys
 
 from invfold import __version__
+from invfold.errors import InvfoldError
 
 # Each module exposes add_parser(subparsers) and keeps heavy imports inside its handlers,
 # so `invfold --help` stays fast.
@@ -47,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    result = args.func(args)
+    try:
+        result = args.func(args)
+    except InvfoldError as err:  # a mistake the user can fix: its message, no traceback
+        print(f"invfold {args.command}: error: {err}", file=sys.stderr)
+        return err.exit_code
     return int(result or 0)
 
 

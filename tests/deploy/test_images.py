@@ -282,6 +282,14 @@ def test_mlflow_image_serves_health_and_artifacts(cpu_images, tmp_path, monkeypa
         engine.docker("rm", "-f", name, check=False)
 
 
+def test_mlflow_image_has_what_basic_auth_needs(cpu_images):
+    """mlflow.auth.enabled runs `--app-name basic-auth`, which refuses to import without Flask-WTF."""
+    proc = cpu_images.engine.docker(
+        "run", "--rm", "--entrypoint", "python", cpu_images["mlflow"], "-c", "import flask_wtf, wtforms", check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
 SAMPLE_IN_IMAGE = "/opt/venv/lib/python3.11/site-packages/invfold/data"
 
 
@@ -338,4 +346,9 @@ def test_compiled_pipeline_runs_through_kfp_docker_runner_offline(cpu_images, tm
         )
     finally:
         os.umask(old_umask)
-    assert list(root.rglob("model.onnx")) or list(root.rglob("*.onnx")), "no ONNX model came out of the pipeline"
+    # the register step's own output (KFP's local layout: <root>/<pipeline run>/<task>/<output>)
+    found = list(root.glob("*/register-op/onnx_model/model.onnx"))
+    assert len(found) == 1, sorted(str(p.relative_to(root)) for p in root.rglob("*.onnx"))
+    (onnx,) = found
+    assert onnx.stat().st_size > 0
+    assert json.loads((onnx.parent / "model.parity.json").read_text())["passed"] is True

@@ -163,7 +163,11 @@ def test_pipeline_upload_hook_carries_the_compiled_pipeline(rendered):
     assert "post-install" in job["metadata"]["annotations"]["helm.sh/hook"]
     test_pod = next(o for o in objects if o["kind"] == "Pod")
     assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
-    assert "/health" in test_pod["spec"]["containers"][0]["args"][0]
+    # a tracked endpoint (MLflow exempts /health from its Host check) under the in-cluster name
+    container = test_pod["spec"]["containers"][0]
+    assert "/api/2.0/mlflow/experiments/search" in container["args"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["MLFLOW_TRACKING_URI"] == "http://invfold-mlflow.invfold.svc.cluster.local:5000"
 
 
 BAD_VALUES = [
@@ -200,3 +204,10 @@ def test_every_value_is_documented_in_the_chart_readme():
 
     keys = leaves("", yaml.safe_load((CHART / "values.yaml").read_text()))
     assert [k for k in keys if f"| `{k}` |" not in readme] == []
+
+
+def test_helm_test_sends_the_steps_credentials_when_auth_is_on(rendered):
+    pod = next(o for o in documents(rendered["chart-gpu"]) if o["kind"] == "Pod")
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    ref = env["MLFLOW_TRACKING_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "invfold-mlflow-auth", "key": "MLFLOW_TRACKING_PASSWORD"}

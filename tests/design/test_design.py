@@ -11,7 +11,7 @@ from invfold.components.model import InverseFoldingModel, ModelConfig, save_mode
 from invfold.components.protein.alphabet import ALPHABET
 from invfold.components.protein.record import BACKBONE_ATOMS
 from invfold.components.protein.sources import read_protein_set
-from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
+from tests.support.synthetic import SyntheticConfig, write_synthetic_set
 
 HEADER = re.compile(r"^>(\S+) sample=(\d+) T=(\S+) seed=(\d+) mean_nll=(\S+) recovery=(\S+) model=(\S+)$")
 
@@ -19,7 +19,7 @@ HEADER = re.compile(r"^>(\S+) sample=(\d+) T=(\S+) seed=(\d+) mean_nll=(\S+) rec
 def read_fasta(path):
     lines = path.read_text().splitlines()
     assert len(lines) % 2 == 0
-    return [(HEADER.match(h), s) for h, s in zip(lines[::2], lines[1::2])]
+    return [(HEADER.match(h), s) for h, s in zip(lines[::2], lines[1::2], strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -45,13 +45,13 @@ def write_pdb(path, record):
     structure = gemmi.Structure()
     model = gemmi.Model("1")
     chain = gemmi.Chain("B")
-    for i, (letter, xyz, ok) in enumerate(zip(record.seq, record.coords, record.mask)):
+    for i, (letter, xyz, ok) in enumerate(zip(record.seq, record.coords, record.mask, strict=True)):
         if not ok:
             continue
         residue = gemmi.Residue()
         residue.name = one_to_three[letter]
         residue.seqid = gemmi.SeqId(10 + i, " ")
-        for name, pos in zip(BACKBONE_ATOMS, xyz):
+        for name, pos in zip(BACKBONE_ATOMS, xyz, strict=True):
             atom = gemmi.Atom()
             atom.name, atom.element, atom.pos = name, gemmi.Element(name[0]), gemmi.Position(*map(float, pos))
             residue.add_atom(atom)
@@ -96,7 +96,7 @@ def test_checkpoint_and_onnx_design_the_same_sequences(tmp_path, data, models, d
         )
         entries = read_fasta(out)
         assert len(entries) == 3 and all(h is not None for h, _ in entries)
-        for (header, seq), d in zip(entries, designs):
+        for (header, seq), d in zip(entries, designs, strict=True):
             assert header.group(1) == "design_me.B" and int(header.group(4)) == 11 + int(header.group(2))
             assert seq == d.sequence and set(seq) <= set(ALPHABET)
             assert float(header.group(5)) > 0 and 0 <= float(header.group(6)) <= 1

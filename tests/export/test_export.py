@@ -1,4 +1,3 @@
-import argparse
 import json
 from pathlib import Path
 
@@ -6,20 +5,18 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from invfold.components.export import check_parity, cli
+from invfold.cli import main
+from invfold.components.export import check_parity
 from invfold.components.export.onnx_export import load_parity_records
 from invfold.components.export.runtime import INPUT_NAMES, feeds, session
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
-from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
+from tests.support.synthetic import SyntheticConfig, write_synthetic_set
 
 REAL_SET = Path(__file__).resolve().parents[3] / "shared" / "data" / "real_chain_set.jsonl.gz"
 
 
 def export_cli(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
-    cli.add_parser(parser.add_subparsers())
-    args = parser.parse_args(["export", *argv])
-    return args.func(args)
+    return main(["export", *argv])
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +87,8 @@ def test_parity_failure_exits_nonzero_with_the_difference(tmp_path, chain_set, c
         str(path), "--out", str(tmp_path / "m.onnx"), "--data", chain_set, "--chains", "2", "--tolerance", "1e-12"
     )
     assert code == 1
-    assert "max |logit difference|" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith("invfold export: error: ") and "max |logit difference|" in err
     assert not (tmp_path / "m.onnx").exists() and (tmp_path / "m.rejected.onnx").exists()
     report = json.loads((tmp_path / "m.parity.json").read_text())
     assert not report["passed"] and 1e-12 < report["max_abs_diff"] < 1e-4  # a real gap, not a broken graph

@@ -81,7 +81,7 @@ def test_generated_trainjobs_validate_and_reference_the_strategy_runtime(strateg
     assert trainer["command"] == ["torchrun" if strategy == "ddp" else "mpirun"]
     assert "invfold.components.launch.trainjob_entry" in trainer["args"]  # both set: the runtime's args go
     replicated = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
-    assert [r["name"] for r in replicated] == (["node"] if strategy == "ddp" else ["launcher", "node"])
+    assert [r["name"] for r in replicated] == (["node"] if strategy == "ddp" else ["node", "launcher"])
     for r in replicated:
         pod = r["template"]["spec"]["template"]["spec"]
         assert pod["nodeSelector"] == {"pool": "gpu-a100"} and pod["tolerations"] == [GPU_TOLERATION]
@@ -91,9 +91,9 @@ def test_generated_trainjobs_validate_and_reference_the_strategy_runtime(strateg
     owner = job["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Pod", "invfold-train-pod", "1234-abcd")
     assert len(job["metadata"]["name"]) <= 63
-    if strategy != "ddp":  # ranks on other nodes meet at the launcher pod (node 0 of the hostfile)
+    if strategy != "ddp":  # ranks meet at rank 0: the first node pod of the hostfile
         name = job["metadata"]["name"]
-        assert f"MASTER_ADDR={name}-launcher-0-0.{name}" in trainer["args"]
+        assert f"MASTER_ADDR={name}-node-0-0.{name}" in trainer["args"]
         assert "MASTER_PORT=29500" in trainer["args"]
 
 
@@ -122,7 +122,7 @@ def test_credentials_are_referenced_never_copied():
     env = {e["name"]: e for e in job["spec"]["trainer"]["env"]}
     assert env["AWS_ACCESS_KEY_ID"] == {
         "name": "AWS_ACCESS_KEY_ID",
-        "valueFrom": {"secretKeyRef": {"name": "invfold-storage", "key": "AWS_ACCESS_KEY_ID"}},
+        "valueFrom": {"secretKeyRef": {"name": "invfold-storage", "key": "accesskey"}},
     }
     assert "value" not in env["AWS_SECRET_ACCESS_KEY"]
     assert env["MLFLOW_TRACKING_URI"]["value"] == "http://mlflow.invfold:5000"

@@ -4,7 +4,7 @@ from invfold.components.model import InverseFoldingModel, ModelConfig
 from invfold.components.model import features as ft
 from invfold.components.protein.batch import collate
 
-from .conftest import synthetic_records
+from tests.support.records import synthetic_records
 
 MODES = ["one_shot", "autoregressive"]
 
@@ -129,6 +129,6 @@ def test_activation_checkpointing_gives_the_same_gradients(batch, decoding):
     order = torch.rand(batch.S.shape)
     for m in (plain, ckpt):
         run(m, batch, order=order).logsumexp(-1).sum().backward()
-    for (name, a), b in zip(plain.named_parameters(), ckpt.parameters()):
+    for (name, a), b in zip(plain.named_parameters(), ckpt.parameters(), strict=True):
         assert a.grad is not None, name
         torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4)

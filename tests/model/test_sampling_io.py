@@ -78,7 +78,7 @@ def test_save_load_roundtrip(tmp_path, batch, decoding):
 
 def test_load_rejects_foreign_files(tmp_path):
     torch.save({"weights": torch.zeros(2)}, tmp_path / "other.pt")
-    with pytest.raises(ValueError, match="not an invfold model file"):
+    with pytest.raises(ValueError, match="expected an invfold model file"):
         load_model(tmp_path / "other.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a torch file")
     with pytest.raises(ValueError, match="junk.pt"):

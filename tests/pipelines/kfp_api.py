@@ -176,7 +176,7 @@ class KfpApi:
     )
 
     def _route(self, request: Request) -> dict:
-        for pattern, methods in self._ROUTES:
+        for pattern, methods in self._ROUTES:  # noqa: B007 - `methods` of the route found is used below
             match = re.fullmatch(re.escape(PREFIX) + pattern, request.path)
             if match:
                 break

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -181,6 +182,35 @@ def test_changed_data_misses_the_cache_and_an_unreachable_server_loses_only_reco
     assert "unreachable" in text and "did NOT record" in text and "metric points from metrics.jsonl" in text
 
 
+def test_invfold_run_prints_a_line_per_step_and_a_summary_and_keeps_logs_and_artifacts_under_runs(
+    workspace, tmp_path, monkeypatch, capfd
+):
+    """The main job as a person runs it (SQLite store, the default): a short readable output,
+    the whole output in runs/logs, MLflow's artifacts under runs/ (none in the working folder)."""
+    from invfold.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    base = workspace["base"]
+    code = main(
+        ["run", "--data", base["data_uri"], "--split-file", base["split_file"], "--runs-dir", "runs"]
+        + ["--preset", "tiny", "--max-steps", "3", "--nproc", "1", "--time-budget", "0"]
+    )
+    out = capfd.readouterr().out
+    assert code == 0, out
+    lines = out.splitlines()
+    assert len(lines) < 45, out  # the local runner alone prints about a thousand
+    for step in ("fingerprint", "prep", "train", "evaluate", "compare", "register"):
+        assert any(line.split()[:2] == ["ok", step] for line in lines), out
+    assert "test median recovery" in out and "constant predictor" in out and "champion decision" in out
+    flat = re.sub(r"[│\s]", "", out)  # the table wraps long cells
+    assert "mlflowui--backend-store-urisqlite:///" in flat and "?workflowType=machine_learning" in flat
+    log_file = next((tmp_path / "runs" / "logs").glob("run-*.log"))
+    logged = log_file.read_text()
+    assert "Executing task 'train-op'" in logged and "| loss " in logged and len(logged.splitlines()) > 5 * len(lines)
+    assert not (tmp_path / "mlruns").exists()
+    assert list((tmp_path / "runs" / "artifacts").rglob("model.onnx"))
+
+
 def test_a_failing_step_fails_the_run_with_its_reason_and_marks_mlflow_runs_failed(workspace, tmp_path, capfd):
     from invfold.cli import main
 
@@ -200,9 +230,12 @@ def test_a_failing_step_fails_the_run_with_its_reason_and_marks_mlflow_runs_fail
             "--no-cache",
         ]
     )
-    err = capfd.readouterr().err
+    captured = capfd.readouterr()
+    err, out = captured.err, captured.out
     assert code == 1
-    assert "invfold run: the pipeline failed" in err and "prep-op" in err
+    assert "invfold run: error: the pipeline failed" in err and "prep-op" in err
+    # the failing step's own error, in full, where a person reads (not only in the log file)
+    assert "FAILED prep" in out and "Traceback (most recent call last)" in out and str(bad) in out
     client = MlflowClient(workspace["uri"])
     experiment = client.get_experiment_by_name(workspace["base"]["mlflow_experiment"])
     failed = client.search_runs(

@@ -164,7 +164,7 @@ def test_a_rejected_token_fails_cleanly(home):
         result = invfold_submit(api.url, home, *ARGS, "--namespace", "team-a")
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    assert f"invfold submit: the KFP API at {api.url} answered HTTP 401" in result.stderr
+    assert f"invfold submit: error: the KFP API at {api.url} answered HTTP 401" in result.stderr
     assert api.calls() == [("GET", EXPERIMENTS)]  # nothing after the refused look-up
     assert TOKEN not in result.stdout + result.stderr
 
@@ -176,7 +176,7 @@ def test_an_unreachable_host_fails_cleanly(home):
         result = invfold_submit(host, home, *ARGS)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    assert f"invfold submit: could not reach the KFP API at {host}" in result.stderr
+    assert f"invfold submit: error: could not reach the KFP API at {host}" in result.stderr
     assert TOKEN not in result.stdout + result.stderr
 
 

@@ -1,5 +1,5 @@
 """Inputs for prep tests, written into tmp_path: good chains from the synthetic generator and the
-bad-input corpus of issue 2 (each case a small protein set with one defect)."""
+bad-input corpus (each case a small protein set with one defect)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from invfold.components.protein.synthetic import SyntheticConfig, generate_chains
+from invfold.components.protein.alphabet import THREE_TO_ONE
+
+from tests.protein.builders import ATOMS, pdb_text
+from tests.support.synthetic import SyntheticConfig, generate_chains
 
 
 def good_entries(n: int, seed: int = 0) -> list[dict]:
@@ -44,48 +47,16 @@ def write_splits(path: Path, **splits) -> Path:
     return path
 
 
-def pdb_text(entry: dict | None, chain: str = "A", waters: int = 3) -> str:
-    """PDB ATOM records for a chain-set entry's backbone (or none), plus some waters."""
-    three = {
-        "A": "ALA",
-        "C": "CYS",
-        "D": "ASP",
-        "E": "GLU",
-        "F": "PHE",
-        "G": "GLY",
-        "H": "HIS",
-        "I": "ILE",
-        "K": "LYS",
-        "L": "LEU",
-        "M": "MET",
-        "N": "ASN",
-        "P": "PRO",
-        "Q": "GLN",
-        "R": "ARG",
-        "S": "SER",
-        "T": "THR",
-        "V": "VAL",
-        "W": "TRP",
-        "Y": "TYR",
-    }
-    out, serial = [], 1
+def entry_pdb(entry: dict | None, waters: int = 3) -> str:
+    """A PDB file (written by the one `pdb_text` helper) for a chain-set entry's backbone as chain A
+    (or no protein), plus some waters."""
+    three = {one: three for three, one in THREE_TO_ONE.items()}
+    chains = {}
     if entry:
-        for i, letter in enumerate(entry["seq"]):
-            for atom in ("N", "CA", "C", "O"):
-                x, y, z = entry["coords"][atom][i]
-                if any(math.isnan(v) for v in (x, y, z)):
-                    continue
-                out.append(
-                    f"ATOM  {serial:5d}  {atom:<3s} {three[letter]} {chain}{i + 1:4d}    "
-                    f"{x:8.3f}{y:8.3f}{z:8.3f}  1.00 20.00           {atom[0]}"
-                )
-                serial += 1
-    for w in range(waters):
-        out.append(
-            f"HETATM{serial:5d}  O   HOH W{w + 1:4d}    {w * 3.0:8.3f}{0.0:8.3f}{0.0:8.3f}  1.00 20.00           O"
-        )
-        serial += 1
-    return "\n".join(out + ["END", ""])
+        xyz = np.stack([np.asarray(entry["coords"][atom], dtype=float) for atom in ATOMS], axis=1)
+        chains["A"] = [(three[letter], i + 1, " ", xyz[i]) for i, letter in enumerate(entry["seq"])]
+    chains["W"] = [("HOH", w + 1, " ", np.array([[w * 3.0, 0.0, 0.0]])) for w in range(waters)]
+    return pdb_text(chains)
 
 
 @dataclass
@@ -206,14 +177,14 @@ def _pdb_folder(tmp: Path):
     folder = tmp / "structures"
     folder.mkdir()
     for i, entry in enumerate(good_entries(3)):
-        (folder / f"good{i}.pdb").write_text(pdb_text(entry))
-    (folder / "waters.pdb").write_text(pdb_text(None, waters=5))
+        (folder / f"good{i}.pdb").write_text(entry_pdb(entry))
+    (folder / "waters.pdb").write_text(entry_pdb(None, waters=5))
     return folder, None
 
 
 def _pdb_file(tmp: Path):
     path = tmp / "waters.pdb"
-    path.write_text(pdb_text(None, waters=5))
+    path.write_text(entry_pdb(None, waters=5))
     return path, None
 
 

@@ -1,4 +1,4 @@
-"""Issue 2's bad-input corpus through prep, in default and strict mode: each case is a counted
+"""The bad-input corpus through prep, in default and strict mode: each case is a counted
 drop with its reason or an InputError naming file, place and field; counts always reconcile."""
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
-"""`invfold prep` (its argparse registration and handler): a summary on success, exit 2 and the
-InputError message (no traceback) on bad input."""
+"""`invfold prep`: a summary on success, exit 2 and the InputError message (no traceback) on bad input."""
 
 from __future__ import annotations
 
-import argparse
+from invfold.cli import main
 
-from invfold.components.prep.cli import add_parser
-from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
+from tests.support.synthetic import SyntheticConfig, write_synthetic_set
 
 
 def _invfold(*argv) -> int:
-    parser = argparse.ArgumentParser(prog="invfold")
-    add_parser(parser.add_subparsers(dest="command"))
-    args = parser.parse_args([str(a) for a in argv])
-    return args.func(args)
+    return main([str(a) for a in argv])
 
 
 def test_prep_cli_summary_and_bad_input(tmp_path, capsys, monkeypatch):
@@ -32,4 +27,4 @@ def test_prep_cli_summary_and_bad_input(tmp_path, capsys, monkeypatch):
     code = _invfold("prep", broken, "--out", tmp_path / "out2", "--strict")
     err = capsys.readouterr().err
     assert code == 2
-    assert "broken.jsonl:1" in err and "invalid JSON" in err and "Traceback" not in err
+    assert err.startswith("invfold prep: error: ") and "broken.jsonl:1" in err and "invalid JSON" in err

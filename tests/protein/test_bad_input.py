@@ -302,7 +302,7 @@ def test_default_mode(tmp_path, case):
         return
     out = list(case.reader(path))
     assert len(out) == len(case.expected)  # every record read is either kept or skipped
-    for got, want in zip(out, case.expected):
+    for got, want in zip(out, case.expected, strict=True):
         if want == OK:
             assert isinstance(got, ChainRecord), got
         else:

@@ -105,7 +105,7 @@ def test_conversion_matches_a_plain_numpy_reference_on_many_lengths(tmp_path):
         objs.append(chain_dict(f"r{i}.A", "A" * length, coords))
         expected.append(np.round(coords, 3).astype(np.float32))
     out = records(write_jsonl(tmp_path / "c.jsonl.gz", objs, gz=True))
-    for record, coords in zip(out, expected):
+    for record, coords in zip(out, expected, strict=True):
         np.testing.assert_array_equal(record.coords, coords)
         np.testing.assert_array_equal(record.mask, ~np.isnan(coords).any(axis=(1, 2)))
 

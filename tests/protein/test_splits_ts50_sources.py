@@ -5,7 +5,7 @@ import pytest
 from invfold.components.protein.errors import InputError
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.sources import read_protein_set, reader_for
-from invfold.components.protein.splits import read_split_file, read_split_files
+from invfold.components.protein.splits import read_split_file
 from invfold.components.protein.structure import read_structures
 from invfold.components.protein.ts50 import read_ts50
 
@@ -35,20 +35,13 @@ def test_test_only_files_become_named_subsets(tmp_path, filename, name):
     assert split.splits == {} and split.subsets == {name: ["a.A", "b.B"]}
 
 
-def test_unknown_keys_ignored_with_warning_and_files_combined(tmp_path):
+def test_unknown_keys_ignored_with_warning(tmp_path):
     main = tmp_path / "chain_set_splits.json"
     main.write_text(json.dumps({"train": ["a.A"], "test": ["b.B"], "notes": "x"}))
-    l100 = tmp_path / "test_split_L100.json"
-    l100.write_text(json.dumps({"test": ["b.B"]}))
     with pytest.warns(UserWarning, match=r"ignoring keys \['notes'\]"):
-        combined = read_split_files([main, l100])
-    assert combined.splits == {"train": ["a.A"], "validation": [], "test": ["b.B"]}
-    assert combined.subsets == {"L100": ["b.B"]} and combined.ignored_keys == ("notes",)
-    with pytest.raises(InputError, match="a second subset 'L100'"):
-        read_split_files([l100, l100])
-    with pytest.warns(UserWarning):
-        with pytest.raises(InputError, match="a second one"):
-            read_split_files([main, main])
+        split = read_split_file(main)
+    assert split.splits == {"train": ["a.A"], "validation": [], "test": ["b.B"]}
+    assert split.subsets == {} and split.ignored_keys == ("notes",)
 
 
 def test_ts50_list_with_nan_and_null(tmp_path):

@@ -72,7 +72,7 @@ def test_mmcif_reads_like_pdb_and_folder_order(tmp_path, gz):
     (folder / "README.txt").write_text("not read")
     records = list(read_structures(folder))
     assert [r.name for r in records] == ["1abc.A", "1abc.B", "2xyz.A", "2xyz.B"]
-    for from_pdb, from_cif in zip(records[:2], records[2:]):
+    for from_pdb, from_cif in zip(records[:2], records[2:], strict=True):
         assert from_pdb.seq == from_cif.seq and from_pdb.extra == from_cif.extra
         np.testing.assert_array_equal(from_pdb.residue_index, from_cif.residue_index)
         np.testing.assert_allclose(from_pdb.coords, from_cif.coords, atol=1e-3)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -18,54 +20,62 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class MlflowServer:
+    """`mlflow server` on a free loopback port over a SQLite store under `root`; start() waits
+    until /health answers. The same root can be served again after stop() or kill()."""
+
+    def __init__(self, root: Path, port: int | None = None):
+        self.root, self.port = Path(root), port or free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> str:
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        log = open(self.root / "server.log", "a")  # noqa: SIM115 - the server's lifetime
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.root}/mlflow.db"]
+            + ["--artifacts-destination", str(self.root / "artifacts"), "--host", "127.0.0.1"]
+            + ["--port", str(self.port), "--workers", "1"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # kill() takes the server's workers with it
+        )
+        log.close()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.uri + "/health", timeout=1) as response:
+                    if response.status == 200:
+                        return self.uri
+            except OSError:
+                time.sleep(0.3)
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlflow server exited: {(self.root / 'server.log').read_text()[-2000:]}")
+        self.stop()
+        raise RuntimeError(f"mlflow server not healthy after 90 s: {(self.root / 'server.log').read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        """SIGKILL the server and its workers: no goodbye, connections refused from now on."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory) -> str:
-    root = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    log = open(root / "server.log", "w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{root}/mlflow.db",
-            "--artifacts-destination",
-            str(root / "artifacts"),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    uri = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(uri + "/health", timeout=1) as response:
-                if response.status == 200:
-                    break
-        except OSError:
-            time.sleep(0.3)
-        if proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited: {(root / 'server.log').read_text()[-2000:]}")
-    else:
-        proc.terminate()
-        raise RuntimeError(f"mlflow server not healthy after 90 s: {(root / 'server.log').read_text()[-2000:]}")
-    yield uri
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    yield server.start()
+    server.stop()
 
 
 @pytest.fixture

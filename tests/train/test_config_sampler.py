@@ -116,7 +116,8 @@ def _step_padding(world_size: int, balance: str, lengths=LENGTHS, budget=1200) -
         TokenBudgetSampler(lengths, budget, rank=r, world_size=world_size, seed=5, balance=balance)
         for r in range(world_size)
     ]
-    return [[len(b) * lengths[b].max() for b in step] for step in zip(*(s.rank_batches(0) for s in samplers))]
+    steps = zip(*(s.rank_batches(0) for s in samplers), strict=True)
+    return [[len(b) * lengths[b].max() for b in step] for step in steps]
 
 
 def test_ranks_get_batches_of_similar_size_at_each_step():

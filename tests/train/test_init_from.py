@@ -12,7 +12,7 @@ from invfold.components.train.trainer import encoder_parameters
 
 from invfold.cli import main
 
-from .conftest import run_job, summary, tiny_config
+from tests.support.training import run_job, summary, tiny_config
 
 
 def _split(model):

@@ -20,7 +20,7 @@ from invfold.components.prep.shards import DatasetWriter, ShardedDataset, datase
 from invfold.components.train import checkpoint as ckpt
 from invfold.components.train.sampler import TokenBudgetSampler
 
-from .conftest import read_metrics, run_job, summary, tiny_config
+from tests.support.training import read_metrics, run_job, summary, tiny_config
 from .test_strategies import STRATEGIES
 
 TOKENS = 300  # about 5 synthetic chains a batch: the poisoned chain is in one step of four

@@ -14,7 +14,7 @@ import psutil
 from invfold.components.train import checkpoint as ckpt
 from invfold.components.train.launch import ENTRYPOINT, launch_command
 
-from .conftest import read_metrics, run_job, summary, tiny_config
+from tests.support.training import read_metrics, run_job, summary, tiny_config
 
 
 def _wait_for(predicate, timeout: float, what: str):

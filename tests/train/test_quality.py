@@ -15,7 +15,7 @@ import json
 from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
 from invfold.components.train.config import TrainConfig
 
-from .conftest import run_job, summary
+from tests.support.training import run_job, summary
 
 TRAIN_SECONDS = 120.0
 

@@ -14,7 +14,7 @@ from invfold.components.model.io import load_model
 from invfold.components.train import checkpoint as ckpt
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from .conftest import read_metrics, run_job, summary, tiny_config
+from tests.support.training import read_metrics, run_job, summary, tiny_config
 
 STRATEGIES = [
     pytest.param("ddp", {}, id="ddp"),

@@ -13,6 +13,22 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}
 {{- define "invfold.mlflowName" -}}{{ .Release.Name }}-mlflow{{- end -}}
 {{- define "invfold.postgresName" -}}{{ .Release.Name }}-postgresql{{- end -}}
 {{- define "invfold.postgresSecret" -}}{{ .Values.postgresql.existingSecret | default (include "invfold.postgresName" .) }}{{- end -}}
+{{/* Host headers MLflow accepts (--allowed-hosts; since MLflow 3.5 the default is localhost and
+private IPs only): the Service's in-cluster names with and without the port, loopback for
+port-forward, the ingress host, and mlflow.allowedHosts. /health is exempt upstream. */}}
+{{- define "invfold.mlflowAllowedHosts" -}}
+{{- $svc := include "invfold.mlflowName" . -}}{{- $ns := .Release.Namespace -}}{{- $port := .Values.mlflow.port -}}
+{{- $hosts := list -}}
+{{- range $name := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) -}}
+{{- $hosts = append $hosts $name -}}{{- $hosts = append $hosts (printf "%s:%v" $name $port) -}}
+{{- end -}}
+{{- $hosts = concat $hosts (list "localhost" "localhost:*" "127.0.0.1" "127.0.0.1:*") -}}
+{{- if .Values.mlflow.ingress.enabled -}}
+{{- $hosts = concat $hosts (list .Values.mlflow.ingress.host (printf "%s:*" .Values.mlflow.ingress.host)) -}}
+{{- end -}}
+{{- join "," (concat $hosts .Values.mlflow.allowedHosts) -}}
+{{- end -}}
+
 {{- define "invfold.trackingUri" -}}http://{{ include "invfold.mlflowName" . }}.{{ .Release.Namespace }}.svc.cluster.local:{{ .Values.mlflow.port }}{{- end -}}
 
 {{/* Pod-level security context: non-root, RuntimeDefault seccomp. */}}
@@ -41,6 +57,10 @@ metadata:
     app.kubernetes.io/part-of: invfold
     app.kubernetes.io/instance: {{ $root.Release.Name }}
     invfold.dev/role: trainer
+  # No Istio sidecar: it would intercept sshd, torchrun's rendezvous and NCCL/Gloo traffic between
+  # pods and keep a finished pod running (KFP sets the same on its own pods).
+  annotations:
+    sidecar.istio.io/inject: "false"
 spec:
   terminationGracePeriodSeconds: {{ $r.terminationGracePeriodSeconds }}
   {{- if $root.Values.priorityClasses.create }}

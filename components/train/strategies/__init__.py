@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from invfold.errors import ConfigError
+
 
 def make_strategy(cfg, info):
     """The Strategy for cfg.strategy; heavy imports (horovod, deepspeed) only when chosen."""
@@ -12,5 +14,5 @@ def make_strategy(cfg, info):
     elif cfg.strategy == "deepspeed":
         from .deepspeed import DeepSpeedStrategy as cls
     else:
-        raise ValueError(f"unknown strategy {cfg.strategy!r}")
+        raise ConfigError(f"unknown strategy {cfg.strategy!r}")
     return cls(cfg, info)

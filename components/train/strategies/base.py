@@ -139,7 +139,7 @@ class Strategy(ABC):
     def params_digest(self) -> str:
         return params_digest(self.module)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - an optional hook; a strategy with nothing to drop keeps it
         """Drop references to engines/wrappers before the process group goes."""
 
 

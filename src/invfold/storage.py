@@ -7,14 +7,13 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import gzip
-import io
 import json
 import os
 import zlib
 from collections.abc import Iterable, Iterator
-from typing import BinaryIO, TextIO
+from typing import BinaryIO
 
-from .errors import InputError
+from invfold.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 # What a damaged or truncated gzip stream raises while it is being read.
@@ -73,13 +72,6 @@ def open_binary(uri: str | os.PathLike) -> Iterator[BinaryIO]:
                 yield stream
         else:
             yield raw
-
-
-@contextlib.contextmanager
-def open_text(uri: str | os.PathLike) -> Iterator[TextIO]:
-    """UTF-8 text (a leading BOM is dropped), gzip detected as in `open_binary`."""
-    with open_binary(uri) as stream:
-        yield io.TextIOWrapper(stream, encoding="utf-8-sig")
 
 
 def gzip_error(uri: str | os.PathLike, err: Exception) -> InputError:

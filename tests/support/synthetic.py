@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .alphabet import ALPHABET
+from invfold.components.protein.alphabet import ALPHABET
 
 # Ideal backbone geometry (Angstrom, degrees).
 BOND_N_CA, BOND_CA_C, BOND_C_N, BOND_C_O = 1.458, 1.525, 1.329, 1.231

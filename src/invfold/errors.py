@@ -1,0 +1,73 @@
+"""One base for every error the project raises on purpose.
+
+`invfold` catches `InvfoldError` once (src/invfold/cli.py), prints `invfold <cmd>: error: <message>`
+and exits with the error's `exit_code`; anything else is a bug and keeps its traceback. The errors
+under it live beside the code that raises them:
+
+- `ConfigError` (here): a config field or command-line option out of range (exit 2);
+- `InputError` (here): a problem with one input file, naming file, line, field, expectation (exit 2);
+- `PublishedWeightsError` (components/model): an unknown published model or a missing package (exit 2);
+- `NonFiniteWeightsError` (components/model/io.py): a model with NaN/inf weights is neither saved
+  nor loaded (exit 1); `NonFiniteTrainingError` (components/train/trainer.py): a run of
+  non-finite training steps (exit 3);
+- `ParityError` (components/export): ONNX and PyTorch logits differ beyond the tolerance (exit 1);
+- `LaunchError`, `ManifestError` (components/launch): the training job failed or its manifest is
+  invalid (exit 1);
+- `TrackingError` (components/tracking): MLflow could not record what a step needs (exit 1);
+- `PipelineFailed`, `SubmitError` (pipelines): a pipeline step failed, or KFP refused a run (exit 1).
+"""
+
+from __future__ import annotations
+
+
+class InvfoldError(Exception):
+    """An expected failure with a message a person can act on; `exit_code` is the CLI's status."""
+
+    exit_code: int = 1
+
+
+class ConfigError(InvfoldError, ValueError):
+    """A config field (or the option that sets it) has a value the step cannot use."""
+
+    exit_code = 2
+
+
+class InputError(InvfoldError, ValueError):
+    """A problem with one input, naming the file, where in it, the field, and what was expected.
+
+    `location` is a line number (int) or a free phrase such as "record '1abc.A'" or "chain 'B'";
+    `field` is a dotted field name ("coords.CA") or None for a problem with the whole file.
+    """
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        path,
+        location: int | str | None,
+        field: str | None,
+        expected: str,
+        got: object = None,
+        *,
+        reason: str = "invalid_input",
+        name: str | None = None,
+    ):
+        self.path = str(path)
+        self.location = location
+        self.field = field
+        self.expected = expected
+        self.got = got
+        self.reason = reason
+        self.name = name
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        where = self.path
+        if isinstance(self.location, int):
+            where += f":{self.location}"
+        elif self.location:
+            where += f": {self.location}"
+        what = f"field '{self.field}': expected {self.expected}" if self.field else f"expected {self.expected}"
+        if self.got is not None:
+            what += f", got {self.got}"
+        return f"{where}: {what}"

@@ -1,0 +1,156 @@
+"""The real MLflow server, started on loopback with exactly the arguments the chart renders
+(only the listen address, port, database and artifact folder swapped for local ones), answers
+the Host headers clients inside the cluster and through the ingress send.
+
+Upstream fact: since MLflow 3.5 the tracking server rejects (403) every Host header outside
+localhost and private IPs unless `--allowed-hosts` names it, and exempts /health
+(mlflow/mlflow mlflow/server/security.py, mlflow/server/security_utils.py: is_allowed_host_header,
+is_health_endpoint, get_default_allowed_hosts). Basic auth answers 401 without credentials
+(mlflow/mlflow mlflow/server/auth/__init__.py)."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import http.client
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.deploy.tools import documents, helm_template
+from tests.tracking.server import free_port
+
+NAMESPACE = "team-a"
+INGRESS_HOST = "mlflow.team-a.example.org"
+SERVICE_HOST = f"invfold-mlflow.{NAMESPACE}.svc.cluster.local:5000"
+ADMIN = ("admin", "a-test-password-0")
+
+
+def rendered_mlflow_container(*values: str) -> dict:
+    text = helm_template(*values, namespace=NAMESPACE)
+    (deployment,) = [
+        o for o in documents(text) if o["kind"] == "Deployment" and o["metadata"]["name"] == "invfold-mlflow"
+    ]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def local_args(args: list[str], tmp_path, port: int) -> list[str]:
+    """The chart's args with the four machine-specific ones pointed at this machine."""
+    swap = {
+        "--host": "127.0.0.1",
+        "--port": str(port),
+        "--backend-store-uri": f"sqlite:///{tmp_path}/mlflow.db",
+        "--artifacts-destination": str(tmp_path / "artifacts"),
+        "--workers": "1",
+    }
+    out = []
+    for arg in args:
+        key = arg.split("=", 1)[0]
+        out.append(f"{key}={swap[key]}" if key in swap else arg)
+    assert {a.split("=", 1)[0] for a in out} >= set(swap), args
+    return out
+
+
+def request(port: int, host: str, path: str, auth: tuple[str, str] | None = None) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    headers = {"Host": host}
+    if auth:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    conn.request("GET", path, headers=headers)
+    status = conn.getresponse().status
+    conn.close()
+    return status
+
+
+@contextlib.contextmanager
+def mlflow_server(args: list[str], env: dict, tmp_path):
+    """`mlflow server ARGS` on loopback; yields once /health answers."""
+    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - open while the server runs
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", *args], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    port = int(next(a for a in args if a.startswith("--port=")).split("=")[1])
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if request(port, "127.0.0.1", "/health") == 200:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"mlflow server did not start: {(tmp_path / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module", params=["auth", "no-auth"])
+def chart_server(request, tmp_path_factory):
+    auth = request.param == "auth"
+    values = ["--set", "mlflow.ingress.enabled=true", "--set", f"mlflow.ingress.host={INGRESS_HOST}"]
+    if auth:
+        values += ["--set", "mlflow.auth.enabled=true", "--set", "mlflow.auth.existingSecret=mlflow-basic-auth"]
+    container = rendered_mlflow_container(*values)
+    tmp_path = tmp_path_factory.mktemp(f"mlflow-{request.param}")
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    if auth:
+        ini = tmp_path / "basic_auth.ini"
+        ini.write_text(
+            "[mlflow]\ndefault_permission = READ\n"
+            f"database_uri = sqlite:///{tmp_path}/auth.db\n"
+            f"admin_username = {ADMIN[0]}\nadmin_password = {ADMIN[1]}\n"
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+        )
+        env["MLFLOW_AUTH_CONFIG_PATH"] = str(ini)
+        env["MLFLOW_FLASK_SERVER_SECRET_KEY"] = "test-only"
+    with mlflow_server(local_args(container["args"], tmp_path, free_port()), env, tmp_path) as port:
+        yield port, (ADMIN if auth else None), container
+
+
+TRACKED = "/api/2.0/mlflow/experiments/search?max_results=1"
+
+
+@pytest.mark.parametrize(
+    "host", [SERVICE_HOST, "invfold-mlflow:5000", f"invfold-mlflow.{NAMESPACE}:5000", INGRESS_HOST]
+)
+def test_cluster_and_ingress_hosts_reach_a_tracked_endpoint(chart_server, host):
+    port, auth, _ = chart_server
+    assert request(port, host, TRACKED, auth) == 200, f"Host: {host}"
+
+
+def test_a_foreign_host_is_refused(chart_server):
+    """The check that would have failed: without --allowed-hosts the service name gets 403 too."""
+    port, auth, _ = chart_server
+    assert request(port, "attacker.example.net", TRACKED, auth) == 403
+    assert request(port, "attacker.example.net", "/health") == 200  # why probes never noticed
+
+
+def test_auth_refuses_anonymous_clients(chart_server):
+    port, auth, container = chart_server
+    if auth is None:
+        assert "--app-name=basic-auth" not in container["args"]
+        return
+    assert "--app-name=basic-auth" in container["args"]
+    assert request(port, SERVICE_HOST, TRACKED) == 401
+    assert request(port, SERVICE_HOST, TRACKED, ("admin", "wrong")) == 401
+
+
+def test_without_allowed_hosts_the_service_name_is_refused(tmp_path):
+    """Upstream's default (the chart before --allowed-hosts): the in-cluster name gets 403."""
+    container = rendered_mlflow_container()
+    args = [a for a in container["args"] if not a.startswith("--allowed-hosts")]
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    with mlflow_server(local_args(args, tmp_path, free_port()), env, tmp_path) as port:
+        assert request(port, SERVICE_HOST, TRACKED) == 403
+        assert request(port, "10.1.2.3:5000", TRACKED) == 200  # a private IP is accepted by default
