@@ -304,7 +304,8 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
                     loss, micro_sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
                     strategy.backward(loss)
                 sums += micro_sums
-            grads_finite = strategy.local_grads_finite()  # Horovod waits for its all-reduce here
+            with clock.phase("compute_s"):  # Horovod waits for its all-reduce here: moved to sync_s below
+                grads_finite = strategy.local_grads_finite()
             clock.move(strategy.sync_seconds(), "compute_s", "sync_s")
             flags = [
                 STOP_PREEMPTED if preemption.requested else 0,
