@@ -161,7 +161,7 @@ def compile_command(args: argparse.Namespace) -> int:
     from invfold import __version__
 
     from .compile import compile_pipeline
-    from .settings import DEFAULT_REGISTRY, runtime_image
+    from invfold.runtime import DEFAULT_REGISTRY, runtime_image
 
     registry, tag = args.registry or DEFAULT_REGISTRY, args.tag or __version__
     compile_pipeline(args.out, registry, tag)

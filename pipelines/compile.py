@@ -12,7 +12,7 @@ import yaml
 from invfold import __version__
 from invfold.errors import InvfoldError
 
-from .settings import DEFAULT_REGISTRY, runtime_image
+from invfold.runtime import DEFAULT_REGISTRY, runtime_image
 
 COMMITTED_YAML = Path(__file__).resolve().parent / "invfold_pipeline.yaml"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from invfold.errors import ConfigError, InvfoldError
 
-from .settings import TIMINGS_ENV
+from invfold.runtime import TIMINGS_ENV
 
 log = logging.getLogger(__name__)
 

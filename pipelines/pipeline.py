@@ -6,16 +6,17 @@ as local processes) and on Kubeflow (`invfold compile` / `invfold submit`: every
 runtime image, training as a Kubeflow Trainer TrainJob)."""
 
 from invfold.components.evaluate.component import evaluate_op
-from invfold.components.export.component import compare_op, register_op
+from invfold.components.fingerprint.component import fingerprint_op
 from invfold.components.launch.trainjob import SECRET_KEYS
 from invfold.components.prep.component import prep_op
+from invfold.components.register.component import compare_op, register_op
 from invfold.components.tracking.component import finish_tracking_op
 from invfold.components.train.component import train_op
 from kfp import dsl, kubernetes
 
 from . import defaults as d
-from .settings import PIPELINE_NAME, runtime_image
 
+PIPELINE_NAME = "invfold"
 RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER
 RUN_NAME = dsl.PIPELINE_JOB_NAME_PLACEHOLDER
 MLFLOW_CLIENT_KEYS = ("MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD")
@@ -37,25 +38,6 @@ def _labelled(task, mlflow_secret, role: str = "step"):
     )
     kubernetes.set_security_context(task, run_as_user=RUN_AS, run_as_group=RUN_AS, run_as_non_root=True)
     return task
-
-
-@dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def fingerprint_op(
-    data_uri: str, split_file: str, pipeline_run_id: str, pipeline_run_name: str, tracking_uri: str, experiment: str
-) -> str:
-    """Digest of the input data's contents, passed to prep so its cache follows the data.
-
-    Args:
-        data_uri: The protein set (path or URI).
-        split_file: The split file ('' when prep makes the split).
-        pipeline_run_id: KFP run id (MLflow parent-run key).
-        pipeline_run_name: KFP run name (MLflow parent run name).
-        tracking_uri: MLflow tracking URI ('' = MLFLOW_TRACKING_URI of the pod).
-        experiment: MLflow experiment name.
-    """
-    from invfold.pipelines.steps import fingerprint_step
-
-    return fingerprint_step(data_uri, split_file, pipeline_run_id, pipeline_run_name, tracking_uri, experiment)
 
 
 @dsl.pipeline(

@@ -1,10 +1,10 @@
-"""KFP component of the evaluate step (work in invfold.pipelines.steps.evaluate_step).
+"""KFP component of the evaluate step (work in step.py: evaluate_step).
 
 What the Kubeflow UI shows: scalar Metrics (test perplexity and median recovery, per subset,
 and the constant-predictor baseline), a ClassificationMetrics confusion matrix over the 20 amino
 acids, and the HTML report with its plots embedded."""
 
-from invfold.pipelines.settings import runtime_image
+from invfold.runtime import runtime_image
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
 
@@ -34,7 +34,7 @@ def evaluate_op(
         report: The evaluation report with its plots.
         evaluation: metrics.json, confusion.json, plots and reports.
     """
-    from invfold.pipelines.steps import evaluate_step
+    from invfold.components.evaluate.step import evaluate_step
 
     out = evaluate_step(
         prepared_path=prepared.path,

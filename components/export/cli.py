@@ -43,7 +43,10 @@ def run(args: argparse.Namespace) -> int:
     result = export_onnx(cfg)  # a ParityError exits 1 with its message (src/invfold/cli.py)
     print(
         json.dumps(
-            {k: result[k] for k in ("onnx", "opset", "max_abs_diff", "tolerance", "size_bytes", "report_path")},
+            {
+                k: getattr(result, k)
+                for k in ("onnx", "opset", "max_abs_diff", "tolerance", "size_bytes", "report_path")
+            },
             indent=2,
         )
     )

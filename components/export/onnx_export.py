@@ -8,7 +8,7 @@ import json
 import logging
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from importlib import resources
 from pathlib import Path
 
@@ -68,6 +68,27 @@ class ExportConfig:
             raise ConfigError(f"ExportConfig.parity_chains: expected >= 1, got {self.parity_chains!r}")
         if self.parity_records is not None and not self.parity_records:
             raise ConfigError("ExportConfig.parity_records: expected at least one record, got an empty list")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What `export_onnx` wrote: the figures a caller acts on, and the whole parity report
+    (model.parity.json) as `report`."""
+
+    onnx: str
+    opset: int
+    max_abs_diff: float
+    tolerance: float
+    size_bytes: int
+    sha256: str
+    num_parameters: int
+    report_path: str
+    report: dict = field(repr=False)
+
+    @classmethod
+    def from_report(cls, report: dict) -> ExportResult:
+        names = [f.name for f in fields(cls) if f.name != "report"]
+        return cls(**{n: report[n] for n in names}, report=report)
 
 
 def report_path(out_path: str | os.PathLike) -> Path:
@@ -195,7 +216,7 @@ def check_parity(
     }
 
 
-def export_onnx(cfg: ExportConfig) -> dict:
+def export_onnx(cfg: ExportConfig) -> ExportResult:
     """Export, check parity, and write <stem>.parity.json. On a parity failure the graph is kept
     as <stem>.rejected.onnx (for inspection), nothing is left at out_path, and ParityError is
     raised."""
@@ -240,6 +261,7 @@ def export_onnx(cfg: ExportConfig) -> dict:
         out.unlink(missing_ok=True)
         raise ParityError(parity["max_abs_diff"], cfg.tolerance, result)
     os.replace(staging, out)
+    exported = ExportResult.from_report(result)
     log.info(
         "exported %s (opset %d, %.1f MB); parity max |diff| %.2e over %d chains",
         out,
@@ -248,7 +270,7 @@ def export_onnx(cfg: ExportConfig) -> dict:
         parity["max_abs_diff"],
         len(records),
     )
-    return result
+    return exported
 
 
 def _describe(name: str) -> dict:

@@ -1,10 +1,10 @@
-"""KFP component of the prep step (work in invfold.pipelines.steps.prep_step).
+"""KFP component of the prep step (work in step.py: prep_step).
 
 Outputs the prepared folder (Dataset, with digest and datasets in its metadata) and the dataset
 card (Markdown, shown in the Kubeflow UI). No Metrics output: it would defeat caching, which
 follows the data fingerprint passed in."""
 
-from invfold.pipelines.settings import runtime_image
+from invfold.runtime import runtime_image
 from kfp import dsl
 from kfp.dsl import Dataset, Markdown, Output
 
@@ -20,6 +20,6 @@ def prep_op(data_uri: str, split_file: str, data_digest: str, prepared: Output[D
         prepared: The prepared data (Arrow files, index, card).
         card: The dataset card.
     """
-    from invfold.pipelines.steps import prep_step
+    from invfold.components.prep.step import prep_step
 
     prepared.metadata.update(prep_step(data_uri, split_file, data_digest, prepared.path, card.path))

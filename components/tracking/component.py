@@ -1,6 +1,6 @@
 """KFP exit-handler component: close the pipeline run's MLflow runs, FAILED when a step failed."""
 
-from invfold.pipelines.settings import runtime_image
+from invfold.runtime import runtime_image
 from kfp import dsl
 
 
@@ -14,6 +14,6 @@ def finish_tracking_op(status: dsl.PipelineTaskFinalStatus, pipeline_run_id: str
         tracking_uri: MLflow tracking URI ('' = MLFLOW_TRACKING_URI of the pod).
         experiment: MLflow experiment name.
     """
-    from invfold.pipelines.steps import finish_step
+    from invfold.components.tracking.step import finish_step
 
     finish_step(status.state, status.error_message or "", pipeline_run_id, tracking_uri, experiment)

@@ -1,11 +1,11 @@
-"""KFP component of the train step (work in invfold.pipelines.steps.train_step).
+"""KFP component of the train step (work in step.py: train_step).
 
 Locally the job runs as processes of this machine; in a pod it becomes a Kubeflow Trainer
 TrainJob (components/launch), with the node selector and tolerations of the task passed through
 (dsl.TaskConfig) to the TrainJob's runtimePatches. Checkpoints live under a location keyed by
 the KFP run id, so a retried step resumes from the last complete checkpoint."""
 
-from invfold.pipelines.settings import runtime_image
+from invfold.runtime import runtime_image
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
@@ -81,7 +81,7 @@ def train_op(
         metrics: Final training figures.
         task_config: Node selector and tolerations passed through to the TrainJob.
     """
-    from invfold.pipelines.steps import train_step
+    from invfold.components.train.step import train_step
 
     out = train_step(
         prepared_path=prepared.path,

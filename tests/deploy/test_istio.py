@@ -16,7 +16,7 @@ import yaml
 from tests.deploy.test_admission import pod_templates
 from tests.deploy.tools import REPO, documents
 
-RENDERINGS = ("chart-default", "chart-gpu", "k8s-cpu-dev", "k8s-gpu-prod", "k8s-tenant")
+RENDERINGS = ("chart-default", "chart-gpu", "k8s-cpu-dev", "k8s-gpu-prod", "k8s-tenant", "k8s-single-user")
 
 
 def template_annotations(obj: dict) -> dict[str, dict]:

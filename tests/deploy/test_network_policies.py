@@ -21,7 +21,7 @@ import pytest
 from tests.deploy.policy import Address, Pod, allowed
 from tests.deploy.tools import documents
 
-RENDERINGS = ("chart-default", "chart-gpu", "k8s-cpu-dev", "k8s-gpu-prod", "k8s-tenant")
+RENDERINGS = ("chart-default", "chart-gpu", "k8s-cpu-dev", "k8s-gpu-prod", "k8s-tenant", "k8s-single-user")
 
 
 def policies(text: str) -> list[dict]:

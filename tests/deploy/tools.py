@@ -12,7 +12,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "invfold"
-OVERLAYS = ("cpu-dev", "gpu-prod", "tenant")
+OVERLAYS = ("cpu-dev", "gpu-prod", "tenant", "single-user")
 INSTALL_HINT = "run `PYTHON=.venv/bin/python bash scripts/install_tools.sh` (or `make test`)"
 # A tool is looked up where scripts/install_tools.sh puts it, never on a random PATH entry.
 TOOL_DIRS = (REPO / ".venv" / "bin", REPO / ".cache" / "tools" / "bin", Path(sys.executable).parent)

@@ -8,7 +8,7 @@ import sys
 
 import yaml
 from invfold.pipelines.compile import COMMITTED_YAML, compile_pipeline
-from invfold.pipelines.settings import runtime_image
+from invfold.runtime import runtime_image
 
 from tests.launch.credentials import literal_credentials
 

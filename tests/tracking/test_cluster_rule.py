@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 from invfold.components.tracking import RunContext, Tracker, TrackingError
-from invfold.pipelines.steps import compare_step
+from invfold.components.register.step import compare_step
 
 
 def cluster_context(uri: str) -> RunContext:

@@ -9,27 +9,40 @@ import pytest
 from invfold.components.train.timing import PER_RANK_METRICS_UP_TO, PHASES, StepClock, summarize
 
 
-def test_clock_splits_the_wall_time_between_laps_into_phases():
+class FakeClock:
+    """perf_counter stand-in: time moves only when the test says so (no sleeps, no load flakiness)."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_clock_splits_the_wall_time_between_laps_into_phases(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(time, "perf_counter", fake)
     clock = StepClock()
     with clock.phase("data_s"):
-        time.sleep(0.02)
+        fake.now += 0.02
     with clock.phase("compute_s"):
-        time.sleep(0.05)
+        fake.now += 0.05
     clock.move(0.03, "compute_s", "sync_s")  # a wait measured inside compute
-    time.sleep(0.01)  # claimed by no phase: other
+    fake.now += 0.01  # claimed by no phase: other
     data, compute, sync, other = clock.lap()
-    assert data == pytest.approx(0.02, abs=0.01) and compute == pytest.approx(0.02, abs=0.01)
-    assert sync == pytest.approx(0.03, abs=1e-9) and other == pytest.approx(0.01, abs=0.01)
-    assert clock.lap().sum() < 0.005  # a lap starts from zero
+    assert (data, compute, sync, other) == pytest.approx((0.02, 0.02, 0.03, 0.01))
+    assert clock.lap().sum() == 0.0  # a lap starts from zero
 
 
-def test_moving_more_than_was_measured_is_capped():
+def test_moving_more_than_was_measured_is_capped(monkeypatch):
+    fake = FakeClock()
+    monkeypatch.setattr(time, "perf_counter", fake)
     clock = StepClock()
     with clock.phase("compute_s"):
-        pass
+        fake.now += 0.004
     clock.move(10.0, "compute_s", "sync_s")
     _, compute, sync, _ = clock.lap()
-    assert compute == 0.0 and sync < 0.01
+    assert compute == 0.0 and sync == pytest.approx(0.004)
 
 
 def test_summary_names_the_straggler_and_the_waiting_rank():

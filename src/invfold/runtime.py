@@ -1,9 +1,9 @@
-"""Names the compiled pipeline carries and the step-timing record.
+"""What every step shares at run time: the runtime image it runs in and its timing record.
 
 Images: every step runs in the project's runtime image (images/ builds it, with invfold and kfp
 installed, so nothing installs at run time). The committed YAML names a clearly fake registry
 (`registry.example.com/invfold`) with the package version as tag; `invfold compile --registry R
---tag T` writes the real one.
+--tag T` writes the real one. Components and pipelines both read it here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from invfold import __version__
 
 DEFAULT_REGISTRY = "registry.example.com/invfold"
 RUNTIME_IMAGE = "invfold-runtime"
-PIPELINE_NAME = "invfold"
 TIMINGS_ENV = "INVFOLD_TIMINGS_FILE"
 
 

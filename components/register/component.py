@@ -1,4 +1,4 @@
-"""KFP components of export-and-register (work in invfold.pipelines.steps).
+"""KFP components of compare and export-and-register (work in step.py; the decision in decision.py).
 
 compare_op: the candidate against the registration threshold and the `champion` of the
 registered model on the same test data (the recorded figure only when the dataset digests
@@ -6,7 +6,7 @@ match, else the champion evaluated again). register_op, under dsl.If: ONNX expor
 parity gate, MLflow logging with signature and input example, registration, both figures
 tagged on the new version, and the `champion` alias moved to it."""
 
-from invfold.pipelines.settings import runtime_image
+from invfold.runtime import runtime_image
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
 
@@ -39,7 +39,7 @@ def compare_op(
     """
     import json
 
-    from invfold.pipelines.steps import compare_step
+    from invfold.components.register.step import compare_step
 
     result = compare_step(
         prepared_path=prepared.path,
@@ -51,9 +51,9 @@ def compare_op(
         threshold=threshold,
     )
     with open(comparison.path, "w") as fh:
-        json.dump(result, fh, indent=2)
-    comparison.metadata.update(result)
-    return result["register"]
+        json.dump(result.to_dict(), fh, indent=2)
+    comparison.metadata.update(result.to_dict())
+    return result.register
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -83,13 +83,14 @@ def register_op(
     """
     import json
 
-    from invfold.pipelines.steps import register_step
+    from invfold.components.register.decision import Comparison
+    from invfold.components.register.step import register_step
 
     out = register_step(
         prepared_path=prepared.path,
         model_path=model.path,
         onnx_dir=onnx_model.path,
-        comparison=json.load(open(comparison.path)),
+        comparison=Comparison.from_dict(json.load(open(comparison.path))),
         pipeline_run_id=pipeline_run_id,
         tracking_uri=tracking_uri,
         experiment=experiment,

@@ -1,0 +1,77 @@
+"""The evaluate step in the pipeline: evaluate(), its scalars flattened for KFP Metrics and MLflow.
+
+Kept apart from the `@dsl.component` definition (component.py): inside a running step KFP loads a
+reduced `kfp.dsl` without the decorators, so the code a step imports must not define components.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+from invfold.runtime import record_timing
+
+
+def scalar_metrics(metrics: dict) -> dict[str, float]:
+    """Flat name -> value figures of evaluate()'s result (test_recovery, test_perplexity, ...)."""
+    flat = {}
+    for dataset, figures in metrics["datasets"].items():
+        for key, value in figures.items():
+            if isinstance(value, (int, float)) and value == value:
+                flat[f"{dataset}_{key}"] = float(value)
+    for dataset, value in ((metrics.get("baseline") or {}).get("recovery") or {}).items():
+        if isinstance(value, (int, float)) and value == value:
+            flat[f"{dataset}_constant_recovery"] = float(value)
+    return flat
+
+
+def evaluate_step(
+    *,
+    prepared_path: str,
+    model_path: str,
+    out: str,
+    report_path: str,
+    pipeline_run_id: str,
+    tracking_uri: str,
+    experiment: str,
+) -> dict:
+    from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
+    from invfold.components.tracking import RunContext, Tracker
+
+    ctx = RunContext(pipeline_run_id=pipeline_run_id, tracking_uri=tracking_uri, experiment=experiment)
+    with Tracker(ctx, "evaluate") as tracker:
+        start = time.perf_counter()
+        metrics = evaluate(
+            EvaluateConfig(
+                model_path=os.path.join(model_path, "model.pt"), data=prepared_path, out=out, threads=os.cpu_count()
+            )
+        )
+        seconds = time.perf_counter() - start
+        shutil.copyfile(os.path.join(out, "report.html"), report_path)
+        with open(os.path.join(out, "confusion.json")) as fh:
+            confusion = json.load(fh)
+        flat = scalar_metrics(metrics)
+        record_timing(
+            "evaluate",
+            seconds,
+            test_recovery=flat.get("test_recovery"),
+            test_perplexity=flat.get("test_perplexity"),
+            constant_recovery=flat.get("test_constant_recovery"),
+        )
+        tracker.log_metrics(flat)
+        tracker.log_metrics({k: v for k, v in flat.items() if k.startswith("test_")}, parent=True)
+        for parent in (False, True):
+            tracker.log_dataset("test", metrics["data_digest"], prepared_path, "testing", parent=parent)
+        tracker.log_artifacts(out, "evaluation")
+    return {
+        "metrics": flat,
+        "confusion": confusion,
+        "metadata": {
+            "compute_s": round(seconds, 3),
+            "data_digest": metrics["data_digest"],
+            "test_recovery": flat.get("test_recovery"),
+            "mlflow_run_id": tracker.run_id or "",
+        },
+    }

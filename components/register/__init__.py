@@ -1,0 +1,1 @@
+"""Compare a candidate with the champion and register it when it is better (see decision.py)."""

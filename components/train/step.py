@@ -1,0 +1,196 @@
+"""The train step in the pipeline: where checkpoints go, the TrainConfig from pipeline parameters,
+the launcher (local processes or a TrainJob), and what is recorded in MLflow and KFP.
+
+Kept apart from the `@dsl.component` definition (component.py): inside a running step KFP loads a
+reduced `kfp.dsl` without the decorators, so the code a step imports must not define components.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from invfold.errors import ConfigError
+from invfold.runtime import record_timing
+
+
+SUMMARY_METRICS = ("step", "epoch", "elapsed_s", "residues", "residues_per_s")
+
+
+def object_store_uri(uri: str) -> str:
+    """An artifact URI as fsspec reads it (KFP's default store is MinIO, written minio://)."""
+    return "s3://" + uri[len("minio://") :] if uri.startswith("minio://") else uri
+
+
+def _model_overrides(overrides: dict) -> dict:
+    """KFP passes dict parameters as JSON objects, so 64 arrives as 64.0: restore the ints the
+    model config declares."""
+    import dataclasses
+
+    from invfold.components.model.config import ModelConfig
+
+    ints = {f.name for f in dataclasses.fields(ModelConfig) if f.type in (int, "int")}
+    return {
+        k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in (overrides or {}).items()
+    }
+
+
+def checkpoint_location(
+    strategy: str,
+    remote: bool,
+    pipeline_run_id: str,
+    checkpoint_root: str,
+    storage_root: str,
+    workspace_pvc: str,
+    local_root: str,
+) -> str:
+    """Where the run's checkpoints go: a folder keyed by the KFP run id (a retried step resumes
+    there). Locally beside the model; on a cluster under `storage_root` (object storage), except
+    for DeepSpeed, whose checkpoints are local files: they go to the shared workspace volume."""
+    from invfold.components.launch.trainjob import WORKSPACE_MOUNT
+
+    if checkpoint_root:
+        root = checkpoint_root
+    elif not remote:
+        root = os.path.join(local_root, "checkpoints")
+    elif strategy == "deepspeed":
+        if not workspace_pvc:
+            raise ConfigError(
+                "strategy deepspeed on a cluster writes its checkpoints as local files: set the "
+                "pipeline parameter workspace_pvc to a ReadWriteMany claim (e.g. invfold-workspace) "
+                "or checkpoint_root to a path on a volume every training pod mounts"
+            )
+        root = f"{WORKSPACE_MOUNT}/checkpoints"
+    elif storage_root:
+        root = f"{storage_root.rstrip('/')}/checkpoints"
+    else:
+        raise ConfigError("on a cluster the train step needs storage_root (s3://bucket/prefix) or checkpoint_root")
+    return f"{root.rstrip('/')}/{pipeline_run_id}"
+
+
+def train_step(
+    *,
+    prepared_path: str,
+    prepared_uri: str,
+    model_path: str,
+    pipeline_run_id: str,
+    pipeline_run_name: str,
+    tracking_uri: str,
+    experiment: str,
+    strategy: str,
+    nodes: int,
+    procs_per_node: int,
+    gpus_per_node: int,
+    train_options: dict,
+    checkpoint_root: str,
+    storage_root: str,
+    storage_secret: str,
+    storage_endpoint: str = "",
+    workspace_pvc: str = "",
+    runtime_kind: str = "ClusterTrainingRuntime",
+    task_config=None,
+) -> dict:
+    """Train and record; returns {'metrics': scalars for the KFP Metrics, 'metadata': ...}."""
+    from invfold.components.launch import Resources, on_kubernetes, select_launcher
+    from invfold.components.prep.shards import open_prepared
+    from invfold.components.tracking import RunContext, Tracker
+    from invfold.components.train.config import TrainConfig
+
+    from invfold import __version__
+
+    remote = on_kubernetes()
+    if remote and storage_endpoint:
+        # This pod reads the job's outputs from the same store (s3fs/botocore read the variable).
+        os.environ["AWS_ENDPOINT_URL"] = storage_endpoint
+    data = object_store_uri(prepared_uri) if remote else prepared_path
+    checkpoint_dir = checkpoint_location(
+        strategy,
+        remote,
+        pipeline_run_id,
+        checkpoint_root,
+        storage_root,
+        workspace_pvc,
+        local_root=os.path.dirname(model_path),
+    )
+    options = {k: v for k, v in train_options.items() if v not in (None, "")}
+    options["model_overrides"] = _model_overrides(options.get("model_overrides") or {})
+    for key in ("max_steps", "epochs", "time_budget_s"):
+        if not options.get(key):
+            options.pop(key, None)
+    cfg = TrainConfig(data=data, out=model_path, checkpoint_dir=checkpoint_dir, strategy=strategy, **options)
+    resources = Resources(nodes=nodes, procs_per_node=procs_per_node, gpus_per_node=gpus_per_node)
+    prepared = open_prepared(prepared_path)
+    ctx = RunContext(
+        pipeline_run_id=pipeline_run_id,
+        tracking_uri=tracking_uri,
+        experiment=experiment,
+        pipeline_run_name=pipeline_run_name,
+        pipeline_version=__version__,
+        tags={"invfold.strategy": strategy},
+    )
+    with Tracker(ctx, "train") as tracker:
+        tracker.set_tags({"invfold.strategy": strategy, "invfold.pipeline_version": __version__}, parent=True)
+        tracker.log_params(
+            {
+                **cfg.to_dict(),
+                "nodes": nodes,
+                "procs_per_node": procs_per_node,
+                "gpus_per_node": gpus_per_node,
+                "data_digest": prepared.digest,
+            }
+        )
+        tracker.log_params({"strategy": strategy, "data": data, "data_digest": prepared.digest}, parent=True)
+        for name, context in (("train", "training"), ("validation", "validation")):
+            if name in prepared.datasets:
+                for parent in (False, True):
+                    tracker.log_dataset(name, prepared.digest, data, context, prepared.index["datasets"][name], parent)
+        tracker.log_artifact(str(prepared.root / "card.md"), "dataset")
+        tracker.log_artifact(str(prepared.root / "card.json"), "dataset")
+        cluster = {
+            "storage_root": storage_root,
+            "storage_secret": storage_secret or None,
+            "storage_endpoint": storage_endpoint or None,
+            "workspace_pvc": workspace_pvc or None,
+            "runtime_kind": runtime_kind,
+            "pipeline_run_id": pipeline_run_id,
+        }
+        if task_config is not None:
+            cluster["node_selector"] = getattr(task_config, "node_selector", None) or {}
+            cluster["tolerations"] = getattr(task_config, "tolerations", None) or []
+        launcher = select_launcher(**cluster)
+        start = time.perf_counter()
+        result = launcher.run(cfg, resources)
+        job_seconds = time.perf_counter() - start
+        with open(os.path.join(model_path, "summary.json")) as fh:
+            summary = json.load(fh)
+        # The training loop's own time; the ranks' start-up and imports count as overhead.
+        seconds = float(summary.get("elapsed_s") or job_seconds)
+        record_timing(
+            "train",
+            seconds,
+            steps=summary.get("step"),
+            val_recovery=(summary.get("validation") or {}).get("recovery"),
+            stop=summary.get("stop_reason"),
+        )
+        tracker.log_metrics_file(os.path.join(model_path, "metrics.jsonl"))
+        scalars = {k: float(summary[k]) for k in SUMMARY_METRICS if isinstance(summary.get(k), (int, float))}
+        for key, value in (summary.get("validation") or {}).items():
+            if isinstance(value, (int, float)):
+                scalars[f"validation_{key}"] = float(value)
+        tracker.log_metrics(scalars)
+        tracker.log_artifact(os.path.join(model_path, "summary.json"))
+        tracker.set_tags({"invfold.launcher": result.backend, "invfold.trainjob": result.job_name or ""})
+    metadata = {
+        "compute_s": round(seconds, 3),
+        "job_s": round(job_seconds, 3),
+        "strategy": strategy,
+        "world_size": resources.world_size,
+        "data_digest": prepared.digest,
+        "checkpoint_dir": checkpoint_dir,
+        "launcher": result.backend,
+        "stop_reason": summary.get("stop_reason"),
+        "mlflow_run_id": tracker.run_id or "",
+        "mlflow_parent_run_id": tracker.parent_run_id or "",
+    }
+    return {"metrics": scalars, "metadata": metadata}
