@@ -113,7 +113,10 @@ class DeepSpeedStrategy(TorchCollectives, Strategy):
         does its bookkeeping (reduction buffers, zeroed gradients, micro-step count), and the
         weights, Adam moments and schedule stay as they were (with ZeRO >= 1 DeepSpeed itself also
         skips an update whose gradient norm is not finite)."""
-        noop = lambda *args, **kwargs: None
+
+        def noop(*args, **kwargs):
+            return None
+
         saved = {id(obj): (obj, obj.__dict__.get("step")) for obj in (self._base_optimizer, self.scheduler)}
         for obj, _ in saved.values():
             obj.step = noop  # an instance attribute; a scheduler may already have put one there
