@@ -9,7 +9,9 @@ the same checks, so they keep the same chains.
 Policy for what is dropped (every drop counted by reason in the card):
 - input defects: what the reader skips (see protein/errors.py), `duplicate_name` (a name seen
   before; the first occurrence wins), `invalid_letters` (a sequence character that is not an
-  upper-case letter), `no_observed_residue`; and split/subset names absent from the set (counted
+  upper-case letter), `no_observed_residue`, implausible geometry (`implausible_coordinates`,
+  `implausible_bond_length`, `implausible_ca_distance`, `overlapping_atoms`: protein/geometry.py;
+  one such chain makes every training loss NaN); and split/subset names absent from the set (counted
   per split, warned). `strict=True` makes each of these an InputError.
 - filters (choices of what to train on, never errors): `unknown_letters` (outside the alphabet and
   not X, the unknown residue that readers write for UNK and numbering gaps and batches mask),
@@ -37,6 +39,7 @@ import numpy as np
 from invfold import storage
 from invfold.components.protein.alphabet import UNKNOWN
 from invfold.components.protein.errors import InputError, Skip
+from invfold.components.protein.geometry import check_backbone
 from invfold.errors import ConfigError
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
@@ -49,7 +52,15 @@ from .shards import FORMAT, INDEX_FILE, DatasetWriter, content_digest, dataset_f
 
 log = logging.getLogger(__name__)
 
-STRICT_REASONS = ("duplicate_name", "invalid_letters", "no_observed_residue")
+STRICT_REASONS = (
+    "duplicate_name",
+    "invalid_letters",
+    "no_observed_residue",
+    "implausible_coordinates",
+    "implausible_bond_length",
+    "implausible_ca_distance",
+    "overlapping_atoms",
+)
 INVALID_LETTER = re.compile(r"[^A-Z]")
 
 
@@ -122,6 +133,9 @@ class _Screen:
                 f"at least {self.cfg.min_observed_fraction:g} of residues observed",
                 f"{observed}/{length}",
             )
+        implausible = check_backbone(record.coords, record.mask, record.residue_index)
+        if implausible:
+            return self.drop(record, implausible.reason, implausible.field, implausible.expected, implausible.got)
         return record
 
     def drop(self, record: ChainRecord, reason: str, field: str, expected: str, got) -> None:
