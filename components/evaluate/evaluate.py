@@ -3,7 +3,11 @@
 Scores the test set once (perplexity teacher-forced; recovery of designed sequences, see
 metrics.py) and derives every subset from those per-protein scores: the automatic ones (short
 chains L <= 100, single-chain) and each subset dataset of the prepared data whose chains are in
-the test set (others are scored on their own). Writes metrics.json, confusion.json, PNG plots,
+the test set (others are scored on their own); validation is scored on its own too (the pipeline
+chooses its champion on it). On the test set also: recall per native residue, recovery by burial
+and by secondary structure (structure_classes.py), diversity among designs sampled at a low
+temperature. A prepared set without train chains (an external benchmark list) evaluates with the
+constant predictor reported as unavailable. Writes metrics.json, confusion.json, PNG plots,
 report.md and report.html (plots embedded, so the file stands alone in the Kubeflow UI).
 """
 
@@ -21,14 +25,15 @@ import torch
 from invfold.components.model.io import load_model
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA
-from invfold.components.protein.splits import SPLIT_NAMES
 
 from invfold.errors import ConfigError, InputError
 
-from .metrics import DatasetScores, score_dataset
+from .metrics import DatasetScores, sample_designs, score_dataset
+from .structure_classes import BURIAL, SECONDARY, burial_classes, secondary_structure
 
 log = logging.getLogger(__name__)
 
+TABLE_HEADS = ("| length |", "| burial |", "| secondary structure |", "| residue |")
 LENGTH_BINS = (0, 100, 200, 300, 400, 10**9)
 
 
@@ -37,7 +42,8 @@ class EvaluateConfig:
     """model_path: model.pt from training. data: prepared folder. out: local output folder.
     datasets: what to report besides the automatic test subsets (default: test plus every subset
     dataset in the prepared data). seed: autoregressive decoding orders. short_max_length: the
-    "short" subset's bound (CATH's test_split_L100 uses 100)."""
+    "short" subset's bound (CATH's test_split_L100 uses 100). designs_per_protein: sequences sampled
+    per test protein at `diversity_temperature` for the diversity figure (0: no diversity figure)."""
 
     model_path: str
     data: str
@@ -47,6 +53,8 @@ class EvaluateConfig:
     tokens_per_batch: int = 6000
     short_max_length: int = 100
     threads: int | None = None
+    designs_per_protein: int = 2
+    diversity_temperature: float = 0.1
 
     def __post_init__(self) -> None:
         self.model_path, self.data, self.out = str(self.model_path), str(self.data), str(self.out)
@@ -54,16 +62,26 @@ class EvaluateConfig:
             raise ConfigError("EvaluateConfig: model_path, data and out must be given")
         if self.tokens_per_batch < 1 or self.short_max_length < 1:
             raise ConfigError("EvaluateConfig: tokens_per_batch and short_max_length must be positive")
+        if self.designs_per_protein < 0 or self.designs_per_protein == 1:
+            raise ConfigError(
+                f"EvaluateConfig.designs_per_protein: expected 0 or at least 2, got {self.designs_per_protein}"
+            )
+        if not 0 < self.diversity_temperature <= 10:
+            raise ConfigError(
+                f"EvaluateConfig.diversity_temperature: expected in (0, 10], got {self.diversity_temperature}"
+            )
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"EvaluateConfig.threads: expected a positive int, got {self.threads!r}")
 
 
-def most_frequent_letter(dataset) -> str:
+def most_frequent_letter(dataset) -> str | None:
+    """The dataset's most frequent standard letter; None for a dataset without any (e.g. the empty
+    train split of an external benchmark list)."""
     counts: Counter = Counter()
     for i in range(len(dataset)):
         counts.update(dataset[i].seq)
     counts = Counter({k: v for k, v in counts.items() if k in AA_TO_INDEX})
-    return counts.most_common(1)[0][0]
+    return counts.most_common(1)[0][0] if counts else None
 
 
 def constant_recovery(dataset, rows: list[int], letter: str) -> float:
@@ -93,7 +111,10 @@ def evaluate(cfg: EvaluateConfig) -> dict:
     data = open_prepared(cfg.data)
     if "test" not in data.datasets:
         raise InputError(cfg.data, None, None, "a 'test' dataset", f"datasets {data.datasets}", reason="no_test_set")
-    requested = cfg.datasets or ["test"] + [d for d in data.datasets if d not in SPLIT_NAMES]
+    # validation is scored too when present: the pipeline picks its champion on it, never on test
+    requested = cfg.datasets or ["test"] + [
+        d for d in data.datasets if d not in ("train", "test") and (d != "validation" or len(data.open(d)))
+    ]
     missing = [d for d in requested if d not in data.datasets]
     if missing:
         raise ConfigError(f"{cfg.data}: no dataset(s) {missing} (has {data.datasets})")
@@ -134,11 +155,21 @@ def evaluate(cfg: EvaluateConfig) -> dict:
 
     confusion = np.zeros((NUM_AA, NUM_AA), dtype=np.int64)
     by_length: dict[int, list[float]] = {}
+    by_burial = np.zeros((len(BURIAL), 2), dtype=np.int64)  # [class, (residues, correct)]
+    by_secondary = np.zeros((len(SECONDARY), 2), dtype=np.int64)
     for i, record in enumerate(records):
         designed = scores.designed[i]
         mask = np.asarray(record.mask, dtype=bool) & np.array([c in AA_TO_INDEX for c in record.seq])
         native = np.array([AA_TO_INDEX.get(c, 0) for c in record.seq])
         np.add.at(confusion, (native[mask], designed[mask]), 1)
+        correct = (native == designed) & mask
+        for table, classes in (
+            (by_burial, burial_classes(record.coords, record.mask)),
+            (by_secondary, secondary_structure(record.coords, record.residue_index, record.mask)),
+        ):
+            keep = mask & (classes >= 0)
+            np.add.at(table, (classes[keep], 0), 1)
+            np.add.at(table, (classes[keep], 1), correct[keep].astype(np.int64))
         if scores.count[i] > 0:
             bin_index = int(np.searchsorted(LENGTH_BINS, len(record), side="right") - 1)
             by_length.setdefault(bin_index, []).append(scores.correct[i] / scores.count[i])
@@ -146,6 +177,10 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         {"bin": _bin_label(b), "proteins": len(v), "recovery": float(np.median(v))}
         for b, v in sorted(by_length.items())
     ]
+
+    diversity = None
+    if cfg.designs_per_protein:
+        diversity = _diversity(model, test, test_rows, cfg)
 
     metrics = {
         "model": cfg.model_path,
@@ -155,8 +190,14 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         "seed": cfg.seed,
         "decoding": "greedy autoregressive, seeded random order" if model.cfg.autoregressive else "one-shot argmax",
         "datasets": results,
-        "baseline": {"letter": letter, "recovery": baseline} if letter else None,
+        "baseline": {"letter": letter, "recovery": baseline}
+        if letter
+        else {"letter": None, "recovery": {}, "unavailable": "the prepared data has no train chains"},
         "recovery_by_length": length_rows,
+        "recall_by_residue": _recall_by_residue(confusion),
+        "recovery_by_burial": _class_table(BURIAL, by_burial),
+        "recovery_by_secondary_structure": _class_table(SECONDARY, by_secondary),
+        "diversity": diversity,
     }
     confusion_doc = {"labels": list(ALPHABET), "rows": "native", "columns": "designed", "matrix": confusion.tolist()}
     with open(os.path.join(cfg.out, "metrics.json"), "w") as fh:
@@ -175,6 +216,51 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         baseline.get("test"),
     )
     return metrics
+
+
+def _recall_by_residue(confusion: np.ndarray) -> dict[str, dict]:
+    """Native letter -> residues and recall (designed == native) over the test set, pooled."""
+    natives = confusion.sum(1)
+    return {
+        letter: {"residues": int(natives[i]), "recall": float(confusion[i, i] / natives[i]) if natives[i] else None}
+        for i, letter in enumerate(ALPHABET)
+    }
+
+
+def _class_table(names: tuple[str, ...], table: np.ndarray) -> dict[str, dict]:
+    """Class -> residues and pooled recovery (None for a class without residues)."""
+    return {
+        name: {"residues": int(n), "recovery": float(c / n) if n else None}
+        for name, (n, c) in zip(names, table.tolist(), strict=True)
+    }
+
+
+def _diversity(model, dataset, rows: list[int], cfg: EvaluateConfig) -> dict:
+    """Mean pairwise difference among `designs_per_protein` sequences sampled per protein at
+    `diversity_temperature` (fraction of observed positions where two designs differ); the median
+    over proteins, and the samples' median recovery next to it (diversity is cheap at low recovery)."""
+    samples = sample_designs(
+        model, dataset, rows, cfg.designs_per_protein, cfg.diversity_temperature, cfg.tokens_per_batch, cfg.seed
+    )
+    differences, recoveries = [], []
+    for row in rows:
+        record = dataset[row]
+        mask = np.asarray(record.mask, dtype=bool) & np.array([c in AA_TO_INDEX for c in record.seq])
+        if not mask.any():
+            continue
+        designs = samples[row][:, mask]  # [designs, observed]
+        native = np.array([AA_TO_INDEX[c] for c, m in zip(record.seq, mask, strict=True) if m])
+        k = len(designs)
+        pairs = [(designs[a] != designs[b]).mean() for a in range(k) for b in range(a + 1, k)]
+        differences.append(float(np.mean(pairs)))
+        recoveries.append(float((designs == native).mean()))
+    return {
+        "designs_per_protein": cfg.designs_per_protein,
+        "temperature": cfg.diversity_temperature,
+        "proteins": len(differences),
+        "pairwise_difference": float(np.median(differences)) if differences else None,
+        "sample_recovery": float(np.median(recoveries)) if recoveries else None,
+    }
 
 
 def _bin_label(index: int) -> str:
@@ -228,13 +314,18 @@ def _fmt(value) -> str:
 
 def _reports(out: str, metrics: dict, plots: dict[str, str]) -> None:
     baseline = metrics["baseline"] or {"letter": None, "recovery": {}}
+    constant = (
+        f"Constant predictor: the train split's most frequent residue `{baseline['letter']}` everywhere."
+        if baseline["letter"]
+        else f"Constant predictor: unavailable ({baseline.get('unavailable', 'no train split')})."
+    )
     header = "| dataset | proteins | residues | perplexity | median recovery | constant predictor |"
     lines = [
         "# Evaluation report",
         "",
         f"Model `{os.path.basename(metrics['model'])}` ({metrics['model_config']['decoding']}), "
         f"data digest `{metrics['data_digest']}`; designs: {metrics['decoding']}; seed {metrics['seed']}.",
-        f"Constant predictor: the train split's most frequent residue `{baseline['letter']}` everywhere.",
+        constant,
         "",
         header,
         "|---|---|---|---|---|---|",
@@ -247,6 +338,37 @@ def _reports(out: str, metrics: dict, plots: dict[str, str]) -> None:
         )
     lines += ["", "## Recovery by length (test)", "", "| length | proteins | median recovery |", "|---|---|---|"]
     lines += [f"| {r['bin']} | {r['proteins']} | {r['recovery']:.3f} |" for r in metrics["recovery_by_length"]]
+    for title, key, label in (
+        ("Recovery by burial (test, pooled; CB neighbours within 10 A)", "recovery_by_burial", "burial"),
+        (
+            "Recovery by secondary structure (test, pooled; from backbone dihedrals)",
+            "recovery_by_secondary_structure",
+            "secondary structure",
+        ),
+    ):
+        lines += ["", f"## {title}", "", f"| {label} | residues | recovery |", "|---|---|---|"]
+        lines += [f"| {name} | {r['residues']} | {_fmt(r['recovery'])} |" for name, r in metrics[key].items()]
+    recall = metrics["recall_by_residue"]
+    lines += [
+        "",
+        "## Recall by native residue (test, pooled)",
+        "",
+        "| residue | " + " | ".join(recall) + " |",
+        "|---|" + "---|" * len(recall),
+        "| recall | "
+        + " | ".join(_fmt(r["recall"]) if r["recall"] is not None else "-" for r in recall.values())
+        + " |",
+    ]
+    diversity = metrics["diversity"]
+    if diversity and diversity["pairwise_difference"] is not None:
+        lines += [
+            "",
+            (
+                f"Diversity: {diversity['designs_per_protein']} designs per protein at T={diversity['temperature']:g} "
+                f"differ at {diversity['pairwise_difference']:.3f} of positions (median over {diversity['proteins']} "
+                f"proteins of the mean pairwise difference); their median recovery {diversity['sample_recovery']:.3f}."
+            ),
+        ]
     lines += ["", "![confusion](confusion.png)", "", "![recovery by length](recovery_by_length.png)", ""]
     markdown = "\n".join(lines)
     with open(os.path.join(out, "report.md"), "w") as fh:
@@ -264,7 +386,7 @@ def _reports(out: str, metrics: dict, plots: dict[str, str]) -> None:
             continue
         elif line.startswith("|"):
             cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
-            tag = "th" if line in (header, "| length | proteins | median recovery |") else "td"
+            tag = "th" if line == header or line.startswith(TABLE_HEADS) else "td"
             body.append("<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>")
         elif line.startswith("![") and "(" in line:
             name = line[line.index("(") + 1 : -1]

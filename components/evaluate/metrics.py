@@ -122,3 +122,27 @@ def score_dataset(
     finally:
         model.train(was_training)
     return scores
+
+
+@torch.no_grad()
+def sample_designs(
+    model,
+    dataset,
+    indices: list[int],
+    designs: int,
+    temperature: float,
+    tokens_per_batch: int,
+    seed: int,
+    device: torch.device = CPU,
+) -> dict[int, np.ndarray]:
+    """Row -> [designs, L] letter indices sampled at `temperature` (design d of a batch seeded by
+    `seed` + its first row + d), for diversity among designs."""
+    out: dict[int, list[np.ndarray]] = {i: [] for i in indices}
+    for rows in pack_by_length(dataset.lengths, sorted(indices), tokens_per_batch):
+        batch = collate([dataset[i] for i in rows]).to(device)
+        for d in range(designs):
+            generator = seeded_generator(seed + rows[0] + 7919 * (d + 1), batch.X.device)
+            S = model.sample(batch.X, batch.mask, batch.residue_index, temperature=temperature, generator=generator)
+            for j, row in enumerate(rows):
+                out[row].append(S[j, : int(batch.lengths[j])].cpu().numpy())
+    return {row: np.stack(v) for row, v in out.items()}

@@ -11,7 +11,7 @@ import os
 
 import torch
 from invfold import storage
-from invfold.errors import InputError
+from invfold.errors import InputError, InvfoldError
 
 from .config import ModelConfig
 from .network import InverseFoldingModel
@@ -24,6 +24,23 @@ def _open(path: str, mode: str):
     return fs.open(inner, mode)
 
 
+class NonFiniteWeightsError(InvfoldError, ValueError):
+    """A model whose weights hold NaN or infinity: it would predict nothing, so it is neither
+    written nor loaded."""
+
+
+def check_finite(state: dict[str, torch.Tensor], source: str) -> None:
+    """Raise NonFiniteWeightsError naming the first parameter with a non-finite value."""
+    bad = {k: int((~torch.isfinite(v)).sum()) for k, v in state.items() if v.is_floating_point()}
+    bad = {k: n for k, n in bad.items() if n}
+    if bad:
+        first = next(iter(bad))
+        raise NonFiniteWeightsError(
+            f"{source}: expected finite weights, got NaN or infinity in {len(bad)} tensor(s), first "
+            f"'{first}' ({bad[first]} value(s)): the training run diverged; retrain (lower lr, check the data)"
+        )
+
+
 def model_payload(model: InverseFoldingModel, provenance: dict | None = None) -> dict:
     """What save_model writes (fp32 CPU tensors), e.g. for embedding in a training checkpoint;
     `provenance` (plain values: where the weights came from) travels along, unread by loading."""
@@ -31,6 +48,7 @@ def model_payload(model: InverseFoldingModel, provenance: dict | None = None) ->
         k: v.detach().to("cpu", torch.float32) if v.is_floating_point() else v.detach().cpu()
         for k, v in model.state_dict().items()
     }
+    check_finite(state, "model to save")
     payload = {"format": FORMAT, "config": model.cfg.to_dict(), "state_dict": state}
     if provenance:
         payload["provenance"] = dict(provenance)
@@ -47,6 +65,7 @@ def model_from_payload(payload: dict, source: str = "<memory>") -> InverseFoldin
         cfg = ModelConfig.from_dict(payload["config"])
     except (TypeError, ValueError) as err:
         raise InputError(source, None, "config", "a valid model config", err, reason="invalid_model") from None
+    check_finite(payload["state_dict"], source)
     model = InverseFoldingModel(cfg)
     model.load_state_dict(payload["state_dict"])
     model.eval()

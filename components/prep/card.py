@@ -101,6 +101,32 @@ def render_markdown(card: dict) -> str:
         ]
     elif identity:
         lines += [f"Highest train-test identity: 0 (no test chain aligns with a train chain; {identity['tool']}).", ""]
+    bound = card["split"].get("identity_bound")
+    if bound:
+        dropped = bound["dropped"]
+        lines += [
+            f"Identity bound: validation/test chains at {bound['threshold']:g} identity or more to a train chain "
+            f"dropped ({bound['tool']}): validation {dropped['validation']}, test {dropped['test']}.",
+            "",
+        ]
+    for split, overlap in (card["split"].get("topology_overlap") or {}).items():
+        lines += [
+            f"CATH topologies shared by train and {split}: {overlap['topologies']}"
+            + (f" (e.g. {', '.join(overlap['examples'])})." if overlap["examples"] else "."),
+            "",
+        ]
+    subset_overlap = card["split"].get("subset_overlap") or {}
+    if subset_overlap:
+        lines += [
+            "| subset | chains | train chains | at identity threshold or more to train | highest identity |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {name} | {o['chains']} | {o['in_train']} | {o['above_threshold']} (>= {o['threshold']:g}) | "
+            f"{o['highest_identity']['identity']:.3f} |"
+            for name, o in subset_overlap.items()
+        ]
+        lines.append("")
     stats = card["kept"]
     lines += [
         "## Kept chains",

@@ -20,11 +20,12 @@ class PrepConfig:
         split (see split.py). subset_files: `test`-only files that become named datasets.
     output: folder (local path or remote URI) for the Arrow files, index.json and the card.
     Filters (the field's defaults): alphabet = the 20 standard letters (chains with other letters
-        are dropped, as reference loaders do); max_length = 500 (CATH 4.2 and ProteinMPNN-style
-        training cap); min_length = 30 (shorter chains are peptides without a fold of their own,
-        and CATH rarely classifies domains that short; the project's real 833-chain set, shortest
-        32, loses none); min_observed_fraction = 0.5 (a chain with over half its backbone missing
-        teaches the model its sequence from little structure).
+        are dropped, except X: an unknown residue or a numbering gap, kept in place and masked);
+        max_length = 500 (CATH 4.2 and ProteinMPNN-style training cap); min_length = 30 (shorter
+        chains are peptides without a fold of their own, and CATH rarely classifies domains that
+        short; the project's real 833-chain set, shortest 32, loses none); min_observed_fraction =
+        0.5 (a chain with over half its backbone missing teaches the model its sequence from little
+        structure).
     strict: turn input defects (reader skips, duplicate names, chains without any observed
         residue, split names absent from the set) into errors; filter drops stay counted drops.
     split_fractions/split_by/identity_tool/identity_threshold/seed: how prep makes a split when no

@@ -9,9 +9,12 @@ the same checks, so they keep the same chains.
 Policy for what is dropped (every drop counted by reason in the card):
 - input defects: what the reader skips (see protein/errors.py), `duplicate_name` (a name seen
   before; the first occurrence wins), `invalid_letters` (a sequence character that is not an
-  upper-case letter), `no_observed_residue`; and split/subset names absent from the set (counted
+  upper-case letter), `no_observed_residue`, implausible geometry (`implausible_coordinates`,
+  `implausible_bond_length`, `implausible_ca_distance`, `overlapping_atoms`: protein/geometry.py;
+  one such chain makes every training loss NaN); and split/subset names absent from the set (counted
   per split, warned). `strict=True` makes each of these an InputError.
-- filters (choices of what to train on, never errors): `unknown_letters` (outside the alphabet),
+- filters (choices of what to train on, never errors): `unknown_letters` (outside the alphabet and
+  not X, the unknown residue that readers write for UNK and numbering gaps and batches mask),
   `too_long`, `too_short`, `low_observed_fraction`, `not_in_split_file`.
 Counts always reconcile: read = kept + reader skips + filter drops (asserted, and in the card).
 """
@@ -34,7 +37,10 @@ from pathlib import Path
 
 import numpy as np
 from invfold import storage
+from invfold.components.protein.alphabet import UNKNOWN
 from invfold.components.protein.errors import InputError, Skip
+from invfold.components.protein.geometry import check_backbone
+from invfold.errors import ConfigError
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
 from invfold.components.protein.splits import SPLIT_NAMES, read_split_file
@@ -46,7 +52,15 @@ from .shards import FORMAT, INDEX_FILE, DatasetWriter, content_digest, dataset_f
 
 log = logging.getLogger(__name__)
 
-STRICT_REASONS = ("duplicate_name", "invalid_letters", "no_observed_residue")
+STRICT_REASONS = (
+    "duplicate_name",
+    "invalid_letters",
+    "no_observed_residue",
+    "implausible_coordinates",
+    "implausible_bond_length",
+    "implausible_ca_distance",
+    "overlapping_atoms",
+)
 INVALID_LETTER = re.compile(r"[^A-Z]")
 
 
@@ -65,7 +79,8 @@ class _Screen:
 
     def __init__(self, cfg: PrepConfig):
         self.cfg = cfg
-        self.unknown_letter = re.compile(f"[^{re.escape(cfg.alphabet)}]")
+        # X (an unknown residue or a numbering gap) keeps its place in the chain, masked
+        self.unknown_letter = re.compile(f"[^{re.escape(cfg.alphabet + UNKNOWN)}]")
         self.read = 0
         self.reader_skips: Counter = Counter()
         self.filtered: Counter = Counter()
@@ -99,7 +114,7 @@ class _Screen:
                 record,
                 "unknown_letters",
                 "seq",
-                f"letters of {self.cfg.alphabet}",
+                f"letters of {self.cfg.alphabet} or {UNKNOWN}",
                 f"{bad.group()!r} at residue {bad.start()}",
             )
         length = len(record.seq)
@@ -118,6 +133,9 @@ class _Screen:
                 f"at least {self.cfg.min_observed_fraction:g} of residues observed",
                 f"{observed}/{length}",
             )
+        implausible = check_backbone(record.coords, record.mask, record.residue_index)
+        if implausible:
+            return self.drop(record, implausible.reason, implausible.field, implausible.expected, implausible.got)
         return record
 
     def drop(self, record: ChainRecord, reason: str, field: str, expected: str, got) -> None:
@@ -214,35 +232,84 @@ def _read_splits(cfg: PrepConfig) -> tuple[dict[str, list[str]] | None, dict[str
     return splits, subsets
 
 
-def _make_split(cfg: PrepConfig) -> tuple[dict[str, str], dict]:
-    """First pass: the kept chains' sequences and labels -> name -> split, and the card's split entry."""
+def _make_split(cfg: PrepConfig) -> tuple[dict[str, str], dict, dict[str, splitting.IdentityHit]]:
+    """First pass: the kept chains' sequences and labels -> name -> split, the card's split entry,
+    and the held-out chains dropped for being too similar to a train chain."""
     screen = _Screen(cfg)
     seqs: dict[str, str] = {}
-    labels: dict[str, tuple[str | None, str | None]] = {}
+    topologies: dict[str, tuple[str, ...]] = {}
+    clusters: dict[str, str | None] = {}
     for item in _with_progress(read_protein_set(cfg.input, strict=cfg.strict), "prep: pass 1 (split)", cfg.log_every):
         record = screen.check(item)
         if record is not None:
             seqs[record.name] = record.seq
-            labels[record.name] = (splitting.cath_topology(record.cath), record.cluster)
-    method = splitting.choose_method(cfg.split_by, list(labels.values()))
+            topologies[record.name] = splitting.cath_topologies(record.cath)
+            clusters[record.name] = record.cluster
+    method = splitting.choose_method(cfg.split_by, [(topologies[n], clusters[n]) for n in seqs])
     tool = splitting.resolve_tool(cfg.identity_tool)
     if method == "cath":
-        groups = {name: f"cath:{labels[name][0]}" for name in seqs}
+        merged = splitting.merge_groups(topologies)
+        groups = {name: f"cath:{merged[name]}" for name in seqs}
     elif method == "cluster":
-        groups = {name: f"cluster:{labels[name][1]}" for name in seqs}
+        groups = {name: f"cluster:{clusters[name]}" for name in seqs}
     else:
-        clusters = splitting.cluster_sequences(seqs, cfg.identity_threshold, tool)
-        groups = {name: f"identity:{clusters[name]}" for name in seqs}
+        by_identity = splitting.cluster_sequences(seqs, cfg.identity_threshold, tool)
+        groups = {name: f"identity:{by_identity[name]}" for name in seqs}
     sizes = Counter(groups.values())
     by_group = splitting.assign_groups(dict(sorted(sizes.items())), cfg.split_fractions, cfg.seed)
     assignment = {name: by_group[group] for name, group in groups.items()}
+    excluded, bound, test_hits = _bound_identity(assignment, seqs, tool, cfg.identity_threshold)
+    top = splitting.highest(test_hits, tool)
     split_info = {
         "method": method,
-        "tool": tool if method == "identity" else None,
+        "tool": tool,
         "groups": len(sizes),
-        "highest_train_test_identity": _identity(assignment, seqs, tool),
+        "identity_bound": bound,
+        "highest_train_test_identity": {
+            "identity": round(top.identity, 4),
+            "test": top.test,
+            "train": top.train,
+            "tool": tool,
+        },
     }
-    return assignment, split_info
+    if method == "cath":
+        split_info["topology_overlap"] = splitting.topology_overlap(assignment, topologies)
+    return assignment, split_info, excluded
+
+
+def _bound_identity(
+    assignment: dict[str, str], seqs: dict[str, str], tool: str, threshold: float
+) -> tuple[dict[str, splitting.IdentityHit], dict, dict[str, splitting.IdentityHit]]:
+    """Drop validation and test chains at `threshold` identity or more to any train chain (groups
+    bound identity only as far as their labels do: CATH topologies, cluster ids, or a clustering
+    that a heuristic estimate may miss). Returns the dropped chains' hits, the card entry, and the
+    remaining test chains' hits."""
+    held_out = {n: seqs[n] for n, s in assignment.items() if s != "train"}
+    train = {n: seqs[n] for n, s in assignment.items() if s == "train"}
+    hits = splitting.best_hits(held_out, train, tool)
+    excluded = {n: hit for n, hit in sorted(hits.items()) if hit.identity >= threshold}
+    dropped = Counter(assignment.pop(n) for n in excluded)
+    for split in ("validation", "test"):
+        if dropped[split] and not any(s == split for s in assignment.values()):
+            raise ConfigError(
+                f"every {split} chain is at {threshold:g} identity or more to a train chain "
+                f"({dropped[split]} dropped); lower split_fractions' train share, raise identity_threshold, "
+                "or give a split file"
+            )
+    test_hits = {n: h for n, h in hits.items() if assignment.get(n) == "test"}
+    return (
+        excluded,
+        {
+            "threshold": threshold,
+            "tool": tool,
+            "dropped": {"validation": dropped["validation"], "test": dropped["test"]},
+            "examples": [
+                {"chain": h.test, "train": h.train, "identity": round(h.identity, 4)}
+                for h in list(excluded.values())[:5]
+            ],
+        },
+        test_hits,
+    )
 
 
 def _identity(assignment: dict[str, str], seqs: dict[str, str], tool: str) -> dict | None:
@@ -260,8 +327,9 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
     """Prepare `cfg.input` into `cfg.output`; raises InputError on bad input (see module policy)."""
     start = time.monotonic()
     splits, subsets = _read_splits(cfg)
+    excluded: dict[str, splitting.IdentityHit] = {}
     if splits is None:
-        assignment, split_info = _make_split(cfg)
+        assignment, split_info, excluded = _make_split(cfg)
     else:
         assignment = {name: split for split, names in splits.items() for name in names}
         split_info = {"method": "split_file", "tool": None}
@@ -282,8 +350,9 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
             name: DatasetWriter(staging / dataset_file(name), cfg.batch_rows, cfg.batch_bytes) for name in dataset_names
         }
         stats = CompositionStats()
-        collect_identity = splits is not None and cfg.check_identity
+        collect_identity = splits is None or cfg.check_identity
         identity_seqs: dict[str, str] = {}
+        topologies: dict[str, tuple[str, ...]] = {}
         kept = 0
         for item in _with_progress(read_protein_set(cfg.input, strict=cfg.strict), "prep", cfg.log_every):
             record = screen.check(item)
@@ -291,6 +360,16 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
                 continue
             split = assignment.get(record.name)
             targets = ([split] if split else []) + subset_of.get(record.name, [])
+            if not targets and record.name in excluded:
+                hit = excluded[record.name]
+                screen.drop(
+                    record,
+                    "similar_to_train",
+                    "seq",
+                    f"under {cfg.identity_threshold:g} identity to every train chain",
+                    f"{hit.identity:.3f} to '{hit.train}'",
+                )
+                continue
             if not targets:
                 screen.drop(
                     record, "not_in_split_file", "name", "a chain named in the split or subset files", "not named"
@@ -300,8 +379,10 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
                 writers[target].add(record)
             stats.add(record.seq, record.mask)
             kept += 1
-            if collect_identity and split in ("train", "test"):
+            if collect_identity and (split in ("train", "test") or record.name in subset_of):
                 identity_seqs[record.name] = record.seq
+            if record.cath:
+                topologies[record.name] = splitting.cath_topologies(record.cath)
         for writer in writers.values():
             writer.close()
         if screen.read != kept + screen.skipped:
@@ -319,9 +400,15 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
             )
 
         split_info["absent_from_set"] = _absent(cfg, splits, subsets, screen.names)
+        tool = splitting.resolve_tool(cfg.identity_tool)
         if collect_identity:
-            split_info["highest_train_test_identity"] = _identity(
-                {n: assignment[n] for n in identity_seqs}, identity_seqs, splitting.resolve_tool(cfg.identity_tool)
+            in_split = {n: assignment[n] for n in identity_seqs if n in assignment}
+            if splits is not None:
+                split_info["highest_train_test_identity"] = _identity(in_split, identity_seqs, tool)
+            split_info["subset_overlap"] = _subset_overlap(subsets, in_split, identity_seqs, tool, cfg)
+        if topologies and "topology_overlap" not in split_info:
+            split_info["topology_overlap"] = splitting.topology_overlap(
+                {n: s for n, s in assignment.items() if n in topologies}, topologies
             )
         split_info["subset_members_by_split"] = {
             subset: dict(Counter(assignment.get(n, "none") for n in names if n in screen.names))
@@ -382,6 +469,32 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
         digest,
     )
     return PrepResult(cfg.output, digest, counts, {n: d["chains"] for n, d in card["datasets"].items()}, card, seconds)
+
+
+def _subset_overlap(
+    subsets: dict[str, list[str]], assignment: dict[str, str], seqs: dict[str, str], tool: str, cfg: PrepConfig
+) -> dict:
+    """How much each evaluation subset overlaps train: members that are train chains by name, and
+    members at `identity_threshold` identity or more to a train chain (reported, never dropped:
+    a subset is someone else's benchmark list)."""
+    train = {n: seqs[n] for n, s in assignment.items() if s == "train"}
+    out = {}
+    for name, members in sorted(subsets.items()):
+        present = {n: seqs[n] for n in members if n in seqs}
+        in_train = sorted(n for n in present if n in train)
+        others = {n: s for n, s in present.items() if n not in train}
+        hits = splitting.best_hits(others, train, tool)
+        above = sorted(n for n, h in hits.items() if h.identity >= cfg.identity_threshold)
+        top = splitting.highest(hits, tool)
+        out[name] = {
+            "chains": len(present),
+            "in_train": len(in_train),
+            "above_threshold": len(above),
+            "threshold": cfg.identity_threshold,
+            "examples": (in_train + above)[:5],
+            "highest_identity": {"identity": round(top.identity, 4), "chain": top.test, "train": top.train},
+        }
+    return out
 
 
 def _absent(cfg: PrepConfig, splits, subsets, seen: set[str]) -> dict[str, int]:

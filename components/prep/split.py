@@ -1,6 +1,7 @@
 """Making a split that keeps related chains on one side, and measuring train-test identity.
 
-Groups: the CATH topology (C.A.T of a chain's first CATH node) when every chain is labelled; else
+Groups: CATH topologies (C.A.T) when every chain is labelled, chains that share any topology (a
+multi-domain chain has several) merged into one group (union-find); else
 the record's `cluster` field when every chain has one; else clusters at `threshold` sequence
 identity from MMseqs2 (`mmseqs easy-cluster`, one step, when on PATH) or a k-mer estimate. The method is
 chosen for the whole set, never per chain, so a labelled and an unlabelled homolog cannot end up
@@ -67,9 +68,43 @@ def resolve_tool(preferred: str) -> str:
     return "mmseqs" if found else "kmer"
 
 
-def cath_topology(cath: tuple[str, ...]) -> str | None:
-    """C.A.T of the first CATH node ("1.10.490.10" -> "1.10.490")."""
-    return ".".join(cath[0].split(".")[:3]) if cath else None
+def cath_topologies(cath: tuple[str, ...]) -> tuple[str, ...]:
+    """C.A.T of every CATH node, first seen first ("1.10.490.10" -> "1.10.490")."""
+    return tuple(dict.fromkeys(".".join(node.split(".")[:3]) for node in cath if node))
+
+
+def merge_groups(labels: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """Chain name -> group id, chains sharing any label in one group (union-find over labels; the id
+    is the group's smallest label, so it does not depend on input order)."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for chain_labels in labels.values():
+        for label in chain_labels:
+            parent.setdefault(label, label)
+        for label in chain_labels[1:]:
+            a, b = find(chain_labels[0]), find(label)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    return {name: find(chain_labels[0]) for name, chain_labels in labels.items()}
+
+
+def topology_overlap(assignment: dict[str, str], topologies: dict[str, tuple[str, ...]]) -> dict:
+    """CATH topologies found in train and in a held-out split: the count per split pair, and a few."""
+    by_split: dict[str, set[str]] = {}
+    for name, split in assignment.items():
+        by_split.setdefault(split, set()).update(topologies.get(name, ()))
+    train = by_split.get("train", set())
+    out = {}
+    for split in sorted(set(by_split) - {"train"}):
+        shared = sorted(train & by_split[split])
+        out[split] = {"topologies": len(shared), "examples": shared[:5]}
+    return out
 
 
 def choose_method(split_by: str, labels: list[tuple[str | None, str | None]]) -> str:
@@ -124,12 +159,25 @@ def cluster_sequences(seqs: dict[str, str], threshold: float, tool: str) -> dict
     return _kmer_cluster(seqs, threshold)
 
 
+def best_hits(test: dict[str, str], train: dict[str, str], tool: str) -> dict[str, IdentityHit]:
+    """Test chain -> its most similar train chain, for every test chain that aligns to one."""
+    if not test or not train:
+        return {}
+    return _mmseqs_best(test, train) if tool == "mmseqs" else _kmer_best(test, train)
+
+
+def highest(hits: dict[str, IdentityHit], tool: str) -> IdentityHit:
+    """The highest of `best_hits` (ties: the first test, then train name); identity 0 when none."""
+    if not hits:
+        return IdentityHit(0.0, None, None, tool)
+    return min(hits.values(), key=lambda h: (-h.identity, h.test or "", h.train or ""))
+
+
 def highest_identity(test: dict[str, str], train: dict[str, str], tool: str) -> IdentityHit | None:
     """The test chain most similar to any train chain (None when either side is empty)."""
     if not test or not train:
         return None
-    hit = _mmseqs_highest(test, train) if tool == "mmseqs" else _kmer_highest(test, train)
-    return hit or IdentityHit(0.0, None, None, tool)
+    return highest(best_hits(test, train, tool), tool)
 
 
 # ---------------------------------------------------------------- MMseqs2
@@ -182,7 +230,7 @@ def _mmseqs_cluster(seqs: dict[str, str], threshold: float) -> dict[str, str]:
     return out
 
 
-def _mmseqs_highest(test: dict[str, str], train: dict[str, str]) -> IdentityHit | None:
+def _mmseqs_best(test: dict[str, str], train: dict[str, str]) -> dict[str, IdentityHit]:
     with tempfile.TemporaryDirectory(prefix="invfold-mmseqs-") as tmp:
         tmp = Path(tmp)
         test_names = _write_fasta(tmp / "test.fasta", test)
@@ -198,17 +246,16 @@ def _mmseqs_highest(test: dict[str, str], train: dict[str, str]) -> IdentityHit 
             *MMSEQS_SPEED,
             cwd=tmp,
         )
-        best = None
+        best: dict[str, IdentityHit] = {}
         for line in (tmp / "hits.m8").read_text().splitlines():
             # nident reads 0 without backtraces in MMseqs2 14; fident * alnlen is the same count
             q, t, fident, alnlen, qlen, tlen = line.split("\t")
-            identity = round(float(fident) * int(alnlen)) / min(int(qlen), int(tlen))
-            key = (identity, test_names[int(q)], train_names[int(t)])
-            if best is None or key[0] > best[0] or (key[0] == best[0] and key[1:] < best[1:]):
-                best = key
-    if best is None:
-        return None
-    return IdentityHit(min(best[0], 1.0), best[1], best[2], "mmseqs")
+            identity = min(round(float(fident) * int(alnlen)) / min(int(qlen), int(tlen)), 1.0)
+            query, target = test_names[int(q)], train_names[int(t)]
+            old = best.get(query)
+            if old is None or identity > old.identity or (identity == old.identity and target < old.train):
+                best[query] = IdentityHit(identity, query, target, "mmseqs")
+    return best
 
 
 # ---------------------------------------------------------------- k-mer estimate
@@ -297,15 +344,15 @@ def _kmer_cluster(seqs: dict[str, str], threshold: float) -> dict[str, str]:
     return {name: first[label] for name, label in zip(names, labels, strict=True)}
 
 
-def _kmer_highest(test: dict[str, str], train: dict[str, str]) -> IdentityHit | None:
+def _kmer_best(test: dict[str, str], train: dict[str, str]) -> dict[str, IdentityHit]:
     test_names, train_names = list(test), list(train)
-    best = None
+    best: dict[str, IdentityHit] = {}
     for i, j, identity in _kmer_pairs(list(test.values()), list(train.values())):
-        if len(identity) == 0:
-            continue
-        k = int(np.argmax(identity))
-        if identity[k] > 0 and (best is None or identity[k] > best[0]):
-            best = (float(identity[k]), test_names[i[k]], train_names[j[k]])
-    if best is None:
-        return None
-    return IdentityHit(best[0], best[1], best[2], "kmer")
+        for a, b, value in zip(
+            i[identity > 0].tolist(), j[identity > 0].tolist(), identity[identity > 0].tolist(), strict=True
+        ):
+            query, target = test_names[a], train_names[b]
+            old = best.get(query)
+            if old is None or value > old.identity or (value == old.identity and target < old.train):
+                best[query] = IdentityHit(float(value), query, target, "kmer")
+    return best

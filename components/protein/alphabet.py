@@ -6,6 +6,9 @@ import numpy as np
 
 ALPHABET = "ACDEFGHIKLMNPQRSTVWY"
 NUM_AA = len(ALPHABET)
+# An unknown residue (UNK, an untabulated or D-amino acid, a numbering gap): it keeps its place in
+# the chain, masked out of what the model sees and is scored on.
+UNKNOWN = "X"
 AA_TO_INDEX = {aa: i for i, aa in enumerate(ALPHABET)}
 
 THREE_TO_ONE = {

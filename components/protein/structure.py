@@ -3,9 +3,19 @@
 What a record holds: the first model; one record per protein chain (a polymer gemmi types as a
 peptide); the first alternative conformation; standard residues, with common modified residues
 mapped to their parent through gemmi's residue table (MSE -> M, SEP -> S, ...) and counted in
-`record.extra["modified"]`; other polymer residues (UNK, D-amino acids, ...) dropped and counted in
-`record.extra["dropped"]`. `residue_index` is the author numbering, shifted just enough to stay
-strictly increasing, so insertion codes (52, 52A, 53) become consecutive and real gaps stay gaps.
+`record.extra["modified"]`; other polymer residues (UNK, D-amino acids, ...) keep their place and
+backbone as the unknown letter X (masked) and are counted in `record.extra["unknown"]`.
+
+One residue numbering with the jsonl reader: every residue missing between the first and the last
+observed one becomes a residue without coordinates (counted in `record.extra["gap_filled"]`), as
+ProteinMPNN's PDB parser does (`protein_mpnn_utils.py`, parse_PDB_biounits: residue numbers
+min..max, a missing number becomes the gap letter with NaN coordinates). Where the file gives the
+deposited sequence (mmCIF entity_poly_seq with label_seq_id, PDB SEQRES aligned by gemmi) the
+missing residues keep their letters, as in CATH chain-set records; otherwise they are found from
+author numbers (made strictly increasing: insertion codes 52, 52A, 53 become consecutive) and are
+X. `residue_index` then comes from C(i)-N(i+1) distances, as for jsonl records, so a chain read
+from its structure file and from a chain-set line with the same residues gives the same model
+inputs.
 Name: "<file stem>.<chain id>" ("_" for a blank chain id). Force-field names of standard residues
 (HSD, HIE, CYX, ...) count as the standard residue.
 
@@ -25,9 +35,9 @@ import numpy as np
 
 from invfold import storage
 
-from .alphabet import THREE_TO_ONE
+from .alphabet import THREE_TO_ONE, UNKNOWN
 from .errors import InputError, Skip
-from .record import BACKBONE_ATOMS, ChainRecord, observed_mask
+from .record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
 
 # Simulation force fields name protonation states of standard residues differently (CHARMM HSD,
 # AMBER HIE, CYX, ...): the same residues, so they map silently, unlike modified residues.
@@ -99,7 +109,7 @@ def read_structure(path: str | os.PathLike, strict: bool = False) -> Iterator[Ch
     records: list[ChainRecord | Skip] = []
     for chain_id, polymer in chains:
         try:
-            records.append(_record(path, name, chain_id, polymer, len(chains)))
+            records.append(_record(path, name, chain_id, polymer, len(chains), _full_sequence(structure, polymer)))
         except InputError as err:
             if strict:
                 raise
@@ -147,6 +157,7 @@ def _parse(path):
     if len(structure) == 0 or not any(len(chain) for chain in structure[0]):
         raise InputError(path, None, None, "a PDB or mmCIF file with atoms", "no atoms", reason="not_a_structure")
     structure.setup_entities()
+    structure.assign_label_seq_id(force=False)  # PDB files: align SEQRES to the modelled residues
     structure.remove_alternative_conformations()
     return structure
 
@@ -157,50 +168,92 @@ def _is_protein(polymer) -> bool:
     return len(polymer) > 0 and polymer.check_polymer_type() in (gemmi.PolymerType.PeptideL, gemmi.PolymerType.PeptideD)
 
 
-def _record(path, stem: str, chain_id: str, polymer, num_chains: int) -> ChainRecord:
-    letters, coords, numbers = [], [], []
-    modified, dropped = Counter(), Counter()
+def _full_sequence(structure, polymer) -> list[str] | None:
+    """The chain's deposited sequence (mmCIF entity_poly_seq, PDB SEQRES) as residue names, or None."""
+    import gemmi
+
+    entity = structure.get_entity_of(polymer)
+    if entity is None or not entity.full_sequence:
+        return None
+    return [gemmi.Entity.first_mon(name) for name in entity.full_sequence]
+
+
+def _record(path, stem: str, chain_id: str, polymer, num_chains: int, full_sequence=None) -> ChainRecord:
+    letters, coords, numbers, label_seq = [], [], [], []
+    modified, unknown = Counter(), Counter()
     for residue in polymer:
         letter = residue_letter(residue.name)
         if letter is None:
-            dropped[residue.name] += 1
-            continue
-        if residue.name not in THREE_TO_ONE and residue.name not in FORCE_FIELD_ALIASES:
+            unknown[residue.name] += 1
+            letter = UNKNOWN
+        elif residue.name not in THREE_TO_ONE and residue.name not in FORCE_FIELD_ALIASES:
             modified[residue.name] += 1
         letters.append(letter)
         numbers.append(residue.seqid.num)
+        label_seq.append(residue.label_seq)
         xyz = np.full((len(BACKBONE_ATOMS), 3), np.nan, dtype=np.float32)
         for i, atom_name in enumerate(BACKBONE_ATOMS):
             atom = residue.find_atom(atom_name, "*")
             if atom is not None:
                 xyz[i] = (atom.pos.x, atom.pos.y, atom.pos.z)
         coords.append(xyz)
-    if not letters:
+    if sum(unknown.values()) == len(letters):
         raise InputError(
             path,
             f"chain '{chain_id}'",
             "residues",
             "at least one standard or modified amino acid",
-            ", ".join(f"{n} x{c}" for n, c in sorted(dropped.items())),
+            ", ".join(f"{n} x{c}" for n, c in sorted(unknown.items())),
             reason="no_standard_residues",
             name=f"{stem}.{chain_id}",
         )
-    coords = np.stack(coords)
+    seq, coords = "".join(letters), np.stack(coords)
+    positions = np.array([n if n is not None else -1 for n in label_seq], dtype=np.int64)
+    if (
+        full_sequence
+        and positions.min() >= 1
+        and (np.diff(positions) > 0).all()
+        and positions[-1] <= len(full_sequence)
+    ):
+        # the deposited sequence names the missing residues' letters
+        gap_letters = [residue_letter(name) or UNKNOWN for name in full_sequence[positions[0] - 1 : positions[-1]]]
+        seq, coords, filled = fill_numbering_gaps(seq, coords, positions, gap_letters)
+    else:
+        seq, coords, filled = fill_numbering_gaps(seq, coords, increasing_numbering(numbers))
     extra = {}
     if modified:
         extra["modified"] = dict(sorted(modified.items()))
-    if dropped:
-        extra["dropped"] = dict(sorted(dropped.items()))
+    if unknown:
+        extra["unknown"] = dict(sorted(unknown.items()))
+    if filled:
+        extra["gap_filled"] = filled
     return ChainRecord(
         name=f"{stem}.{chain_id}",
-        seq="".join(letters),
+        seq=seq,
         coords=coords,
         mask=observed_mask(coords),
-        residue_index=increasing_numbering(numbers),
+        residue_index=infer_residue_index(coords),
         num_chains=num_chains,
         source=f"{path}#{chain_id}",
         extra=extra,
     )
+
+
+def fill_numbering_gaps(
+    seq: str, coords: np.ndarray, numbers: np.ndarray, gap_letters: list[str] | None = None
+) -> tuple[str, np.ndarray, int]:
+    """(seq, coords, residues added) with a residue without coordinates for every number missing
+    between the first and the last (`numbers` strictly increasing): its letter from `gap_letters`
+    (one per number from the first to the last) when given, else X."""
+    positions = np.asarray(numbers) - numbers[0]
+    length = int(positions[-1]) + 1
+    if length == len(seq):
+        return seq, coords, 0
+    letters = np.array(gap_letters, dtype="<U1") if gap_letters else np.full(length, UNKNOWN, dtype="<U1")
+    letters[positions] = list(seq)
+    filled = np.full((length, *coords.shape[1:]), np.nan, dtype=coords.dtype)
+    filled[positions] = coords
+    return "".join(letters), filled, length - len(seq)
 
 
 def residue_letter(name: str) -> str | None:

@@ -73,6 +73,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--label-smoothing", type=float, default=0.1)
     p.add_argument("--backbone-noise", type=float, default=0.1, help="Angstrom")
     p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument(
+        "--max-nonfinite-steps",
+        type=int,
+        default=10,
+        help="fail after this many steps in a row with a NaN/inf loss or gradient (each is skipped)",
+    )
     p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--validate-every", type=int, default=100)
@@ -103,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         time_budget_s=args.time_budget,
         cpu_time_budget_s=args.cpu_time_budget,
+        max_nonfinite_steps=args.max_nonfinite_steps,
         lr=args.lr,
         warmup_steps=args.warmup_steps,
         schedule=args.schedule,

@@ -51,6 +51,8 @@ class TrainConfig:
     cpu_time_budget_s: the same, counted in CPU seconds of each training process (all its
         threads; the ranks stop together when the first reaches it): a budget that a loaded
         machine does not shrink.
+    max_nonfinite_steps: a step whose loss or gradient is NaN/inf on any rank is skipped on every
+        rank (counted in metrics); this many such steps in a row fail the job (nothing is saved).
     The default recipe (default preset, lr 2e-3, noise 0.1 A, short warm-up) learns fast on CPU.
     """
 
@@ -90,6 +92,7 @@ class TrainConfig:
     time_budget_s: float | None = None
     cpu_time_budget_s: float | None = None
     dist_timeout_s: float = 600.0
+    max_nonfinite_steps: int = 10
 
     def __post_init__(self) -> None:
         self.data, self.out = str(self.data), str(self.out)
@@ -158,6 +161,7 @@ class TrainConfig:
             "grad_accum": self.grad_accum,
             "threads": self.threads,
             "keep_checkpoints": self.keep_checkpoints,
+            "max_nonfinite_steps": self.max_nonfinite_steps,
         }
         for name in ("max_steps", "epochs"):
             if getattr(self, name) is not None:

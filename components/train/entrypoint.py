@@ -3,7 +3,8 @@
     python -m invfold.components.train.entrypoint --config train_config.json
 
 under torchrun (ddp, deepspeed), horovodrun or mpirun (horovod, deepspeed). Exit status: 0 when
-training finished (or its time budget ran out), 143 after SIGTERM with a checkpoint written.
+training finished (or its time budget ran out), 143 after SIGTERM with a checkpoint written, 3 when
+a run of non-finite steps stopped training (nothing saved).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .config import TrainConfig
     from .distributed import setup, teardown
-    from .trainer import train
+    from .trainer import EXIT_DIVERGED, NonFiniteTrainingError, train
 
     cfg = TrainConfig.from_json(args.config)
     info = setup(cfg.strategy, cfg.dist_timeout_s, trace_dir=os.path.join(cfg.out, "nccl-traces"))
@@ -33,7 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     # An exception leaves without teardown: a barrier would wait for ranks that may never come;
     # the launcher stops the others when this process exits non-zero.
-    result = train(cfg, info)
+    try:
+        result = train(cfg, info)
+    except NonFiniteTrainingError as err:  # every rank raises at the same step: no traceback needed
+        if info.is_main:
+            logging.getLogger("invfold.train").error("training failed: %s", err)
+        teardown(info)
+        return EXIT_DIVERGED
     teardown(info)
     return result.exit_code
 

@@ -10,6 +10,12 @@ the ranks exchange their flags in the step's agreement all-reduce (`_agree`, whi
 the loss sums and every rank's phase times, see timing.py), so they agree on the same step,
 checkpoint together after it and leave: exit 143 after SIGTERM (the pod is retried and resumes),
 0 after the time budget (a finished run with model.pt).
+
+Non-finite numbers: the same all-reduce carries whether this rank saw a NaN/inf loss (its loss
+sums) or gradient (a flag); if any did, every rank skips that update (counted in metrics as
+`nonfinite_steps`, logged). `max_nonfinite_steps` of them in a row raise NonFiniteTrainingError
+(exit 3) before model.pt is written, and a model with non-finite weights is never written
+(model/io.py refuses it).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from invfold.components.evaluate.metrics import DatasetScores, score_dataset
+from invfold.errors import InvfoldError
 from invfold.components.model.io import save_model
 from invfold.components.model.network import InverseFoldingModel
 from invfold.components.prep.shards import open_prepared
@@ -43,8 +50,15 @@ from .timing import PHASES, StepClock, summarize
 log = logging.getLogger(__name__)
 
 EXIT_OK = 0
+EXIT_DIVERGED = 3  # a run of non-finite steps
 EXIT_PREEMPTED = 143  # 128 + SIGTERM, what a pod killed by SIGTERM reports
 STOP_TIME_BUDGET, STOP_PREEMPTED = 1, 2
+
+
+class NonFiniteTrainingError(InvfoldError, RuntimeError):
+    """Too many optimizer steps in a row had a NaN or infinite loss or gradient."""
+
+    exit_code = EXIT_DIVERGED
 
 
 def lr_factor(cfg: TrainConfig, total_steps: int | None):
@@ -86,8 +100,8 @@ def sequence_loss(logits: torch.Tensor, S: torch.Tensor, mask: torch.Tensor, smo
 def _agree(strategy, info: DistInfo, flags: list[int], sums: torch.Tensor, times: np.ndarray):
     """The loop's one collective per step besides the gradient exchange: every rank puts its stop
     flags, loss sums and phase times in its own row of a [world, fields] matrix, and one SUM
-    all-reduce gives every rank every row. Returns (stop flag agreed by all ranks, this step's
-    loss sums over all ranks, [world, phases] times)."""
+    all-reduce gives every rank every row. Returns every rank's row split in three: [world, flags],
+    [world, STAT_FIELDS] loss sums, [world, phases] times."""
     width = len(flags) + len(STAT_FIELDS) + len(PHASES)
     row = torch.cat(
         [
@@ -100,7 +114,7 @@ def _agree(strategy, info: DistInfo, flags: list[int], sums: torch.Tensor, times
     table[info.rank] = row
     table = strategy.all_reduce(table, "sum").numpy()
     stats_end = len(flags) + len(STAT_FIELDS)
-    return int(table[:, : len(flags)].max()), table[:, len(flags) : stats_end].sum(axis=0), table[:, stats_end:]
+    return table[:, : len(flags)], table[:, len(flags) : stats_end], table[:, stats_end:]
 
 
 class _Window:
@@ -192,6 +206,7 @@ class _Position:
     epoch: int = 0
     position: int = 0
     residues: float = 0.0  # observed residues trained on, all ranks
+    nonfinite_steps: int = 0  # updates skipped for a NaN/inf loss or gradient on some rank
 
 
 def _seed_everything(seed: int) -> None:
@@ -271,6 +286,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     stop_reason, last_saved, val_summary = "finished", pos.step if latest else -1, {}
     clock = StepClock()
     window = _Window(info.world_size)
+    grad_norm, nonfinite_run = None, 0
     batches = sampler.iterate(pos.epoch, pos.position)
     try:
         while not _done(cfg, pos):
@@ -288,17 +304,30 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
                     loss, micro_sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
                     strategy.backward(loss)
                 sums += micro_sums
+            with clock.phase("compute_s"):  # Horovod waits for its all-reduce here: moved to sync_s below
+                grads_finite = strategy.local_grads_finite()
             clock.move(strategy.sync_seconds(), "compute_s", "sync_s")
             flags = [
                 STOP_PREEMPTED if preemption.requested else 0,
                 STOP_TIME_BUDGET if _over_budget(cfg, start, cpu_start) else 0,
+                0 if grads_finite else 1,
             ]
             with clock.phase("sync_s"):
-                stop, step_stats, step_times = _agree(strategy, info, flags, sums, clock.lap())
-            with clock.phase("compute_s"):
-                grad_norm = strategy.step()
+                rank_flags, rank_stats, step_times = _agree(strategy, info, flags, sums, clock.lap())
+            stop = int(rank_flags[:, :2].max())
+            nonfinite_ranks = int(((rank_flags[:, 2] > 0) | ~np.isfinite(rank_stats).all(axis=1)).sum())
+            if nonfinite_ranks:
+                strategy.step(skip=True)
+                pos.nonfinite_steps += 1
+                nonfinite_run += 1
+                _report_nonfinite(cfg, info, pos, nonfinite_ranks, nonfinite_run)
+                window.add(np.zeros(len(STAT_FIELDS)), step_times)
+            else:
+                with clock.phase("compute_s"):
+                    grad_norm = strategy.step()
+                nonfinite_run = 0
+                window.add(rank_stats.sum(axis=0), step_times)
             pos.step += 1
-            window.add(step_stats, step_times)
 
             if cfg.log_every and pos.step % cfg.log_every == 0 or stop or _done(cfg, pos):
                 pos.residues += window.residues()
@@ -355,6 +384,27 @@ def _done(cfg: TrainConfig, pos: _Position) -> bool:
     return cfg.epochs is not None and pos.epoch >= cfg.epochs
 
 
+def _report_nonfinite(cfg: TrainConfig, info: DistInfo, pos: _Position, ranks: int, run: int) -> None:
+    """Log a skipped update; raise (on every rank alike) once `max_nonfinite_steps` come in a row."""
+    if info.is_main:
+        log.warning(
+            "step %d: NaN or infinite loss or gradient on %d of %d rank(s): update skipped on all "
+            "(%d skipped in all, %d in a row; the job fails at %d in a row)",
+            pos.step + 1,
+            ranks,
+            info.world_size,
+            pos.nonfinite_steps,
+            run,
+            cfg.max_nonfinite_steps,
+        )
+    if run >= cfg.max_nonfinite_steps:
+        raise NonFiniteTrainingError(
+            f"{run} optimizer steps in a row (up to step {pos.step + 1}) had a NaN or infinite loss or "
+            "gradient; model.pt was not written. Check the data (invfold prep drops implausible chains), "
+            "lower --lr or raise --grad-clip"
+        )
+
+
 def _over_budget(cfg: TrainConfig, start: float, cpu_start: float) -> bool:
     """Wall-clock budget, or CPU-time budget of this process (all its threads): the latter
     trains the same amount on a loaded machine, only slower."""
@@ -363,19 +413,20 @@ def _over_budget(cfg: TrainConfig, start: float, cpu_start: float) -> bool:
     return cfg.cpu_time_budget_s is not None and time.process_time() - cpu_start >= cfg.cpu_time_budget_s
 
 
-def _log_train(metrics: MetricsLog, pos: _Position, window: _Window, lr: float, grad_norm: float) -> None:
+def _log_train(metrics: MetricsLog, pos: _Position, window: _Window, lr: float, grad_norm: float | None) -> None:
     nll, correct, count, smoothed = (float(x) for x in window.stats)
     count = max(count, 1.0)
     values = {
         "loss": smoothed / count,
         "nll": nll / count,
-        "perplexity": math.exp(nll / count),
+        "perplexity": math.exp(min(nll / count, 700.0)),  # float overflow past e^709
         "accuracy": correct / count,
         "lr": lr,
         "grad_norm": grad_norm,
         "residues": count,
         "residues_per_s": window.residues_per_s(),
         "epoch": pos.epoch,
+        "nonfinite_steps": pos.nonfinite_steps,
     }
     metrics.write("train", pos.step, values)
     timing = summarize(window.times, window.steps)
@@ -458,7 +509,9 @@ def _resume(strategy, directory: str, cfg: TrainConfig, info: DistInfo) -> _Posi
             info.world_size,
         )
         _seed_everything(cfg.seed + 1000 * (info.rank + 1) + state["step"])
-    return _Position(state["step"], state["epoch"], state["position"], state["residues"])
+    return _Position(
+        state["step"], state["epoch"], state["position"], state["residues"], state.get("nonfinite_steps", 0)
+    )
 
 
 def _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_path) -> dict:
@@ -476,6 +529,7 @@ def _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_pa
         "process_cpu_s": round(time.process_time(), 3),
         "residues": pos.residues,
         "residues_per_s": round(pos.residues / max(elapsed, 1e-9), 1),
+        "nonfinite_steps": pos.nonfinite_steps,
         "validation": val_summary,
         "model": model_path,
         "checkpoint": ckpt.latest_complete(cfg.checkpoint_dir),

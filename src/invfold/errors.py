@@ -7,6 +7,9 @@ under it live beside the code that raises them:
 - `ConfigError` (here): a config field or command-line option out of range (exit 2);
 - `InputError` (here): a problem with one input file, naming file, line, field, expectation (exit 2);
 - `PublishedWeightsError` (components/model): an unknown published model or a missing package (exit 2);
+- `NonFiniteWeightsError` (components/model/io.py): a model with NaN/inf weights is neither saved
+  nor loaded (exit 1); `NonFiniteTrainingError` (components/train/trainer.py): a run of
+  non-finite training steps (exit 3);
 - `ParityError` (components/export): ONNX and PyTorch logits differ beyond the tolerance (exit 1);
 - `LaunchError`, `ManifestError` (components/launch): the training job failed or its manifest is
   invalid (exit 1);

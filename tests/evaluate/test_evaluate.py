@@ -57,8 +57,9 @@ def test_metrics_files_subsets_and_report(prepared, model_path, tmp_path):
     data = open_prepared(prepared)
     subset_name = next(d for d in data.datasets if d not in ("train", "validation", "test"))
     results = metrics["datasets"]
-    assert {"test", "test_short_L100", "test_single_chain", subset_name} <= results.keys()
+    assert {"test", "validation", "test_short_L100", "test_single_chain", subset_name} <= results.keys()
     assert results["test"]["proteins"] == len(data.open("test"))
+    assert results["validation"]["proteins"] == len(data.open("validation"))  # what the champion is chosen on
     assert results[subset_name]["proteins"] == 5
     assert math.isclose(results["test"]["perplexity"], math.exp(results["test"]["loss"]))
     assert 0.0 <= results["test"]["recovery"] <= 1.0
@@ -128,3 +129,66 @@ def test_cli_writes_the_report(prepared, model_path, tmp_path, capsys):
 def test_unknown_dataset_is_a_clear_error(prepared, model_path, tmp_path):
     with pytest.raises(ValueError, match=r"no dataset\(s\) \['nope'\]"):
         evaluate(EvaluateConfig(model_path=model_path, data=prepared, out=str(tmp_path), datasets=["nope"]))
+
+
+def test_recall_burial_secondary_structure_in_metrics_and_report(prepared, model_path, tmp_path):
+    metrics = evaluate(EvaluateConfig(model_path=model_path, data=prepared, out=str(tmp_path), designs_per_protein=2))
+    matrix = np.array(json.loads((tmp_path / "confusion.json").read_text())["matrix"])
+    residues = metrics["datasets"]["test"]["residues"]
+    recall = metrics["recall_by_residue"]
+    assert list(recall) == list("ACDEFGHIKLMNPQRSTVWY")
+    for i, r in enumerate(recall.values()):
+        assert r["residues"] == matrix[i].sum()
+        assert (
+            r["recall"] is None if not r["residues"] else r["recall"] == pytest.approx(matrix[i, i] / matrix[i].sum())
+        )
+    burial = metrics["recovery_by_burial"]
+    assert list(burial) == ["core", "boundary", "surface"]
+    assert sum(b["residues"] for b in burial.values()) == residues  # every observed residue has a CB
+    correct = sum(b["recovery"] * b["residues"] for b in burial.values() if b["residues"])
+    assert correct == pytest.approx(np.trace(matrix))
+    secondary = metrics["recovery_by_secondary_structure"]
+    assert list(secondary) == ["helix", "strand", "coil"]
+    assert 0.9 * residues < sum(s["residues"] for s in secondary.values()) <= residues  # chain ends, breaks
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert saved["recovery_by_burial"] == burial and saved["recall_by_residue"] == recall
+    report = (tmp_path / "report.md").read_text()
+    assert "## Recovery by burial" in report and "| helix |" in report and "## Recall by native residue" in report
+    assert "<th>burial</th>" in (tmp_path / "report.html").read_text()
+
+
+def test_diversity_among_designs(prepared, tmp_path):
+    torch.manual_seed(0)
+    path = tmp_path / "one_shot.pt"
+    save_model(path, InverseFoldingModel(ModelConfig.preset("tiny", decoding="one_shot")))
+    data = open_prepared(prepared)
+
+    def diversity(temperature):
+        cfg = EvaluateConfig(
+            model_path=str(path),
+            data=prepared,
+            out=str(tmp_path / f"t{temperature}"),
+            designs_per_protein=3,
+            diversity_temperature=temperature,
+        )
+        return evaluate(cfg)["diversity"]
+
+    cold, hot = diversity(1e-6), diversity(10.0)
+    assert cold["proteins"] == hot["proteins"] == len(data.open("test"))
+    assert cold["pairwise_difference"] == 0.0  # a one-shot model at T -> 0 designs its argmax every time
+    assert hot["pairwise_difference"] > 0.5  # near-uniform letters: most positions differ
+    assert "designs per protein" in (tmp_path / "t10.0" / "report.md").read_text()
+
+
+def test_a_prepared_set_with_only_a_test_split_evaluates(model_path, tmp_path):
+    # an external benchmark list: no train chains, so no train composition for the constant predictor
+    names = json.loads(SAMPLE_SPLITS.read_text())["test"][:6]
+    split = tmp_path / "external_splits.json"
+    split.write_text(json.dumps({"train": [], "validation": [], "test": names}))
+    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(split), output=str(tmp_path / "prepared")))
+    metrics = evaluate(
+        EvaluateConfig(model_path=model_path, data=str(tmp_path / "prepared"), out=str(tmp_path / "eval"))
+    )
+    assert metrics["datasets"]["test"]["proteins"] == 6 and "validation" not in metrics["datasets"]
+    assert metrics["baseline"]["letter"] is None and "no train chains" in metrics["baseline"]["unavailable"]
+    assert "Constant predictor: unavailable" in (tmp_path / "eval" / "report.md").read_text()

@@ -112,6 +112,31 @@ def test_model_beats_the_constant_predictor_and_becomes_champion(ddp_run, worksp
     assert json.loads((register_dir / "model.parity.json").read_text())["passed"] is True
 
 
+def test_mlflow_opens_as_a_model_training_experiment_with_datasets_links_metrics_and_descriptions(ddp_run, workspace):
+    client = MlflowClient(workspace["uri"])
+    name = workspace["base"]["registered_model_name"]
+    experiment = client.get_experiment_by_name(workspace["base"]["mlflow_experiment"])
+    # MLflow 3's UI shows runs and charts, not its GenAI overview, for this experiment kind
+    # (mlflow/mlflow: mlflow/server/js/src/experiment-tracking/constants.ts, enum ExperimentKind)
+    assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    parent = client.get_run(ddp_run.mlflow_run_id)
+    contexts = {
+        i.dataset.name: {t.key: t.value for t in i.tags}["mlflow.data.context"] for i in parent.inputs.dataset_inputs
+    }
+    assert contexts == {"train": "training", "validation": "validation", "test": "testing"}
+    assert f"#/models/{name}/versions/1" in parent.data.tags["mlflow.note.content"]
+    version = client.get_model_version(name, "1")
+    digest = version.tags["invfold.data_digest"]
+    for description in (client.get_registered_model(name).description, version.description):
+        assert digest in description and "onnx" in description.lower() and f"models:/{name}@champion" in description
+    (logged,) = client.search_logged_models(
+        [experiment.experiment_id], filter_string=f"source_run_id = '{version.run_id}'"
+    )
+    metrics = {m.key: m.value for m in logged.metrics}
+    assert metrics["test_recovery"] == pytest.approx(float(version.tags["invfold.test_recovery"]))
+    assert "test_perplexity" in metrics and "parity_max_abs_diff" in metrics
+
+
 def test_kfp_outputs_show_metrics_confusion_matrix_and_reports(ddp_run):
     folder = Path(ddp_run.run_folder)
     out = json.loads((folder / "evaluate-op" / "executor_output.json").read_text())["artifacts"]

@@ -95,6 +95,33 @@ def _coords_with(atom, value):
     return lambda e: line({**e, "coords": {**e["coords"], atom: value(e["coords"][atom])}})
 
 
+def _moved(change):
+    """A line whose coordinates are changed by change(xyz [L, 4, 3] float64 array, in place)."""
+
+    def bad(e):
+        xyz = np.stack([np.asarray(e["coords"][a], dtype=float) for a in ("N", "CA", "C", "O")], axis=1)
+        change(xyz)
+        return line({**e, "coords": {a: xyz[:, k].tolist() for k, a in enumerate(("N", "CA", "C", "O"))}})
+
+    return bad
+
+
+def _far(xyz):
+    xyz[5, 1] = 1e30  # one CA far outside any structure: distances overflow float32
+
+
+def _stretched(xyz):
+    xyz[5, 0] = xyz[5, 1] + [4.0, 0.0, 0.0]  # N 4 A from its CA
+
+
+def _squeezed(xyz):
+    xyz[6] = xyz[5] + [1.0, 0.0, 0.0]  # residue 6 one Angstrom from residue 5
+
+
+def _doubled(xyz):
+    xyz[20] = xyz[5]  # residue 20 written on top of residue 5
+
+
 def _truncated(tmp: Path):
     good = good_entries(GOOD + 1)
     last = line(good[GOOD])
@@ -190,7 +217,7 @@ CASES = [
     ),
     Case(
         "unknown letters",
-        _jsonl(lambda e: line({**e, "seq": "X" + e["seq"][1:]})),
+        _jsonl(lambda e: line({**e, "seq": "B" + e["seq"][1:]})),
         "unknown_letters",
         "unknown_letters",
     ),
@@ -207,6 +234,34 @@ CASES = [
         "no_observed_residue",
         "error:no_observed_residue",
         message=(BAD_LINE, "'coords'"),
+    ),
+    Case(
+        "coordinate far outside any structure",
+        _jsonl(_moved(_far)),
+        "implausible_coordinates",
+        "error:implausible_coordinates",
+        message=(BAD_LINE, "'coords'", "1e+30"),
+    ),
+    Case(
+        "backbone bond of 4 A",
+        _jsonl(_moved(_stretched)),
+        "implausible_bond_length",
+        "error:implausible_bond_length",
+        message=(BAD_LINE, "coords.N-CA", "residue 5"),
+    ),
+    Case(
+        "consecutive CA atoms 1 A apart",
+        _jsonl(_moved(_squeezed)),
+        "implausible_ca_distance",
+        "error:implausible_ca_distance",
+        message=(BAD_LINE, "coords.CA", "residues 5 and 6"),
+    ),
+    Case(
+        "atoms on top of each other",
+        _jsonl(_moved(_doubled)),
+        "overlapping_atoms",
+        "error:overlapping_atoms",
+        message=(BAD_LINE, "'coords'", "residue 5", "residue 20"),
     ),
     Case("duplicate names", _duplicate, "duplicate_name", "error:duplicate_name", message=(BAD_LINE, "'name'")),
     Case(

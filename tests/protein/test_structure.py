@@ -37,14 +37,19 @@ def test_pdb_chains_numbering_modified_residues(tmp_path):
     path = tmp_path / "1abc.pdb"
     path.write_text(protein_pdb())
     a, b = read_structures(path)
-    assert (a.name, a.seq, a.num_chains) == ("1abc.A", "AMSGKKKHSW", 2)
-    assert a.extra["modified"] == {"MSE": 1, "SEP": 1}
-    assert a.residue_index.tolist() == [1, 2, 3, 4, 5, 6, 7, 12, 13, 14]  # insertion codes consecutive, gap kept
-    assert chain_breaks(a.residue_index).tolist() == [False] * 6 + [True] + [False] * 2
+    # As ProteinMPNN's parse_PDB_biounits (protein_mpnn_utils.py): 5, 5A, 5B are three residues, and
+    # the missing numbers 6-9 become four gap residues (X, no coordinates) before 10.
+    assert (a.name, a.seq, a.num_chains) == ("1abc.A", "AMSGKKKXXXXHSW", 2)
+    assert a.extra["modified"] == {"MSE": 1, "SEP": 1} and a.extra["gap_filled"] == 4
+    assert a.residue_index.tolist() == list(range(14))  # the gap is filled, so no break is called
+    assert not chain_breaks(a.residue_index).any()
     np.testing.assert_allclose(a.coords[2], XYZ[2], atol=1e-3)  # first alternative conformation kept
-    assert a.mask.all() and a.coords.dtype == np.float32
-    assert (b.name, b.seq, b.extra) == ("1abc.B", "VL", {"dropped": {"UNK": 1}})
-    assert b.residue_index.tolist() == [7, 9]  # the dropped residue leaves a gap
+    assert a.mask.tolist() == [True] * 7 + [False] * 4 + [True] * 3 and np.isnan(a.coords[7:11]).all()
+    assert a.coords.dtype == np.float32
+    # an unknown residue keeps its place and backbone as X (masked when batched)
+    assert (b.name, b.seq, b.extra) == ("1abc.B", "VXL", {"unknown": {"UNK": 1}})
+    assert b.residue_index.tolist() == [0, 1, 2] and b.mask.all()
+    np.testing.assert_allclose(b.coords[1], XYZ[1], atol=1e-3)
     assert a.source.endswith("1abc.pdb#A")
 
 
@@ -100,7 +105,7 @@ def test_old_pdb_with_serial_numbers_in_charge_columns(tmp_path):
     )
     path = tmp_path / "old.pdb"
     path.write_text(text)
-    assert [r.seq for r in read_structures(path)] == ["AMSGKKKHSW", "VL"]
+    assert [r.seq for r in read_structures(path)] == ["AMSGKKKXXXXHSW", "VXL"]
 
 
 @pytest.mark.parametrize(

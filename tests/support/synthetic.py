@@ -242,6 +242,14 @@ def _assemble(templates: _Templates, segments: list[tuple[str, int, int]], lengt
     return backbone.astype(np.float32), state_string[:length]
 
 
+def _clashes(coords: np.ndarray) -> bool:
+    """Whether two backbone atoms are closer than 1 A (bonded ones are 1.2 A or more apart): prep
+    drops such chains as implausible (protein/geometry.py)."""
+    from scipy.spatial import cKDTree
+
+    return len(cKDTree(coords.reshape(-1, 3)).query_pairs(1.0)) > 0
+
+
 def _state_weights() -> dict[str, np.ndarray]:
     bg = BACKGROUND / BACKGROUND.sum()
     out = {}
@@ -311,6 +319,12 @@ def generate_chains(cfg: SyntheticConfig) -> Iterator[tuple[dict, int]]:
             for s, n, t in fam_layout
         ]
         coords, states = _assemble(templates, layout, fam_length)
+        for attempt in range(1, 50):  # a chain that runs through itself: other loops, from a side stream
+            if not _clashes(coords):
+                break
+            side = np.random.default_rng([cfg.seed, index, attempt])
+            layout = [(s, n, int(side.integers(len(templates.loops))) if s == "L" else t) for s, n, t in layout]
+            coords, states = _assemble(templates, layout, fam_length)
         mutate = rng.random(fam_length) < fam_mutation
         codes = np.where(mutate, _draw_letters(rng, states, weights), fam_codes)
         seq = "".join(ALPHABET[c] for c in codes)

@@ -82,3 +82,43 @@ def test_sigterm_on_one_rank_checkpoints_all_and_exits_nonzero(synthetic_prepare
     )
     assert run_job(resumed) == 0
     assert summary(out)["step"] == done["step"] + 2 and (out / "model.pt").exists()
+
+
+def test_sigkill_on_one_rank_then_the_same_command_resumes_to_the_uninterrupted_weights(synthetic_prepared, tmp_path):
+    """No signal handler runs on SIGKILL: the job dies with whatever save was in flight. The same
+    command again must resume from the newest COMPLETE checkpoint and end bitwise where a run
+    that was never killed ends."""
+    import torch
+    from invfold.components.model.io import load_model
+
+    options = {"max_steps": 24, "checkpoint_every": 3, "validate_every": 0}
+    reference = tiny_config(synthetic_prepared, tmp_path / "uninterrupted", **options)
+    assert run_job(reference) == 0
+
+    out = tmp_path / "killed"
+    cfg = tiny_config(synthetic_prepared, out, **options)
+    out.mkdir()
+    cfg.to_json(str(out / "train_config.json"))
+    launcher = subprocess.Popen(
+        launch_command(cfg, 2, str(out / "train_config.json")), env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    try:
+        _wait_for(lambda: ckpt.complete_steps(cfg.checkpoint_dir)[-1:] >= [6], 90, "the step-6 checkpoint")
+        workers = [
+            p for p in psutil.Process(launcher.pid).children(recursive=True) if ENTRYPOINT in " ".join(p.cmdline())
+        ]
+        next(p for p in workers if p.environ().get("RANK") == "1").send_signal(signal.SIGKILL)
+        code = launcher.wait(timeout=120)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert code != 0
+    killed_at = ckpt.complete_steps(cfg.checkpoint_dir)[-1]
+    assert 6 <= killed_at < cfg.max_steps and not (out / "model.pt").exists()
+
+    assert run_job(cfg) == 0  # the same config, the same command
+    steps = [r["step"] for r in read_metrics(out)]
+    assert steps == list(range(1, cfg.max_steps + 1))  # each step once: lines past the checkpoint dropped
+    a = load_model(tmp_path / "uninterrupted" / "model.pt").state_dict()
+    b = load_model(out / "model.pt").state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a), "the resumed run differs from the uninterrupted one"

@@ -97,8 +97,15 @@ class Strategy(ABC):
         return 0.0
 
     @abstractmethod
-    def step(self) -> float:
-        """Clip, step optimizer and scheduler, zero gradients; returns the gradient norm."""
+    def step(self, skip: bool = False) -> float:
+        """Clip, step optimizer and scheduler, zero gradients; returns the gradient norm.
+        skip=True (every rank together, after a non-finite loss or gradient somewhere): drop the
+        gradients and leave weights, optimizer state and schedule untouched; returns NaN."""
+
+    def local_grads_finite(self) -> bool:
+        """Whether this rank's gradients (those it holds after backward) are all finite."""
+        grads = [p.grad for p in self.module.parameters() if p.grad is not None]
+        return not grads or bool(torch.isfinite(torch.stack(torch._foreach_norm(grads))).all())
 
     @abstractmethod
     def current_lr(self) -> float: ...

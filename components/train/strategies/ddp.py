@@ -46,7 +46,10 @@ class DDPStrategy(TorchCollectives, TorchStateStrategy):
     def accumulating(self, sync: bool):
         return super().accumulating(sync) if sync else self.model.no_sync()
 
-    def step(self) -> float:
+    def step(self, skip: bool = False) -> float:
+        if skip:
+            self.optimizer.zero_grad(set_to_none=True)
+            return float("nan")
         norm = self._clip()
         self.optimizer.step()
         self.scheduler.step()

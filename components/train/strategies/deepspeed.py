@@ -10,6 +10,7 @@ the trainer writes the COMPLETE marker on rank 0 after a barrier.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
@@ -54,9 +55,10 @@ class DeepSpeedStrategy(TorchCollectives, Strategy):
 
         deepspeed_logger.setLevel(logging.WARNING)  # its INFO lines repeat per rank and per step
         model = model.to(self.info.device)
+        self._base_optimizer = make_optimizer(model, self.cfg)
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model,
-            optimizer=make_optimizer(model, self.cfg),
+            optimizer=self._base_optimizer,
             lr_scheduler=scheduler_factory,
             config=deepspeed_config(self.cfg, self.info.world_size),
             dist_init_required=False,
@@ -90,14 +92,42 @@ class DeepSpeedStrategy(TorchCollectives, Strategy):
         return self.engine(*inputs)
 
     def backward(self, loss: torch.Tensor) -> None:
-        # DeepSpeed divides by gradient_accumulation_steps itself, and its step() only updates
-        # the weights at an accumulation boundary, so both run on every micro-batch.
+        # DeepSpeed divides by gradient_accumulation_steps itself and wants engine.step() after
+        # every micro-batch; the one at the accumulation boundary (the update) waits for step().
+        boundary = self.engine.is_gradient_accumulation_boundary()
         self.engine.backward(loss)
-        self.engine.step()
+        if not boundary:
+            self.engine.step()
 
-    def step(self) -> float:
+    def step(self, skip: bool = False) -> float:
+        with self._without_update() if skip else contextlib.nullcontext():
+            self.engine.step()
+        if skip:
+            return float("nan")
         norm = self.engine.get_global_grad_norm()
         return float(norm) if norm is not None else float("nan")
+
+    @contextlib.contextmanager
+    def _without_update(self):
+        """engine.step() with our optimizer's and scheduler's own step made no-ops: DeepSpeed still
+        does its bookkeeping (reduction buffers, zeroed gradients, micro-step count), and the
+        weights, Adam moments and schedule stay as they were (with ZeRO >= 1 DeepSpeed itself also
+        skips an update whose gradient norm is not finite)."""
+
+        def noop(*args, **kwargs):
+            return None
+
+        saved = {id(obj): (obj, obj.__dict__.get("step")) for obj in (self._base_optimizer, self.scheduler)}
+        for obj, _ in saved.values():
+            obj.step = noop  # an instance attribute; a scheduler may already have put one there
+        try:
+            yield
+        finally:
+            for obj, own in saved.values():
+                if own is None:
+                    del obj.step
+                else:
+                    obj.step = own
 
     def current_lr(self) -> float:
         return float(self.engine.get_lr()[0])

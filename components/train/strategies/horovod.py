@@ -28,6 +28,7 @@ class HorovodStrategy(TorchStateStrategy):
             op=hvd.Average,
         )
         self.scheduler = scheduler_factory(self.optimizer)
+        self._synchronized = False  # the gradient all-reduce of this step has been waited for
         self._broadcast_state()
         self._sync = 0.0
 
@@ -40,10 +41,24 @@ class HorovodStrategy(TorchStateStrategy):
     def module(self) -> torch.nn.Module:
         return self.model
 
-    def step(self) -> float:
-        started = time.perf_counter()
-        self.optimizer.synchronize()  # finish the gradient all-reduce before clipping
-        self._sync += time.perf_counter() - started
+    def _synchronize(self) -> None:
+        """Finish the gradient all-reduce (once per step: a second call would start another)."""
+        if not self._synchronized:
+            started = time.perf_counter()
+            self.optimizer.synchronize()
+            self._sync += time.perf_counter() - started
+            self._synchronized = True
+
+    def local_grads_finite(self) -> bool:
+        self._synchronize()  # the all-reduce writes the gradients in place
+        return super().local_grads_finite()
+
+    def step(self, skip: bool = False) -> float:
+        self._synchronize()  # finish the gradient all-reduce before clipping
+        self._synchronized = False
+        if skip:
+            self.optimizer.zero_grad()
+            return float("nan")
         norm = self._clip()
         with self.optimizer.skip_synchronize():
             self.optimizer.step()
