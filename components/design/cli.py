@@ -22,7 +22,10 @@ def add_parser(subparsers) -> None:
     parser.add_argument("-T", "--temperature", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0, help="sample i uses seed + i")
     parser.add_argument(
-        "--fixed", default="", metavar="POSITIONS", help="1-based sequence positions kept native, e.g. 1-10,15"
+        "--fixed",
+        default="",
+        metavar="POSITIONS",
+        help="1-based sequence positions kept native, e.g. 1-10,15 (autoregressive models only: a one-shot model could not condition the other positions on them)",
     )
     parser.add_argument("--exclude", default="", metavar="LETTERS", help="amino acids never designed, e.g. C")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads")

@@ -172,6 +172,12 @@ def design(cfg: DesignConfig) -> list[Design]:
     backend = OnnxBackend(cfg.model, cfg.threads) if str(cfg.model).endswith(".onnx") else TorchBackend(cfg.model)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    if cfg.fixed_positions and not backend.cfg.autoregressive:
+        raise ValueError(
+            f"{cfg.model}: a one-shot model predicts every position from the structure alone, so fixed "
+            "positions would not inform the others; use an autoregressive model (preset proteinmpnn, e.g. "
+            "`invfold weights import proteinmpnn:v_48_020 --out model.pt`, or train with --preset proteinmpnn)"
+        )
     record = select_record(cfg.structure, cfg.name, cfg.chain)
     length = len(record)
     bad = [p for p in cfg.fixed_positions if p > length]

@@ -90,7 +90,7 @@ def test_checkpoint_and_onnx_design_the_same_sequences(tmp_path, data, models, d
                 num_sequences=3,
                 temperature=0.5,
                 seed=11,
-                fixed_positions="1-4",
+                fixed_positions="1-4" if decoding == "autoregressive" else "",
                 excluded="CW",
             )
         )
@@ -131,6 +131,17 @@ def test_fixed_positions_excluded_letters_and_determinism(tmp_path, data, models
             else:
                 assert letter not in "AGLE"
     assert [d.sequence for d in a] == [d.sequence for d in b]
+
+
+@pytest.mark.parametrize("kind", [0, 1])
+def test_fixed_positions_with_a_one_shot_model_are_refused(tmp_path, data, models, kind):
+    _, _, pdb = data
+    cfg = DesignConfig(
+        model=str(models["one_shot"][kind]), structure=str(pdb), out=str(tmp_path / "x.fasta"), fixed_positions="1-4"
+    )
+    with pytest.raises(ValueError, match="one-shot model.*use an autoregressive model \\(preset proteinmpnn"):
+        design(cfg)
+    assert not (tmp_path / "x.fasta").exists()
 
 
 def test_cli_writes_fasta(tmp_path, data, models):
