@@ -25,7 +25,8 @@ def add_parser(subparsers) -> None:
         "--fixed",
         default="",
         metavar="POSITIONS",
-        help="1-based sequence positions kept native, e.g. 1-10,15 (autoregressive models only: a one-shot model could not condition the other positions on them)",
+        help="1-based sequence positions kept native, e.g. 1-10,15 (autoregressive models only: a one-shot "
+        "model could not condition the other positions on them)",
     )
     parser.add_argument("--exclude", default="", metavar="LETTERS", help="amino acids never designed, e.g. C")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads")
