@@ -25,12 +25,26 @@ PIPELINE_FLAGS = (
     ("--max-steps", "max_steps", dict(type=int)),
     ("--epochs", "epochs", dict(type=int)),
     ("--time-budget", "time_budget_s", dict(type=float, metavar="SECONDS")),
+    (
+        "--init-from",
+        "init_from",
+        dict(
+            metavar="MODEL",
+            help="fine-tune from a model file/URI or published weights (e.g. proteinmpnn:v_48_020); "
+            "--lr/--warmup-steps then default to the fine-tuning recipe",
+        ),
+    ),
+    (
+        "--freeze-encoder",
+        "freeze_encoder",
+        dict(action="store_const", const=True, help="with --init-from: train only the decoder and read-out"),
+    ),
     ("--lr", "lr", dict(type=float)),
     ("--warmup-steps", "warmup_steps", dict(type=int)),
     ("--precision", "precision", dict(choices=("fp32", "bf16"))),
     ("--zero-stage", "zero_stage", dict(type=int, choices=(0, 1, 2, 3))),
     ("--seed", "seed", dict(type=int)),
-    ("--threshold", "registration_threshold", dict(type=float, help="minimum test median recovery to register")),
+    ("--threshold", "registration_threshold", dict(type=float, help="minimum validation median recovery to register")),
     ("--experiment", "mlflow_experiment", dict(help="MLflow experiment")),
     ("--model-name", "registered_model_name", dict(help="MLflow registered model name")),
     ("--split-file", "split_file", dict(help="split file (default for the bundled sample: its own)")),
@@ -44,7 +58,13 @@ def _add_pipeline_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _pipeline_params(args: argparse.Namespace) -> dict:
-    return {dest: getattr(args, dest) for _, dest, _ in PIPELINE_FLAGS if getattr(args, dest) is not None}
+    from . import defaults
+
+    params = {dest: getattr(args, dest) for _, dest, _ in PIPELINE_FLAGS if getattr(args, dest) is not None}
+    if params.get("init_from"):  # fine-tuning: the lower peak and shorter warm-up unless given
+        params.setdefault("lr", defaults.FINE_TUNE_LR)
+        params.setdefault("warmup_steps", defaults.FINE_TUNE_WARMUP_STEPS)
+    return params
 
 
 def add_parser(subparsers) -> None:

@@ -16,7 +16,7 @@ def add_parser(subparsers) -> None:
         "diversity among sampled designs, the best constant predictor; writes metrics.json, "
         "confusion.json, PNG plots, report.md and report.html.",
     )
-    p.add_argument("model", help="model file (model.pt)")
+    p.add_argument("model", help="model file (model.pt; path or URI) or published weights (e.g. proteinmpnn:v_48_020)")
     p.add_argument("--data", required=True, help="prepared folder (path or URI)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument(
