@@ -45,6 +45,12 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="with --split-file, also report the highest train-test sequence identity",
     )
+    p.add_argument(
+        "--check-against",
+        metavar="PREPARED",
+        help="a prepared folder whose train split these chains are checked against (overlap in the card), "
+        "e.g. the training data of the model an external benchmark list will evaluate",
+    )
     p.set_defaults(func=run)
 
 
@@ -68,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         identity_tool=args.identity_tool,
         identity_threshold=args.identity_threshold,
         check_identity=args.check_identity,
+        check_against=args.check_against,
     )
     result = run_prep(cfg)
     c = result.counts
@@ -78,6 +85,13 @@ def run(args: argparse.Namespace) -> int:
     identity = result.card["split"].get("highest_train_test_identity")
     if identity:
         print(f"highest train-test identity: {identity['identity']:.3f} ({identity['tool']})")
+    external = result.card["split"].get("external_overlap")
+    if external:
+        for name, o in external["datasets"].items():
+            print(
+                f"{name} against {external['reference']} train: {o['in_train']} of {o['chains']} are train chains, "
+                f"{o['above_threshold']} at >= {o['threshold']:g} identity"
+            )
     print(f"digest: {result.digest}")
     print(f"wrote {result.output} (card: card.md)")
     return 0

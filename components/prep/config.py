@@ -31,6 +31,11 @@ class PrepConfig:
     split_fractions/split_by/identity_tool/identity_threshold/seed: how prep makes a split when no
         split file is given. check_identity: also report the highest train-test identity for a
         user-supplied split file (opt-in: it costs a search; always done when prep splits).
+    check_against: a prepared folder (path or URI) whose train split every non-train chain here is
+        checked against: how an external evaluation list prepared on its own (e.g. a TS50-style
+        list) overlaps a model's training data. The card's `split.external_overlap` gives, per
+        dataset, members that are train chains there by name and members at identity_threshold
+        or more to one (reported, never dropped: the list is someone else's benchmark).
     batch_rows/batch_bytes: rows per Arrow record batch are flushed at whichever comes first;
         memory is bounded by these (times the number of datasets), not by the input size.
     """
@@ -50,6 +55,7 @@ class PrepConfig:
     identity_tool: str = "auto"
     identity_threshold: float = 0.4
     check_identity: bool = False
+    check_against: str | None = None
     batch_rows: int = 1024
     batch_bytes: int = 32 * 2**20
     log_every: int = 5000
@@ -59,6 +65,7 @@ class PrepConfig:
         if self.split_file is not None:
             self.split_file = str(self.split_file)
         self.subset_files = [str(p) for p in self.subset_files]
+        self.check_against = str(self.check_against) if self.check_against else None
         self.split_fractions = tuple(float(f) for f in self.split_fractions)
         if not self.input or not self.output:
             raise ConfigError("input and output must be given")
