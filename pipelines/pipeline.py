@@ -53,7 +53,7 @@ def invfold_pipeline(
     nodes: int = 1,
     procs_per_node: int = d.PROCS_PER_NODE,
     gpus_per_node: int = 0,
-    model_preset: str = d.PRESET,
+    preset: str = d.PRESET,
     model_overrides: dict = d.MODEL_OVERRIDES,
     init_from: str = "",
     freeze_encoder: bool = False,
@@ -66,7 +66,7 @@ def invfold_pipeline(
     precision: str = d.PRECISION,
     zero_stage: int = d.ZERO_STAGE,
     seed: int = d.SEED,
-    threads_per_process: int = d.THREADS,
+    threads: int = d.THREADS,
     registration_threshold: float = 0.0,
     mlflow_tracking_uri: str = "",
     mlflow_experiment: str = d.EXPERIMENT,
@@ -90,9 +90,9 @@ def invfold_pipeline(
         nodes: Training nodes (TrainJob numNodes on a cluster).
         procs_per_node: Training processes per node (one per GPU on GPU nodes).
         gpus_per_node: GPUs per training node (0 trains on CPU).
-        model_preset: Model preset: small (quick CPU demo), default (a deeper ProteinMPNN-style encoder with extra geometric features, one-shot), proteinmpnn (ProteinMPNN's network, autoregressive) or tiny; ignored with init_from.
+        preset: Model preset: small (quick CPU demo), default (a deeper ProteinMPNN-style encoder with extra geometric features, one-shot), proteinmpnn (ProteinMPNN's network, autoregressive) or tiny; ignored with init_from.
         model_overrides: Model config fields that override the preset, e.g. {"hidden": 64}; {} for the preset as is (with init_from only dropout and activation_checkpointing).
-        init_from: Fine-tune from these weights: a model file/URI or published ProteinMPNN weights (e.g. proteinmpnn:v_48_020); empty to train from scratch. The result is registered only if its validation recovery beats these weights' on the same validation data. Pair it with the fine-tuning recipe (lr 3e-4, warmup_steps 20; what `invfold run --init-from` passes).
+        init_from: Fine-tune from these weights: a model file/URI or published ProteinMPNN weights (e.g. proteinmpnn:v_48_020); empty to train from scratch. The result is registered only if its validation recovery beats these weights' on the same validation data. Pair it with the fine-tuning recipe (lr 3e-4, warmup_steps 20: what `invfold run --init-from` passes unless --lr/--warmup-steps are given).
         freeze_encoder: With init_from, train only the decoder and read-out (the encoder keeps the initial weights).
         tokens_per_batch: Residues per micro-batch on one process (length-bucketed batches).
         max_steps: Optimizer steps to train for (0 = not limited by steps).
@@ -103,7 +103,7 @@ def invfold_pipeline(
         precision: fp32 or bf16 (bf16 autocast where the device supports it).
         zero_stage: DeepSpeed ZeRO stage 0-3 (deepspeed only).
         seed: Random seed of the whole run.
-        threads_per_process: CPU threads per training process.
+        threads: CPU threads per training process.
         registration_threshold: Minimum median validation recovery (0-1) for the model to be registered (models are chosen on validation; test figures are reported only).
         mlflow_tracking_uri: MLflow tracking URI; empty to use the MLFLOW_TRACKING_URI the cluster gives the steps.
         mlflow_experiment: MLflow experiment that records the run.
@@ -134,7 +134,7 @@ def invfold_pipeline(
             nodes=nodes,
             procs_per_node=procs_per_node,
             gpus_per_node=gpus_per_node,
-            preset=model_preset,
+            preset=preset,
             model_overrides=model_overrides,
             init_from=init_from,
             freeze_encoder=freeze_encoder,
@@ -147,7 +147,7 @@ def invfold_pipeline(
             precision=precision,
             zero_stage=zero_stage,
             seed=seed,
-            threads=threads_per_process,
+            threads=threads,
             checkpoint_root=checkpoint_root,
             storage_root=storage_root,
             storage_secret=storage_secret,
