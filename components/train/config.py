@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from invfold.components.model.config import PRESETS
 from invfold.errors import ConfigError
-from invfold.options import check_choices, option
+from invfold.options import check_choices, config_from_dict, option
 
 from .sampler import BALANCE_MODES
 from .strategies import STRATEGIES
@@ -231,11 +231,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"{source}: unknown TrainConfig fields {unknown}; expected some of {sorted(known)}")
-        return cls(**data)
+        return config_from_dict(cls, data, source)
 
     @classmethod
     def from_json(cls, path: str) -> TrainConfig:

@@ -98,8 +98,6 @@ def train_step(
     from invfold.components.tracking import RunContext, Tracker
     from invfold.components.train.config import TrainConfig
 
-    from invfold import __version__
-
     remote = on_kubernetes()
     if remote and storage_endpoint:
         # This pod reads the job's outputs from the same store (s3fs/botocore read the variable).
@@ -127,11 +125,10 @@ def train_step(
         tracking_uri=tracking_uri,
         experiment=experiment,
         pipeline_run_name=pipeline_run_name,
-        pipeline_version=__version__,
         tags={"invfold.strategy": strategy},
     )
     with Tracker(ctx, "train") as tracker:
-        tracker.set_tags({"invfold.strategy": strategy, "invfold.pipeline_version": __version__}, parent=True)
+        tracker.set_tags({"invfold.strategy": strategy, "invfold.pipeline_version": ctx.pipeline_version}, parent=True)
         tracker.log_params(
             {
                 **cfg.to_dict(),
