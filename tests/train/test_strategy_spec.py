@@ -24,6 +24,7 @@ from invfold.components.train.launch import LocalProcesses, launch_command
 from invfold.components.train.strategies import STRATEGIES, StrategySpec, make_strategy, strategy_spec
 from invfold.components.train.strategies.base import Strategy
 from invfold.errors import ConfigError
+from invfold.pipelines.parameters import pipeline_parameters
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -182,6 +183,9 @@ def test_the_clis_offer_the_table():
         assert tuple(action.choices) == tuple(STRATEGIES), command
     launcher = next(a for a in subparsers.choices["train"]._actions if a.dest == "launcher")
     assert set(launcher.choices) == set(ALL_LAUNCHERS)
+    # the pipeline's parameter is documented (KFP copies the docstring) with every strategy
+    described = pipeline_parameters()["strategy"]["description"]
+    assert all(name in described for name in STRATEGIES), described
 
 
 def test_a_new_strategy_is_one_record(monkeypatch, tmp_path):
