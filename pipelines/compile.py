@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -56,13 +57,39 @@ def _answer_detail(body, token: str | None) -> str:
     try:
         parsed = json.loads(detail)
         if isinstance(parsed, dict):
-            detail = parsed.get("message") or parsed.get("error") or detail
+            # grpc-gateway's google.rpc.Status, or the upload server's apiv1beta1.Error
+            detail = parsed.get("message") or parsed.get("error") or parsed.get("error_message") or detail
     except ValueError:
         pass
     detail = " ".join(str(detail).split())
     if token:
         detail = detail.replace(token, "***")
     return detail[:300] + ("..." if len(detail) > 300 else "")
+
+
+@contextlib.contextmanager
+def kfp_errors(host: str, token: str | None = None, what: str = ""):
+    """Turn what kfp.Client raises (an API error answer, an unreachable host, a failed health
+    check) into one SubmitError line naming the host (and `what` was asked), token masked."""
+    import urllib3
+    from kfp_server_api.exceptions import ApiException
+
+    about = f" ({what})" if what else ""
+    try:
+        yield
+    except ApiException as err:
+        answer = f"HTTP {err.status} {err.reason or ''}".strip() if err.status else (err.reason or "an error")
+        detail = _answer_detail(err.body, token)
+        raise SubmitError(
+            f"the KFP API at {host} answered {answer}{about}" + (f": {detail}" if detail else "")
+        ) from None
+    except urllib3.exceptions.HTTPError as err:
+        reason = str(getattr(err, "reason", None) or err)
+        if reason.startswith("<"):  # "<HTTPConnection object at 0x...>: Failed to establish ..."
+            reason = reason.split(": ", 1)[-1]
+        raise SubmitError(f"could not reach the KFP API at {host}{about}: {' '.join(reason.split())}") from None
+    except TimeoutError as err:  # kfp.Client's health check gives up after 5 failed tries
+        raise SubmitError(f"the KFP API at {host} failed its health check{about}: {err}") from None
 
 
 def submit(
@@ -79,10 +106,8 @@ def submit(
 
     Raises SubmitError when the API answers an error or cannot be reached."""
     import kfp
-    import urllib3
-    from kfp_server_api.exceptions import ApiException
 
-    try:
+    with kfp_errors(host, token):
         client = kfp.Client(host=host, existing_token=token or None, namespace=namespace)
         result = client.create_run_from_pipeline_package(
             str(package or COMMITTED_YAML),
@@ -91,16 +116,5 @@ def submit(
             experiment_name=experiment,
             namespace=namespace,
         )
-    except ApiException as err:
-        answer = f"HTTP {err.status} {err.reason or ''}".strip() if err.status else (err.reason or "an error")
-        detail = _answer_detail(err.body, token)
-        raise SubmitError(f"the KFP API at {host} answered {answer}" + (f": {detail}" if detail else "")) from None
-    except urllib3.exceptions.HTTPError as err:
-        reason = str(getattr(err, "reason", None) or err)
-        if reason.startswith("<"):  # "<HTTPConnection object at 0x...>: Failed to establish ..."
-            reason = reason.split(": ", 1)[-1]
-        raise SubmitError(f"could not reach the KFP API at {host}: {' '.join(reason.split())}") from None
-    except TimeoutError as err:  # kfp.Client's health check gives up after 5 failed tries
-        raise SubmitError(f"the KFP API at {host} failed its health check: {err}") from None
     url = f"{host.rstrip('/')}/#/runs/details/{result.run_id}"
     return {"run_id": result.run_id, "url": url}

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from invfold.components.train.config import TrainConfig
+from invfold.components.train.strategies import strategy_spec
 
 from invfold.errors import ConfigError
 
@@ -33,13 +34,11 @@ RUNTIME_PREFIX = "invfold-"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 PATCH_MANAGER = "invfold.dev/launcher"
 ENTRY_MODULE = "invfold.components.launch.trainjob_entry"
-# Replicated jobs of the runtimes in k8s/ (the MPI runtimes add a launcher).
+# The trainer container of every replicated job of the runtimes in k8s/ (their replicated jobs
+# are each strategy's StrategySpec.replicated_jobs).
 TRAINER_CONTAINER = "node"
 WORKSPACE_MOUNT = "/workspace"
 RENDEZVOUS_PORT = 29500  # allowed between a job's pods by k8s/base/network-policies.yaml
-# Upstream's MPI runtimes list `node` first and start the launcher once the nodes are Ready
-# (kubeflow/trainer manifests/base/runtimes/deepspeed_distributed.yaml); ours follow.
-REPLICATED_JOBS = {"ddp": ("node",), "deepspeed": ("node", "launcher"), "horovod": ("node", "launcher")}
 FORWARDED_ENV = re.compile(r"^(MLFLOW_(?!TRACKING_PASSWORD|TRACKING_TOKEN|TRACKING_USERNAME)\w+)$")
 # The storage Secret's layout: KFP's own artifact-store Secret (mlpipeline-minio-artifact, which
 # KFP copies into every profile namespace) holds `accesskey` / `secretkey`; they become the AWS
@@ -155,7 +154,7 @@ def _command(
     runs as a node): rank 0 is `<job>-node-0-0`, reachable through the job's headless Service.
     A one-node job runs all ranks on the launcher itself (localhost), never on the idle node pod."""
     entry = [ENTRY_MODULE, "--config-json", json.dumps(cfg.to_dict(), sort_keys=True), "--output", output_uri]
-    if cfg.strategy == "ddp":
+    if strategy_spec(cfg.strategy).cluster_launcher == "torchrun":
         # The torch runtime sets PET_NNODES / PET_NPROC_PER_NODE / PET_NODE_RANK / PET_MASTER_*.
         return ["torchrun"], ["--module", *entry]
     single = resources.nodes == 1
@@ -189,7 +188,8 @@ def _runtime_patches(strategy: str, options: ClusterOptions) -> list[dict]:
     if not pod_spec:
         return []
     replicated = [
-        {"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}} for name in REPLICATED_JOBS[strategy]
+        {"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}}
+        for name in strategy_spec(strategy).replicated_jobs
     ]
     return [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": replicated}}}}]
 

@@ -20,16 +20,33 @@ import socket
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from invfold.errors import ConfigError
+from invfold.options import check_choices, option
 
 from .config import TrainConfig
 from .memory import allocator_env, memory_warning
+from .strategies import STRATEGIES, local_launchers, strategy_spec
 
 ENTRYPOINT = "invfold.components.train.entrypoint"
 CONFIG_FILE = "train_config.json"
-LAUNCHERS = {"ddp": ("torchrun",), "deepspeed": ("torchrun", "mpirun"), "horovod": ("horovodrun", "mpirun")}
+
+
+@dataclass
+class LocalProcesses:
+    """How many processes of this machine run the job, and what starts them."""
+
+    procs_per_node: int = option(2, "processes on this machine", aliases=("--nproc",))
+    launcher: str | None = option(
+        None,
+        "default: " + ", ".join(f"{s.local_launchers[0]} ({s.name})" for s in STRATEGIES.values()),
+        choices=local_launchers(),
+    )
+
+    def __post_init__(self) -> None:
+        check_choices(self)  # the count is checked by launch_local
 
 
 def _horovodrun() -> str:
@@ -47,13 +64,12 @@ def _free_port() -> int:
 
 
 def launch_command(cfg: TrainConfig, nproc: int, config_path: str, launcher: str | None = None) -> list[str]:
-    """The command line for `launcher` ("torchrun", "horovodrun", "mpirun"; default: torchrun for
-    ddp and deepspeed, horovodrun for horovod)."""
-    launcher = launcher or ("horovodrun" if cfg.strategy == "horovod" else "torchrun")
-    if launcher not in LAUNCHERS[cfg.strategy]:
-        raise ConfigError(
-            f"launcher {launcher!r} cannot start strategy {cfg.strategy!r}; expected one of {LAUNCHERS[cfg.strategy]}"
-        )
+    """The command line for `launcher` ("torchrun", "horovodrun", "mpirun"; default: the
+    strategy's first local launcher)."""
+    allowed = strategy_spec(cfg.strategy).local_launchers
+    launcher = launcher or allowed[0]
+    if launcher not in allowed:
+        raise ConfigError(f"launcher {launcher!r} cannot start strategy {cfg.strategy!r}; expected one of {allowed}")
     entry = [sys.executable, "-m", ENTRYPOINT, "--config", config_path]
     if launcher == "horovodrun":
         return [_horovodrun(), "-np", str(nproc), "-H", f"localhost:{nproc}", "--gloo", *entry]

@@ -14,6 +14,27 @@ kfp_server_api's generated client (`kfp_server_api/api/*_service_api.py`, `model
   `runtime_config.parameters`) -> the stored run. v2beta1 runs carry no namespace: a run lives in
   its experiment's namespace.
 - `GET  /apis/v2beta1/experiments/{id}` and `GET /apis/v2beta1/runs/{id}`.
+- `GET  /apis/v2beta1/pipelines?namespace=&filter=` -> V2beta1ListPipelinesResponse.
+- `POST /apis/v2beta1/pipelines/upload?name=&namespace=` (multipart/form-data, file field
+  `uploadfile`) -> V2beta1Pipeline, and `POST /apis/v2beta1/pipelines/upload_version?name=&pipelineid=`
+  -> V2beta1PipelineVersion (`Client.upload_pipeline` / `upload_pipeline_version`).
+
+Pipeline rules, as kubeflow/pipelines 2.17.0 has them:
+- backend/src/apiserver/resource/resource_manager.go `ReplaceNamespace`: a single-user server
+  ignores the namespace (every pipeline is shared, namespace "").
+- backend/src/apiserver/validation/namespace.go `ValidateNamespaceRequired`: a multi-user server
+  run with the pipelines namespace requirement (`require_namespace=True`) answers 400 to an upload
+  without a namespace.
+- backend/src/apiserver/server/pipeline_upload_server.go `canUploadVersionedPipeline`: an upload
+  into a namespace (a new version: into its pipeline's namespace) is authorized for the caller
+  (SubjectAccessReview `create pipelines.pipelines.kubeflow.org` there); a denial answers HTTP 400
+  "Failed to create a pipeline" (`writable_namespaces`: the namespaces the caller may write, None:
+  all). A duplicate pipeline name in a namespace, or version name in a pipeline, answers 409.
+- backend/src/apiserver/server/pipeline_server.go `canAccessPipeline`: writes to a shared pipeline
+  (namespace "") are authorized against KFP's own namespace (`system_namespace`), so a profile's
+  `default-editor` gets 403 there: `DELETE /apis/v2beta1/pipelines/{id}` (its versions go with it)
+  follows that rule.
+  The upload server answers errors as `{"error_message", "error_details"}` (apiv1beta1.Error).
 
 Every request is recorded (`.requests`: method, path, query, headers with lower-cased names, JSON
 body, the status answered). Errors are answered like the API server's grpc-gateway: an HTTP status with a JSON
@@ -26,6 +47,7 @@ real server does in multi-user mode; `fail(method, path, status)` injects an err
 
 from __future__ import annotations
 
+import email.policy
 import http.server
 import json
 import re
@@ -33,6 +55,7 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email.parser import BytesParser
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -72,6 +95,19 @@ class ApiError(Exception):
         self.status, self.message = status, message
 
 
+class UploadError(ApiError):
+    """An error of the pipeline upload server (plain HTTP handler, not grpc-gateway)."""
+
+
+def _form_files(content_type: str, raw: bytes) -> dict[str, str]:
+    """The files of a multipart/form-data body: field name -> text."""
+    message = BytesParser(policy=email.policy.HTTP).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
+    return {
+        part.get_param("name", header="content-disposition"): part.get_payload(decode=True).decode()
+        for part in message.iter_parts()
+    }
+
+
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -82,9 +118,14 @@ class KfpApi:
 
     multi_user: bool = False
     token: str | None = None
+    require_namespace: bool = False
+    writable_namespaces: set[str] | None = None
+    system_namespace: str = "kubeflow"
     requests: list[Request] = field(default_factory=list)
     experiments: dict[str, dict] = field(default_factory=dict)
     runs: dict[str, dict] = field(default_factory=dict)
+    pipelines: dict[str, dict] = field(default_factory=dict)
+    versions: dict[str, dict] = field(default_factory=dict)
     _failures: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -130,6 +171,16 @@ class KfpApi:
     def add_experiment(self, display_name: str, namespace: str | None = None) -> dict:
         return self._store_experiment({"display_name": display_name, "namespace": namespace or ""})
 
+    def add_pipeline(self, name: str, namespace: str = "", versions: tuple[str, ...] = ()) -> dict:
+        """A pipeline left by an earlier install (KFP keeps pipelines after `helm uninstall`)."""
+        pipeline = self._store_pipeline(name, namespace, "")
+        for version in versions:
+            self._store_version(pipeline["pipeline_id"], version, "")
+        return pipeline
+
+    def versions_of(self, pipeline_id: str) -> list[str]:
+        return [v["name"] for v in self.versions.values() if v["pipeline_id"] == pipeline_id]
+
     def calls(self) -> list[tuple[str, str]]:
         return [r.call for r in self.requests]
 
@@ -140,11 +191,15 @@ class KfpApi:
     def _serve(self, handler: http.server.BaseHTTPRequestHandler) -> None:
         parts = urlsplit(handler.path)
         length = int(handler.headers.get("Content-Length") or 0)
-        raw = handler.rfile.read(length).decode() if length else ""
-        try:
-            body = json.loads(raw) if raw else None
-        except json.JSONDecodeError:
-            body = raw
+        raw = handler.rfile.read(length) if length else b""
+        content_type = handler.headers.get("Content-Type") or ""
+        if content_type.startswith("multipart/form-data"):
+            body = _form_files(content_type, raw)
+        else:
+            try:
+                body = json.loads(raw) if raw else None
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                body = raw.decode(errors="replace")
         request = Request(
             handler.command,
             parts.path,
@@ -156,6 +211,8 @@ class KfpApi:
             self.requests.append(request)
             try:
                 status, answer = 200, self._route(request)
+            except UploadError as err:  # the upload server's own error body
+                status, answer = err.status, {"error_message": err.message, "error_details": err.message}
             except ApiError as err:
                 code, _ = _GRPC.get(err.status, (2, "Unknown"))
                 status, answer = err.status, {"error": err.message, "code": code, "message": err.message, "details": []}
@@ -173,6 +230,10 @@ class KfpApi:
         (r"/experiments/(?P<id>[^/:]+)", {"GET": "_get_experiment"}),
         (r"/runs", {"POST": "_create_run"}),
         (r"/runs/(?P<id>[^/:]+)", {"GET": "_get_run"}),
+        (r"/pipelines", {"GET": "_list_pipelines"}),
+        (r"/pipelines/upload", {"POST": "_upload_pipeline"}),
+        (r"/pipelines/upload_version", {"POST": "_upload_version"}),
+        (r"/pipelines/(?P<id>[^/:]+)", {"DELETE": "_delete_pipeline"}),
     )
 
     def _route(self, request: Request) -> dict:
@@ -291,3 +352,100 @@ class KfpApi:
         if id not in self.runs:
             raise ApiError(404, f"ResourceNotFoundError: Run {id} not found.")
         return self.runs[id]
+
+    # ---- pipelines -----------------------------------------------------------------------
+    def _pipeline_namespace(self, namespace: str) -> str:
+        """ReplaceNamespace, then ValidateNamespaceRequired (see the module docstring)."""
+        namespace = namespace if self.multi_user else ""
+        if self.multi_user and self.require_namespace and not namespace:
+            raise UploadError(400, "Invalid input error: Namespace is required for pipeline operations")
+        return namespace
+
+    def _authorize_upload(self, namespace: str, what: str) -> None:
+        if self.multi_user and namespace and self.writable_namespaces is not None:
+            if namespace not in self.writable_namespaces:
+                raise UploadError(400, f"Failed to create a {what}")
+
+    def _store_pipeline(self, name: str, namespace: str, spec: str) -> dict:
+        pipeline = {
+            "pipeline_id": str(uuid.uuid4()),
+            "name": name,
+            "display_name": name,
+            "created_at": _now(),
+            "namespace": namespace,
+        }
+        self.pipelines[pipeline["pipeline_id"]] = pipeline
+        return pipeline
+
+    def _store_version(self, pipeline_id: str, name: str, spec: str) -> dict:
+        version = {
+            "pipeline_id": pipeline_id,
+            "pipeline_version_id": str(uuid.uuid4()),
+            "name": name,
+            "display_name": name,
+            "created_at": _now(),
+            "pipeline_spec": spec,
+        }
+        self.versions[version["pipeline_version_id"]] = version
+        return version
+
+    def _list_pipelines(self, request: Request) -> dict:
+        query = {k: v[-1] for k, v in request.query.items()}
+        unknown = set(query) - {"page_token", "page_size", "sort_by", "filter", "namespace"}
+        if unknown:
+            raise ApiError(400, f"unknown query parameters {sorted(unknown)}")
+        namespace = query.get("namespace", "") if self.multi_user else ""
+        found = [p for p in self.pipelines.values() if p["namespace"] == namespace]
+        for predicate in json.loads(query.get("filter") or "{}").get("predicates", []):
+            if predicate.get("operation") not in (1, "EQUALS") or predicate.get("key") not in ("name", "display_name"):
+                raise ApiError(400, f"Invalid input error: unsupported predicate {predicate}")
+            found = [p for p in found if p[predicate["key"]] == predicate["stringValue"]]
+        return {"pipelines": found, "total_size": len(found)} if found else {}
+
+    def _uploaded_spec(self, request: Request) -> str:
+        if not isinstance(request.body, dict) or "uploadfile" not in request.body:
+            raise UploadError(400, "Failed to read pipeline from file")
+        return request.body["uploadfile"]
+
+    def _upload_pipeline(self, request: Request) -> dict:
+        spec = self._uploaded_spec(request)
+        query = {k: v[-1] for k, v in request.query.items()}
+        namespace = self._pipeline_namespace(query.get("namespace", ""))
+        self._authorize_upload(namespace, "pipeline")
+        name = query.get("name") or query.get("display_name")
+        if not name:
+            raise UploadError(400, "Invalid input error: pipeline name is empty")
+        if any(p["name"] == name and p["namespace"] == namespace for p in self.pipelines.values()):
+            raise UploadError(409, "Failed to create a pipeline and a pipeline version")
+        pipeline = self._store_pipeline(name, namespace, spec)
+        self._store_version(pipeline["pipeline_id"], name, spec)
+        return pipeline
+
+    def _upload_version(self, request: Request) -> dict:
+        spec = self._uploaded_spec(request)
+        query = {k: v[-1] for k, v in request.query.items()}
+        pipeline = self.pipelines.get(query.get("pipelineid", ""))
+        if pipeline is None:
+            raise UploadError(400, "Failed to create a pipeline version")
+        self._pipeline_namespace(pipeline["namespace"])
+        self._authorize_upload(pipeline["namespace"], "pipeline version")
+        name = query.get("name") or query.get("display_name")
+        if not name:
+            raise UploadError(400, "Invalid input error: pipeline version name is empty")
+        if name in self.versions_of(pipeline["pipeline_id"]):
+            raise UploadError(409, "Failed to create a pipeline version")
+        return self._store_version(pipeline["pipeline_id"], name, spec)
+
+    def _delete_pipeline(self, request: Request, id: str) -> dict:
+        pipeline = self.pipelines.get(id)
+        if pipeline is None:
+            raise ApiError(404, f"ResourceNotFoundError: Pipeline {id} not found.")
+        namespace = pipeline["namespace"] or (self.system_namespace if self.multi_user else "")
+        if self.multi_user and self.writable_namespaces is not None and namespace not in self.writable_namespaces:
+            raise ApiError(
+                403, f"Failed to access shared pipeline {id}. Check if you have permission to delete shared pipelines"
+            )
+        del self.pipelines[id]
+        for version_id in [k for k, v in self.versions.items() if v["pipeline_id"] == id]:
+            del self.versions[version_id]
+        return {}

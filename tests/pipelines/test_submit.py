@@ -192,6 +192,6 @@ def test_the_stand_in_refuses_what_it_does_not_serve(api):
 
     assert status("GET", HEALTHZ) == 200
     assert status("GET", "/apis/v1beta1/experiments") == 404
-    assert status("POST", f"{PREFIX}/pipelines/upload") == 404
+    assert status("POST", f"{PREFIX}/pipelines/some-id:unarchive") == 404
     assert status("POST", f"{EXPERIMENTS}/some-id:archive") == 404
     assert status("DELETE", RUNS) == 405

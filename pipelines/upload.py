@@ -1,0 +1,103 @@
+"""Upload the compiled pipeline to Kubeflow Pipelines as a new version: the chart's post-install /
+post-upgrade hook runs `python -m invfold.pipelines.upload` with its settings in the environment.
+
+- Into the release's namespace: a multi-user KFP (2.17) authorizes writes to a shared pipeline
+  against its own namespace, where a profile's `default-editor` has no rights, and may require a
+  namespace for every pipeline; a single-user KFP ignores the namespace.
+- A version name that no earlier install has used: KFP keeps pipelines after `helm uninstall`, and
+  a reinstall starts the release revision at 1 again, so the name carries the upload time too.
+- With the projected service-account token (audience pipelines.kubeflow.org): kfp.Client given a
+  host sends no credentials unless it is handed them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from .compile import SubmitError, kfp_errors
+
+ENV = {
+    "host": "KFP_HOST",
+    "namespace": "NAMESPACE",
+    "pipeline_name": "PIPELINE_NAME",
+    "version_prefix": "PIPELINE_VERSION_PREFIX",
+    "package": "PIPELINE_PACKAGE",
+    "token_path": "KF_PIPELINES_SA_TOKEN_PATH",
+}
+
+
+@dataclass
+class UploadTarget:
+    """Where and under which names the package goes; `from_env` reads the hook's variables."""
+
+    host: str
+    namespace: str
+    pipeline_name: str
+    version_prefix: str
+    package: str
+    token_path: str | None = None
+
+    @classmethod
+    def from_env(cls, environ=os.environ) -> UploadTarget:
+        missing = [var for key, var in ENV.items() if key != "token_path" and not environ.get(var)]
+        if missing:
+            raise SubmitError(f"pipeline upload: set {', '.join(missing)}")
+        return cls(**{key: environ.get(var) or None for key, var in ENV.items()})
+
+
+def version_name(prefix: str, now: datetime | None = None) -> str:
+    """`<prefix>-<UTC time to the second>`: unique across uninstall/reinstall (KFP allows each
+    version name once per pipeline and answers 409 to a second one)."""
+    return f"{prefix}-{(now or datetime.now(UTC)):%Y%m%d-%H%M%S}"
+
+
+def find_pipeline(client, name: str, namespace: str) -> str | None:
+    """The id of the pipeline called `name` in `namespace`, or None."""
+    predicate = {"operation": "EQUALS", "key": "name", "stringValue": name}
+    found = client.list_pipelines(filter=json.dumps({"predicates": [predicate]}), namespace=namespace).pipelines or []
+    if len(found) > 1:
+        raise SubmitError(f"{len(found)} pipelines are called {name!r} in namespace {namespace!r}: expected one")
+    return found[0].pipeline_id if found else None
+
+
+def upload(target: UploadTarget, now: datetime | None = None) -> dict:
+    """Upload the package as a new version of the pipeline (made on the first install); returns
+    pipeline id, version name and id. Raises SubmitError with what the API answered."""
+    import kfp
+    from kfp.client import ServiceAccountTokenVolumeCredentials
+
+    version = version_name(target.version_prefix, now)
+    credentials = ServiceAccountTokenVolumeCredentials(target.token_path) if target.token_path else None
+    with kfp_errors(target.host, what=f"pipeline {target.pipeline_name!r} in namespace {target.namespace!r}"):
+        client = kfp.Client(host=target.host, namespace=target.namespace, credentials=credentials)
+        pipeline_id = find_pipeline(client, target.pipeline_name, target.namespace)
+        if pipeline_id is None:
+            pipeline_id = client.upload_pipeline(
+                target.package, pipeline_name=target.pipeline_name, namespace=target.namespace
+            ).pipeline_id
+        uploaded = client.upload_pipeline_version(
+            target.package, pipeline_version_name=version, pipeline_id=pipeline_id
+        )
+    return {"pipeline_id": pipeline_id, "version": version, "version_id": uploaded.pipeline_version_id}
+
+
+def main() -> int:
+    try:
+        target = UploadTarget.from_env()
+        result = upload(target)
+    except SubmitError as err:
+        print(f"pipeline upload: error: {err}", file=sys.stderr)
+        return err.exit_code
+    print(
+        f"uploaded pipeline {target.pipeline_name!r} version {result['version']!r} "
+        f"(pipeline {result['pipeline_id']}, version {result['version_id']}) into namespace {target.namespace!r}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
