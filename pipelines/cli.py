@@ -9,42 +9,7 @@ import argparse
 import json
 import sys
 
-# flag -> pipeline parameter; shared by run and submit (None = not given: the pipeline default).
-PIPELINE_FLAGS = (
-    ("--strategy", "strategy", dict(choices=("ddp", "horovod", "deepspeed"))),
-    ("--nodes", "nodes", dict(type=int)),
-    ("--nproc", "procs_per_node", dict(type=int, help="training processes (per node)")),
-    ("--gpus-per-node", "gpus_per_node", dict(type=int)),
-    ("--preset", "model_preset", dict(help="model preset: small, default, proteinmpnn, tiny")),
-    (
-        "--model-overrides",
-        "model_overrides",
-        dict(type=json.loads, metavar="JSON", help="model config overrides, e.g. '{\"hidden\": 64}'"),
-    ),
-    ("--tokens-per-batch", "tokens_per_batch", dict(type=int)),
-    ("--max-steps", "max_steps", dict(type=int)),
-    ("--epochs", "epochs", dict(type=int)),
-    ("--time-budget", "time_budget_s", dict(type=float, metavar="SECONDS")),
-    ("--lr", "lr", dict(type=float)),
-    ("--warmup-steps", "warmup_steps", dict(type=int)),
-    ("--precision", "precision", dict(choices=("fp32", "bf16"))),
-    ("--zero-stage", "zero_stage", dict(type=int, choices=(0, 1, 2, 3))),
-    ("--seed", "seed", dict(type=int)),
-    ("--threshold", "registration_threshold", dict(type=float, help="minimum test median recovery to register")),
-    ("--experiment", "mlflow_experiment", dict(help="MLflow experiment")),
-    ("--model-name", "registered_model_name", dict(help="MLflow registered model name")),
-    ("--split-file", "split_file", dict(help="split file (default for the bundled sample: its own)")),
-)
-
-
-def _add_pipeline_flags(p: argparse.ArgumentParser) -> None:
-    group = p.add_argument_group("pipeline parameters (unset: the pipeline's defaults)")
-    for flag, dest, kwargs in PIPELINE_FLAGS:
-        group.add_argument(flag, dest=dest, default=None, **kwargs)
-
-
-def _pipeline_params(args: argparse.Namespace) -> dict:
-    return {dest: getattr(args, dest) for _, dest, _ in PIPELINE_FLAGS if getattr(args, dest) is not None}
+from .parameters import add_pipeline_options, given_parameters
 
 
 def add_parser(subparsers) -> None:
@@ -64,7 +29,7 @@ def add_parser(subparsers) -> None:
         action="store_true",
         help="show every step's whole output live (it always goes to RUNS_DIR/logs/)",
     )
-    _add_pipeline_flags(run)
+    add_pipeline_options(run, "run")
     run.set_defaults(func=run_command)
 
     comp = subparsers.add_parser(
@@ -96,7 +61,7 @@ def add_parser(subparsers) -> None:
         metavar="NAME=VALUE",
         help="any other pipeline parameter (VALUE as JSON when it parses), e.g. storage_root=s3://b/p",
     )
-    _add_pipeline_flags(sub)
+    add_pipeline_options(sub, "submit")
     sub.set_defaults(func=submit_command)
 
 
@@ -105,7 +70,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     from .local import run_local
 
-    params = _pipeline_params(args)
+    params = given_parameters(args)
     params["data_uri"] = args.data or str(SAMPLE_CHAIN_SET)
     if args.data is None:
         params.setdefault("split_file", str(SAMPLE_SPLITS))
@@ -176,7 +141,7 @@ def submit_command(args: argparse.Namespace) -> int:
 
     from .compile import submit
 
-    params = _pipeline_params(args)
+    params = given_parameters(args)
     params["data_uri"] = args.data
     for item in args.param:
         name, sep, value = item.partition("=")

@@ -53,7 +53,7 @@ def invfold_pipeline(
     nodes: int = 1,
     procs_per_node: int = d.PROCS_PER_NODE,
     gpus_per_node: int = 0,
-    model_preset: str = d.PRESET,
+    preset: str = d.PRESET,
     model_overrides: dict = d.MODEL_OVERRIDES,
     tokens_per_batch: int = d.TOKENS_PER_BATCH,
     max_steps: int = 0,
@@ -64,7 +64,7 @@ def invfold_pipeline(
     precision: str = d.PRECISION,
     zero_stage: int = d.ZERO_STAGE,
     seed: int = d.SEED,
-    threads_per_process: int = d.THREADS,
+    threads: int = d.THREADS,
     registration_threshold: float = 0.0,
     mlflow_tracking_uri: str = "",
     mlflow_experiment: str = d.EXPERIMENT,
@@ -88,7 +88,7 @@ def invfold_pipeline(
         nodes: Training nodes (TrainJob numNodes on a cluster).
         procs_per_node: Training processes per node (one per GPU on GPU nodes).
         gpus_per_node: GPUs per training node (0 trains on CPU).
-        model_preset: Model preset: small (quick CPU demo), default (PiFold-like, one-shot, ~2.7M parameters), proteinmpnn (ProteinMPNN size, autoregressive) or tiny.
+        preset: Model preset: small (quick CPU demo), default (PiFold-like, one-shot, ~2.7M parameters), proteinmpnn (ProteinMPNN size, autoregressive) or tiny.
         model_overrides: Model config fields that override the preset, e.g. {"hidden": 64}; {} for the preset as is.
         tokens_per_batch: Residues per micro-batch on one process (length-bucketed batches).
         max_steps: Optimizer steps to train for (0 = not limited by steps).
@@ -99,7 +99,7 @@ def invfold_pipeline(
         precision: fp32 or bf16 (bf16 autocast where the device supports it).
         zero_stage: DeepSpeed ZeRO stage 0-3 (deepspeed only).
         seed: Random seed of the whole run.
-        threads_per_process: CPU threads per training process.
+        threads: CPU threads per training process.
         registration_threshold: Minimum median test recovery (0-1) for the model to be registered.
         mlflow_tracking_uri: MLflow tracking URI; empty to use the MLFLOW_TRACKING_URI the cluster gives the steps.
         mlflow_experiment: MLflow experiment that records the run.
@@ -130,7 +130,7 @@ def invfold_pipeline(
             nodes=nodes,
             procs_per_node=procs_per_node,
             gpus_per_node=gpus_per_node,
-            preset=model_preset,
+            preset=preset,
             model_overrides=model_overrides,
             tokens_per_batch=tokens_per_batch,
             max_steps=max_steps,
@@ -141,7 +141,7 @@ def invfold_pipeline(
             precision=precision,
             zero_stage=zero_stage,
             seed=seed,
-            threads=threads_per_process,
+            threads=threads,
             checkpoint_root=checkpoint_root,
             storage_root=storage_root,
             storage_secret=storage_secret,

@@ -1,4 +1,5 @@
-"""Every subcommand's option defaults equal its config dataclass's defaults (one default per option)."""
+"""Every subcommand's options come from one place: a step's options from its config dataclass
+(same name, default, choices and help), run/submit's from the compiled pipeline's parameters."""
 
 from __future__ import annotations
 
@@ -12,39 +13,76 @@ from invfold.components.evaluate.evaluate import EvaluateConfig
 from invfold.components.export.onnx_export import ExportConfig
 from invfold.components.prep.config import PrepConfig
 from invfold.components.train.config import TrainConfig
+from invfold.components.train.launch import LocalProcesses
+from invfold.options import cli_fields
+from invfold.pipelines.parameters import OWN_OPTIONS, pipeline_parameters
 
-# subcommand -> (config, option dest -> field where the names differ)
+# subcommand -> the config dataclasses its options are generated from
 CONFIGS = {
-    "prep": (PrepConfig, {"out": "output", "subset": "subset_files"}),
-    "train": (
-        TrainConfig,
-        {"time_budget": "time_budget_s", "cpu_time_budget": "cpu_time_budget_s", "model": "model_overrides"},
-    ),
-    "evaluate": (EvaluateConfig, {"model": "model_path", "dataset": "datasets"}),
-    "export": (
-        ExportConfig,
-        {"model": "model_path", "out": "out_path", "data": "parity_data", "chains": "parity_chains"},
-    ),
-    "design": (DesignConfig, {"fixed": "fixed_positions", "exclude": "excluded"}),
+    "prep": (PrepConfig,),
+    "train": (TrainConfig, LocalProcesses),
+    "evaluate": (EvaluateConfig,),
+    "export": (ExportConfig,),
+    "design": (DesignConfig,),
 }
+PIPELINE_COMMANDS = ("run", "submit")
+# commands with no config of their own: what they take is not a step's option
+WITHOUT_CONFIG = {"compile": {"out", "registry", "tag"}, "weights": set()}
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return subparsers.choices
+
+
+def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+
+
+def test_every_subcommand_is_covered():
+    assert set(_subcommands()) == set(CONFIGS) | set(PIPELINE_COMMANDS) | set(WITHOUT_CONFIG)
 
 
 @pytest.mark.parametrize("command", sorted(CONFIGS))
-def test_cli_defaults_equal_the_config_defaults(command):
-    config, renames = CONFIGS[command]
-    (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    fields = {f.name: f for f in dataclasses.fields(config)}
-    checked = 0
-    for action in subparsers.choices[command]._actions:
-        field = fields.get(renames.get(action.dest, action.dest))
-        if field is None or (field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING):
-            continue  # not a config field, or a required one
+def test_step_options_are_the_config_fields_with_their_defaults(command):
+    fields = {f.name: f for config in CONFIGS[command] for f, _ in cli_fields(config)}
+    actions = {a.dest: a for a in _options(_subcommands()[command])}
+    assert set(actions) == set(fields), "an option restated outside its config, or a field not on the CLI"
+    for name, field in fields.items():
+        action = actions[name]
+        if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            assert action.required or not action.option_strings, f"invfold {command}: {name} is required"
+            continue
         default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
         cli = action.default
-        if isinstance(default, (tuple, list, dict)):  # repeatable options collect into a list
-            cli, default = type(default)(cli or ()), default
-        assert cli == default, (
-            f"invfold {command} --{action.dest}: CLI {action.default!r}, {config.__name__} {default!r}"
-        )
-        checked += 1
-    assert checked >= 3
+        if isinstance(default, (tuple, list, dict)) and action.nargs != 3:  # repeatable: collected into a list
+            cli = type(default)(cli or ())
+        assert cli == default, f"invfold {command} {name}: CLI {action.default!r}, config {default!r}"
+        # one name: the option is the field's name (older spellings follow as aliases)
+        assert action.option_strings[0] in ("--" + name.replace("_", "-"), "--no-" + name.replace("_", "-"))
+        assert action.help and field.metadata["help"].replace("%", "%%") in action.help
+
+
+def test_design_defaults_agree_where_they_once_did_not():
+    action = {a.dest: a for a in _options(_subcommands()["design"])}["num_sequences"]
+    assert action.default == DesignConfig.__dataclass_fields__["num_sequences"].default == 4
+    assert "-n" in action.option_strings
+
+
+@pytest.mark.parametrize("command", PIPELINE_COMMANDS)
+def test_pipeline_commands_take_every_pipeline_parameter_unset_by_default(command):
+    actions = {a.dest: a for a in _options(_subcommands()[command])}
+    parameters = set(pipeline_parameters()) - set(OWN_OPTIONS[command])
+    assert parameters <= set(actions)
+    train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    for name in parameters:
+        assert actions[name].default is None, name  # unset: the pipeline's own default
+        assert actions[name].option_strings[0] == "--" + name.replace("_", "-")
+        if name in train_fields and TrainConfig.__dataclass_fields__[name].metadata.get("choices"):
+            assert tuple(actions[name].choices) == TrainConfig.__dataclass_fields__[name].metadata["choices"]
+    assert tuple(actions["zero_stage"].choices) == (0, 1, 2, 3)  # from TrainConfig's Literal
+
+
+@pytest.mark.parametrize("command", sorted(WITHOUT_CONFIG))
+def test_commands_without_a_config(command):
+    assert {a.dest for a in _options(_subcommands()[command])} - {"weights_command"} == WITHOUT_CONFIG[command]

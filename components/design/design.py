@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from invfold.errors import ConfigError
+from invfold.options import option
 
 from ..protein.alphabet import AA_TO_INDEX, ALPHABET
 from ..protein.batch import Batch, collate
@@ -32,17 +33,24 @@ class DesignConfig:
     excluded: letters never designed (e.g. "C").
     """
 
-    model: str
-    structure: str
-    out: str
-    name: str | None = None
-    chain: str | None = None
-    num_sequences: int = 4
-    temperature: float = 0.1
-    seed: int = 0
-    fixed_positions: str | list[int] = field(default_factory=list)
-    excluded: str = ""
-    threads: int | None = None
+    model: str = option(positional=True, help="model.pt (training output) or model.onnx (invfold export)")
+    structure: str = option(positional=True, help="PDB/mmCIF file (or .gz), chain-set .jsonl[.gz], or TS50 json")
+    out: str = option(help="FASTA file to write")
+    name: str | None = option(None, "record name to design (e.g. 1abc.A)")
+    chain: str | None = option(None, "chain id to design (e.g. A)")
+    num_sequences: int = option(4, "sequences to sample", aliases=("-n",))
+    temperature: float = option(0.1, "sampling temperature", aliases=("-T",))
+    seed: int = option(0, "sample i uses seed + i")
+    fixed_positions: str | list[int] = option(
+        factory=list,
+        type=str,
+        aliases=("--fixed",),
+        metavar="POSITIONS",
+        help="1-based sequence positions kept native, e.g. 1-10,15 (autoregressive models only: a one-shot "
+        "model could not condition the other positions on them)",
+    )
+    excluded: str = option("", "amino acids never designed, e.g. C", aliases=("--exclude",), metavar="LETTERS")
+    threads: int | None = option(None, "CPU threads")
 
     def __post_init__(self):
         if self.num_sequences < 1:

@@ -7,6 +7,10 @@ import json
 
 
 def add_parser(subparsers) -> None:
+    from invfold.options import add_options
+
+    from .evaluate import EvaluateConfig
+
     p = subparsers.add_parser(
         "evaluate",
         help="perplexity, recovery, confusion matrix and a report for a trained model",
@@ -16,40 +20,16 @@ def add_parser(subparsers) -> None:
         "diversity among sampled designs, the best constant predictor; writes metrics.json, "
         "confusion.json, PNG plots, report.md and report.html.",
     )
-    p.add_argument("model", help="model file (model.pt)")
-    p.add_argument("--data", required=True, help="prepared folder (path or URI)")
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument(
-        "--dataset",
-        action="append",
-        default=None,
-        help="dataset to score (repeatable; default: test, validation and every subset dataset)",
-    )
-    p.add_argument(
-        "--designs-per-protein",
-        type=int,
-        default=2,
-        help="sequences sampled per test protein for the diversity figure (0: none)",
-    )
-    p.add_argument("--diversity-temperature", type=float, default=0.1, help="sampling temperature for diversity")
-    p.add_argument("--seed", type=int, default=0, help="seed of autoregressive decoding orders")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    add_options(p, EvaluateConfig)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfold.options import from_args
+
     from .evaluate import EvaluateConfig, evaluate
 
-    cfg = EvaluateConfig(
-        model_path=args.model,
-        data=args.data,
-        out=args.out,
-        datasets=args.dataset,
-        seed=args.seed,
-        threads=args.threads,
-        designs_per_protein=args.designs_per_protein,
-        diversity_temperature=args.diversity_temperature,
-    )
+    cfg = from_args(EvaluateConfig, args)
     metrics = evaluate(cfg)
     print(
         json.dumps(
@@ -60,5 +40,5 @@ def run(args: argparse.Namespace) -> int:
             indent=2,
         )
     )
-    print(f"wrote {args.out} (report.html)")
+    print(f"wrote {cfg.out} (report.html)")
     return 0

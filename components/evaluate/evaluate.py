@@ -27,6 +27,7 @@ from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA
 
 from invfold.errors import ConfigError, InputError
+from invfold.options import option
 
 from .metrics import DatasetScores, sample_designs, score_dataset
 from .structure_classes import BURIAL, SECONDARY, burial_classes, secondary_structure
@@ -45,16 +46,21 @@ class EvaluateConfig:
     "short" subset's bound (CATH's test_split_L100 uses 100). designs_per_protein: sequences sampled
     per test protein at `diversity_temperature` for the diversity figure (0: no diversity figure)."""
 
-    model_path: str
-    data: str
-    out: str
-    datasets: list[str] | None = None
-    seed: int = 0
-    tokens_per_batch: int = 6000
-    short_max_length: int = 100
-    threads: int | None = None
-    designs_per_protein: int = 2
-    diversity_temperature: float = 0.1
+    model_path: str = option(positional=True, metavar="MODEL", help="model file (model.pt)")
+    data: str = option(help="prepared folder (path or URI)")
+    out: str = option(help="output folder")
+    datasets: list[str] | None = option(
+        None,
+        "dataset to score (repeatable; default: test, validation and every subset dataset)",
+        aliases=("--dataset",),
+        metavar="DATASET",
+    )
+    seed: int = option(0, "seed of autoregressive decoding orders")
+    tokens_per_batch: int = option(6000, "residue budget of one scoring batch")
+    short_max_length: int = option(100, "longest chain of the 'short' subset")
+    threads: int | None = option(None, "torch threads (default: torch's)")
+    designs_per_protein: int = option(2, "sequences sampled per test protein for the diversity figure (0: none)")
+    diversity_temperature: float = option(0.1, "sampling temperature for diversity")
 
     def __post_init__(self) -> None:
         self.model_path, self.data, self.out = str(self.model_path), str(self.data), str(self.out)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from invfold.errors import ConfigError, InvfoldError
+from invfold.options import option
 
 from ..protein.alphabet import ALPHABET
 from ..protein.batch import collate
@@ -49,15 +50,20 @@ class ExportConfig:
     parity_chains: how many chains, spread over the length range (at most max_length residues).
     """
 
-    model_path: str
-    out_path: str
-    parity_records: list[ChainRecord] | None = None
-    parity_data: str | None = None
-    tolerance: float = 1e-4
-    parity_chains: int = 4
-    max_length: int = 500
-    seed: int = 0
-    opset: int | None = None
+    model_path: str = option(positional=True, metavar="MODEL", help="model file written by training (model.pt)")
+    out_path: str = option(aliases=("--out",), help="the .onnx file to write")
+    parity_records: list[ChainRecord] | None = option(None, "proteins to check parity on (Python only)", cli=False)
+    parity_data: str | None = option(
+        None,
+        "proteins for the parity check: a prepared-data folder or any protein set (jsonl, TS50 json, "
+        "PDB/mmCIF); default: the bundled real sample",
+        aliases=("--data",),
+    )
+    tolerance: float = option(1e-4, "largest allowed |logit difference|")
+    parity_chains: int = option(4, "parity chains of different lengths", aliases=("--chains",))
+    max_length: int = option(500, "longest parity chain, in residues")
+    seed: int = option(0, "seed of the decoding order of the parity check")
+    opset: int | None = option(None, "ONNX opset (default: the exporter's)")
 
     def __post_init__(self):
         if not str(self.out_path).endswith(".onnx"):

@@ -6,7 +6,9 @@ import argparse
 
 
 def add_parser(subparsers) -> None:
-    from invfold.components.protein.alphabet import ALPHABET
+    from invfold.options import add_options
+
+    from .config import PrepConfig
 
     p = subparsers.add_parser(
         "prep",
@@ -14,61 +16,17 @@ def add_parser(subparsers) -> None:
         description="Turn a protein set (chain_set.jsonl[.gz], TS50 JSON list, PDB/mmCIF file or folder; "
         "local path or URI) into Arrow datasets per split and subset, index.json and card.json/card.md.",
     )
-    p.add_argument("input", help="protein set path or URI")
-    p.add_argument("--out", required=True, help="output folder (path or URI)")
-    p.add_argument(
-        "--split-file",
-        help="chain_set_splits.json with train/validation/test; "
-        "without it prep makes a split that keeps related chains together",
-    )
-    p.add_argument(
-        "--subset",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="subset file with a 'test' list (e.g. test_split_L100.json); repeatable",
-    )
-    p.add_argument("--strict", action="store_true", help="input defects are errors instead of counted skips")
-    p.add_argument("--max-length", type=int, default=500)
-    p.add_argument("--min-length", type=int, default=30)
-    p.add_argument("--min-observed-fraction", type=float, default=0.5)
-    p.add_argument("--alphabet", default=ALPHABET, help="letters kept (chains with others are dropped)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--split-fractions", type=float, nargs=3, default=(0.8, 0.1, 0.1), metavar=("TRAIN", "VALIDATION", "TEST")
-    )
-    p.add_argument("--split-by", choices=("auto", "cath", "cluster", "identity"), default="auto")
-    p.add_argument("--identity-tool", choices=("auto", "mmseqs", "kmer"), default="auto")
-    p.add_argument("--identity-threshold", type=float, default=0.4)
-    p.add_argument(
-        "--check-identity",
-        action="store_true",
-        help="with --split-file, also report the highest train-test sequence identity",
-    )
+    add_options(p, PrepConfig)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfold.options import from_args
+
     from .config import PrepConfig
     from .run import run_prep
 
-    cfg = PrepConfig(
-        input=args.input,
-        output=args.out,
-        split_file=args.split_file,
-        subset_files=args.subset,
-        max_length=args.max_length,
-        min_length=args.min_length,
-        min_observed_fraction=args.min_observed_fraction,
-        alphabet=args.alphabet,
-        strict=args.strict,
-        seed=args.seed,
-        split_fractions=tuple(args.split_fractions),
-        split_by=args.split_by,
-        identity_tool=args.identity_tool,
-        identity_threshold=args.identity_threshold,
-        check_identity=args.check_identity,
-    )
+    cfg = from_args(PrepConfig, args)
     result = run_prep(cfg)
     c = result.counts
     print(f"read {c['read']} records: kept {c['kept']}, skipped {c['skipped']}")

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
+from typing import Literal
 
 from invfold.components.protein.alphabet import ALPHABET
 from invfold.errors import ConfigError
-
-SPLIT_METHODS = ("auto", "cath", "cluster", "identity")
-IDENTITY_TOOLS = ("auto", "mmseqs", "kmer")
+from invfold.options import check_choices, option
 
 
 @dataclass
@@ -35,24 +34,37 @@ class PrepConfig:
         memory is bounded by these (times the number of datasets), not by the input size.
     """
 
-    input: str
-    output: str
-    split_file: str | None = None
-    subset_files: list[str] = field(default_factory=list)
-    max_length: int = 500
-    min_length: int = 30
-    min_observed_fraction: float = 0.5
-    alphabet: str = ALPHABET
-    strict: bool = False
-    seed: int = 0
-    split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)
-    split_by: str = "auto"
-    identity_tool: str = "auto"
-    identity_threshold: float = 0.4
-    check_identity: bool = False
-    batch_rows: int = 1024
-    batch_bytes: int = 32 * 2**20
-    log_every: int = 5000
+    input: str = option(positional=True, help="protein set path or URI")
+    output: str = option(aliases=("--out",), help="output folder (path or URI)")
+    split_file: str | None = option(
+        None,
+        "chain_set_splits.json with train/validation/test; without it prep makes a split that keeps "
+        "related chains together",
+    )
+    subset_files: list[str] = option(
+        factory=list,
+        aliases=("--subset",),
+        metavar="FILE",
+        help="subset file with a 'test' list (e.g. test_split_L100.json); repeatable",
+    )
+    max_length: int = option(500, "longest chain kept, in residues")
+    min_length: int = option(30, "shortest chain kept, in residues")
+    min_observed_fraction: float = option(0.5, "least fraction of a chain's backbone that must be observed")
+    alphabet: str = option(ALPHABET, "letters kept (chains with others are dropped)")
+    strict: bool = option(False, "input defects are errors instead of counted skips")
+    seed: int = option(0, "seed of the split prep makes")
+    split_fractions: tuple[float, float, float] = option(
+        (0.8, 0.1, 0.1),
+        "train, validation and test fractions of a split prep makes",
+        metavar=("TRAIN", "VALIDATION", "TEST"),
+    )
+    split_by: Literal["auto", "cath", "cluster", "identity"] = option("auto", "what keeps related chains together")
+    identity_tool: Literal["auto", "mmseqs", "kmer"] = option("auto", "sequence-identity search of a split by identity")
+    identity_threshold: float = option(0.4, "chains at least this identical stay on one side of the split")
+    check_identity: bool = option(False, "with --split-file, also report the highest train-test sequence identity")
+    batch_rows: int = option(1024, "rows per Arrow record batch (memory bound)")
+    batch_bytes: int = option(32 * 2**20, "bytes per Arrow record batch (memory bound)")
+    log_every: int = option(5000, "records between progress lines")
 
     def __post_init__(self):
         self.input, self.output = str(self.input), str(self.output)
@@ -83,10 +95,7 @@ class PrepConfig:
             raise ConfigError(
                 f"split_fractions must be 3 non-negative numbers (train > 0) summing to 1, got {self.split_fractions}"
             )
-        if self.split_by not in SPLIT_METHODS:
-            raise ConfigError(f"split_by must be one of {SPLIT_METHODS}, got {self.split_by!r}")
-        if self.identity_tool not in IDENTITY_TOOLS:
-            raise ConfigError(f"identity_tool must be one of {IDENTITY_TOOLS}, got {self.identity_tool!r}")
+        check_choices(self)
         if not 0.0 < self.identity_threshold < 1.0:
             raise ConfigError(f"identity_threshold must be in (0, 1), got {self.identity_threshold}")
         if self.batch_rows < 1 or self.batch_bytes < 1 or self.log_every < 1:

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from invfold.components.model.config import PRESETS
 from invfold.errors import ConfigError
+from invfold.options import check_choices, option
 
 from .sampler import BALANCE_MODES
 
 STRATEGIES = ("ddp", "horovod", "deepspeed")
-PRECISIONS = ("fp32", "bf16")
-SCHEDULES = ("noam", "one_cycle")
 # model fields a fine-tuning run may change; the rest must match the initial weights
 FINE_TUNE_OVERRIDES = ("dropout", "activation_checkpointing")
 
@@ -56,43 +56,62 @@ class TrainConfig:
     The default recipe (default preset, lr 2e-3, noise 0.1 A, short warm-up) learns fast on CPU.
     """
 
-    data: str
-    out: str
-    train_dataset: str = "train"
-    validation_dataset: str | None = "validation"
-    checkpoint_dir: str | None = None
-    preset: str = "default"
-    model_overrides: dict[str, Any] = field(default_factory=dict)
-    init_from: str | None = None
-    freeze_encoder: bool = False
-    strategy: str = "ddp"
-    zero_stage: int = 0
-    precision: str = "fp32"
-    tokens_per_batch: int = 3000
-    pool_batches: int = 50
-    balance: str = "interleaved"
-    max_steps: int | None = None
-    epochs: int | None = None
-    lr: float = 2e-3
-    warmup_steps: int = 50
-    schedule: str = "noam"
-    weight_decay: float = 0.01
-    label_smoothing: float = 0.1
-    backbone_noise: float = 0.1
-    grad_clip: float = 1.0
-    grad_accum: int = 1
-    activation_checkpointing: bool = False
-    validate_every: int = 100
-    checkpoint_every: int = 100
-    keep_checkpoints: int = 2
-    log_every: int = 10
-    seed: int = 0
-    threads: int = 1
-    resume: bool = True
-    time_budget_s: float | None = None
-    cpu_time_budget_s: float | None = None
-    dist_timeout_s: float = 600.0
-    max_nonfinite_steps: int = 10
+    data: str = option(help="prepared folder (invfold prep output; path or URI)")
+    out: str = option(help="output folder (local)")
+    train_dataset: str = option("train", "dataset of the prepared folder to train on")
+    validation_dataset: str | None = option("validation", "dataset to validate on (absent from the data: none)")
+    checkpoint_dir: str | None = option(None, "default OUT/checkpoints; may be a URI (ddp, horovod)")
+    preset: str = option("default", "model preset", choices=tuple(PRESETS))
+    model_overrides: dict[str, Any] = option(
+        factory=dict,
+        aliases=("--model",),
+        metavar="NAME=VALUE",
+        help="model config override, e.g. --model hidden=64 (repeatable)",
+    )
+    init_from: str | None = option(
+        None,
+        "fine-tune: start from a model file/URI or published weights (e.g. proteinmpnn:v_48_020; see "
+        "`invfold weights list`); the architecture is the initial model's",
+        metavar="MODEL",
+    )
+    freeze_encoder: bool = option(False, "with --init-from: train only the decoder and read-out")
+    strategy: str = option("ddp", "distributed training strategy", choices=STRATEGIES)
+    zero_stage: Literal[0, 1, 2, 3] = option(0, "DeepSpeed ZeRO stage")
+    precision: Literal["fp32", "bf16"] = option("fp32", "bf16 autocasts where the device supports it")
+    tokens_per_batch: int = option(3000, "residue budget per process and step")
+    pool_batches: int = option(50, "batches the sampler packs at once")
+    balance: str = option("interleaved", "how each step's batches are made alike across ranks", choices=BALANCE_MODES)
+    max_steps: int | None = option(None, "optimizer steps to train for")
+    epochs: int | None = option(None, "passes over the training data")
+    lr: float = option(2e-3, "peak learning rate")
+    warmup_steps: int = option(50, "learning-rate warm-up steps")
+    schedule: Literal["noam", "one_cycle"] = option("noam", "learning-rate schedule after the warm-up")
+    weight_decay: float = option(0.01, "AdamW weight decay")
+    label_smoothing: float = option(0.1, "label smoothing of the loss")
+    backbone_noise: float = option(0.1, "std of the Gaussian noise added to coordinates, in Angstrom")
+    grad_clip: float = option(1.0, "max global gradient norm (0: no clipping)")
+    grad_accum: int = option(1, "micro-batches per optimizer step")
+    activation_checkpointing: bool = option(False, "recompute activations in backward (less memory)")
+    validate_every: int = option(100, "optimizer steps between validations (0: only at the end)")
+    checkpoint_every: int = option(100, "optimizer steps between checkpoints (0: only at the end)")
+    keep_checkpoints: int = option(2, "newest complete checkpoints kept")
+    log_every: int = option(10, "optimizer steps between metric lines")
+    seed: int = option(0, "random seed of the whole run")
+    threads: int = option(1, "CPU threads per process")
+    resume: bool = option(True, "resume from the newest complete checkpoint (--no-resume: ignore them)")
+    time_budget_s: float | None = option(
+        None, "stop (and save) after this many seconds", aliases=("--time-budget",), metavar="SECONDS"
+    )
+    cpu_time_budget_s: float | None = option(
+        None,
+        "stop (and save) after this many CPU seconds of each training process",
+        aliases=("--cpu-time-budget",),
+        metavar="SECONDS",
+    )
+    dist_timeout_s: float = option(600.0, "seconds a collective may wait for the other ranks")
+    max_nonfinite_steps: int = option(
+        10, "fail after this many steps in a row with a NaN/inf loss or gradient (each is skipped)"
+    )
 
     def __post_init__(self) -> None:
         self.data, self.out = str(self.data), str(self.out)
@@ -106,16 +125,9 @@ class TrainConfig:
         if self.checkpoint_dir is None:
             self.checkpoint_dir = f"{self.out.rstrip('/')}/checkpoints"
         self.checkpoint_dir = str(self.checkpoint_dir).rstrip("/")
-        self._check_choice("strategy", STRATEGIES)
-        self._check_choice("precision", PRECISIONS)
-        self._check_choice("schedule", SCHEDULES)
-        self._check_choice("balance", BALANCE_MODES)
+        check_choices(self)
         if not isinstance(self.model_overrides, dict):
             raise ConfigError(f"TrainConfig.model_overrides: expected a dict, got {self.model_overrides!r}")
-        from invfold.components.model.config import PRESETS
-
-        if self.preset not in PRESETS:
-            raise ConfigError(f"TrainConfig.preset: expected one of {sorted(PRESETS)}, got {self.preset!r}")
         if self.init_from is not None:
             self.init_from = str(self.init_from)
             if not self.init_from:
@@ -129,8 +141,6 @@ class TrainConfig:
                 )
         if self.freeze_encoder and self.init_from is None:
             raise ConfigError("TrainConfig.freeze_encoder: needs init_from (a random encoder would stay random)")
-        if self.zero_stage not in (0, 1, 2, 3):
-            raise ConfigError(f"TrainConfig.zero_stage: expected 0, 1, 2 or 3, got {self.zero_stage!r}")
         if self.zero_stage and self.strategy != "deepspeed":
             raise ConfigError(
                 f"TrainConfig.zero_stage={self.zero_stage} needs strategy 'deepspeed', got {self.strategy!r}"
@@ -186,10 +196,6 @@ class TrainConfig:
                 raise ConfigError(f"TrainConfig.{name}: expected > 0 seconds, got {value!r}")
         if not self.dist_timeout_s > 0:
             raise ConfigError(f"TrainConfig.dist_timeout_s: expected > 0, got {self.dist_timeout_s!r}")
-
-    def _check_choice(self, name: str, choices: tuple[str, ...]) -> None:
-        if getattr(self, name) not in choices:
-            raise ConfigError(f"TrainConfig.{name}: expected one of {choices}, got {getattr(self, name)!r}")
 
     def model_config(self, initial=None):
         """The model's config: the preset with overrides, or (fine-tuning) the initial model's."""

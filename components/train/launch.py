@@ -21,9 +21,11 @@ import socket
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from invfold.errors import ConfigError
+from invfold.options import check_choices, option
 
 from .config import TrainConfig
 
@@ -31,6 +33,19 @@ ENTRYPOINT = "invfold.components.train.entrypoint"
 CONFIG_FILE = "train_config.json"
 KEEP_FREED_MEMORY = "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=17179869184"
 LAUNCHERS = {"ddp": ("torchrun",), "deepspeed": ("torchrun", "mpirun"), "horovod": ("horovodrun", "mpirun")}
+
+
+@dataclass
+class LocalProcesses:
+    """How many processes of this machine run the job, and what starts them."""
+
+    procs_per_node: int = option(2, "processes on this machine", aliases=("--nproc",))
+    launcher: str | None = option(
+        None, "default: torchrun (ddp, deepspeed), horovodrun (horovod)", choices=("torchrun", "horovodrun", "mpirun")
+    )
+
+    def __post_init__(self) -> None:
+        check_choices(self)  # the count is checked by launch_local
 
 
 def _horovodrun() -> str:

@@ -336,7 +336,7 @@ def test_compiled_pipeline_runs_through_kfp_docker_runner_offline(cpu_images, tm
             split_file=f"{SAMPLE_IN_IMAGE}/sample_chain_set_splits.json",
             strategy="ddp",
             procs_per_node=2,
-            model_preset="tiny",
+            preset="tiny",
             model_overrides={},
             max_steps=4,
             tokens_per_batch=800,

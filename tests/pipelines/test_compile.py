@@ -66,7 +66,7 @@ def test_pipeline_and_every_parameter_are_described():
         "nodes",
         "procs_per_node",
         "gpus_per_node",
-        "model_preset",
+        "preset",
         "tokens_per_batch",
         "max_steps",
         "epochs",

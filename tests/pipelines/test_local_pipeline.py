@@ -154,7 +154,7 @@ def test_kfp_outputs_show_metrics_confusion_matrix_and_reports(ddp_run):
 
 
 def test_unchanged_data_hits_prep_cache_and_a_worse_model_keeps_the_champion(ddp_run, workspace):
-    params = {**workspace["base"], "time_budget_s": 0, "max_steps": 1, "model_preset": "tiny", "model_overrides": {}}
+    params = {**workspace["base"], "time_budget_s": 0, "max_steps": 1, "preset": "tiny", "model_overrides": {}}
     again = run_local(params, runs_dir=workspace["runs"], tracking_uri=workspace["uri"])
     assert not (Path(again.run_folder) / "prep-op").exists(), "prep ran although the data did not change"
     assert again.registered_version is None
@@ -197,7 +197,7 @@ def test_changed_data_misses_the_cache_and_an_unreachable_server_loses_only_reco
         lines = fh.readlines()
     with gzip.open(data, "wt") as fh:  # same path, different content
         fh.writelines(lines[:-3])
-    params = {**workspace["base"], "time_budget_s": 0, "max_steps": 2, "model_preset": "tiny", "model_overrides": {}}
+    params = {**workspace["base"], "time_budget_s": 0, "max_steps": 2, "preset": "tiny", "model_overrides": {}}
     result = run_local(params, runs_dir=workspace["runs"], tracking_uri=unreachable_uri)
     output = capfd.readouterr()
     assert (Path(result.run_folder) / "prep-op").exists(), "prep was served from the cache after the data changed"

@@ -34,7 +34,7 @@ def test_pipeline_trains_and_registers_with_strategy(strategy, module, extra, ml
         "data_uri": str(SAMPLE_CHAIN_SET),
         "split_file": str(SAMPLE_SPLITS),
         "strategy": strategy,
-        "model_preset": "tiny",
+        "preset": "tiny",
         "model_overrides": {},
         "max_steps": 3,
         "time_budget_s": 0,

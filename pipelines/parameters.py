@@ -1,0 +1,86 @@
+"""The pipeline's parameters on the command line (`invfold run`, `invfold submit`).
+
+A parameter has the name of the option it sets (TrainConfig's `preset`, `threads`, `max_steps`,
+...; the launcher's `procs_per_node`), and its flag is that name (`--max-steps`). Type, help and
+default come from the compiled pipeline (its signature and docstring, in invfold_pipeline.yaml),
+choices from the config field it sets, so nothing here restates them. `RENAMED` is the one table
+of parameters whose step input has another name."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from functools import cache
+
+# pipeline parameter -> the step input it becomes, where the two names differ. The pipeline's
+# parameters share one flat form in the Kubeflow UI beside KFP's own (experiment, run name), so
+# the ones that belong to another system carry its name there; the steps take the short name.
+RENAMED = {
+    "mlflow_tracking_uri": "tracking_uri",
+    "mlflow_experiment": "experiment",
+    "registration_threshold": "threshold",
+    "registered_model_name": "model_name",
+    "trainer_runtime_kind": "runtime_kind",
+}
+# earlier flag spellings, still accepted
+FLAG_ALIASES = {
+    "procs_per_node": ("--nproc",),
+    "time_budget_s": ("--time-budget",),
+    "registration_threshold": ("--threshold",),
+    "mlflow_experiment": ("--experiment",),
+    "registered_model_name": ("--model-name",),
+}
+# parameters the commands take under an option of their own (--data; run's --tracking-uri)
+OWN_OPTIONS = {"run": ("data_uri", "mlflow_tracking_uri"), "submit": ("data_uri",)}
+_TYPES = {"STRING": str, "NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "STRUCT": json.loads, "LIST": json.loads}
+
+
+@cache
+def pipeline_parameters() -> dict[str, dict]:
+    """name -> the compiled pipeline's definition (parameterType, description, defaultValue)."""
+    import yaml
+
+    from .compile import COMMITTED_YAML
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with open(COMMITTED_YAML) as fh:
+        spec = next(yaml.load_all(fh, Loader=loader))
+    return spec["root"]["inputDefinitions"]["parameters"]
+
+
+def _choices(name: str) -> tuple | None:
+    """The choices of the config field the parameter sets, if it has any."""
+    import dataclasses
+    import typing
+
+    from invfold.components.train.config import TrainConfig
+    from invfold.options import choices_of
+
+    hints = typing.get_type_hints(TrainConfig)
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    return choices_of(fields[name], hints[name]) if name in fields else None
+
+
+def add_pipeline_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """A flag per pipeline parameter (unset: the pipeline's default)."""
+    group = parser.add_argument_group("pipeline parameters (unset: the pipeline's defaults)")
+    for name, spec in pipeline_parameters().items():
+        if name in OWN_OPTIONS[command]:
+            continue
+        kind = _TYPES[spec["parameterType"]]
+        help_text = spec["description"].replace("%", "%%")
+        if "defaultValue" in spec:
+            default = int(spec["defaultValue"]) if kind is int else spec["defaultValue"]
+            help_text += f" (pipeline default: {json.dumps(default)})"
+        kwargs = dict(dest=name, default=None, type=kind, help=help_text)
+        if kind is json.loads:
+            kwargs["metavar"] = "JSON"
+        choices = _choices(name)
+        if choices is not None:
+            kwargs["choices"] = choices
+        group.add_argument("--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, ()), **kwargs)
+
+
+def given_parameters(args: argparse.Namespace) -> dict:
+    """The pipeline parameters set on the command line."""
+    return {n: getattr(args, n) for n in pipeline_parameters() if getattr(args, n, None) is not None}

@@ -1,0 +1,173 @@
+"""Command-line options written once, on the config dataclass's fields.
+
+Each field says what it is (`option(default, "help")`); `add_options` turns a dataclass into
+argparse options and `from_args` turns the parsed namespace back into the dataclass, so a
+default, a type, the choices and the help text live in one place (the field) and the CLI cannot
+drift from the Python API. The option is `--field-name`; older spellings stay accepted as
+aliases. Type -> option: `bool` is a switch (`--name`, or `--no-name` when it defaults to True),
+`X | None` an optional X, `Literal[...]` (or `choices=`) its choices, `list[X]` a repeatable
+option, `tuple[X, X, X]` three values, `dict` a repeatable NAME=VALUE (VALUE read as JSON when
+it is JSON). `check_choices` validates the choices in `__post_init__`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import types
+import typing
+from typing import Any, Literal
+
+from invfold.errors import ConfigError
+
+
+def option(
+    default: Any = dataclasses.MISSING,
+    help: str = "",
+    *,
+    factory: Any = dataclasses.MISSING,
+    aliases: tuple[str, ...] = (),
+    positional: bool = False,
+    cli: bool = True,
+    choices: tuple | None = None,
+    metavar: str | tuple | None = None,
+    type: Any = None,
+) -> Any:
+    """A dataclass field that knows its command-line option. aliases: other spellings kept for
+    existing users (e.g. "-n"); positional: an argument, not an --option; cli=False: not on the
+    command line (e.g. in-memory records); choices: when they are not in the type (a table's
+    keys); type: the option's value type when the field's is wider (e.g. `str | list[int]`)."""
+    if not help:
+        raise TypeError("option(): every option needs its help text")
+    metadata = dict(
+        help=help, aliases=tuple(aliases), positional=positional, cli=cli, choices=choices, metavar=metavar, type=type
+    )
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def name_value(text: str) -> tuple[str, Any]:
+    """NAME=VALUE with VALUE parsed as JSON when it is JSON (numbers, true/false), else a string."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
+
+
+def flag(name: str) -> str:
+    """The option of a field or parameter name: max_steps -> --max-steps."""
+    return "--" + name.replace("_", "-")
+
+
+def _strip_optional(hint: Any) -> Any:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return hint
+
+
+def choices_of(f: dataclasses.Field, hint: Any) -> tuple | None:
+    """A field's allowed values: its option(choices=...) or its Literal type, else None."""
+    if f.metadata.get("choices") is not None:
+        return tuple(f.metadata["choices"])
+    hint = _strip_optional(hint)
+    if typing.get_origin(hint) is Literal:
+        return typing.get_args(hint)
+    return None
+
+
+def cli_fields(cls) -> list[tuple[dataclasses.Field, Any]]:
+    """(field, resolved type) of every field that is on the command line."""
+    hints = typing.get_type_hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.metadata.get("cli", True)]
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, skip: tuple[str, ...] = ()) -> None:
+    """An option per field of dataclass `cls` (fields named in `skip` left out)."""
+    for f, hint in cli_fields(cls):
+        if f.name in skip:
+            continue
+        meta = f.metadata
+        default = _default(f)
+        required = default is dataclasses.MISSING
+        kwargs: dict[str, Any] = {"help": meta["help"].replace("%", "%%")}
+        base = _strip_optional(hint)
+        origin, args = typing.get_origin(base), typing.get_args(base)
+        choices = choices_of(f, hint)
+        if meta.get("type") is not None:
+            kwargs["type"] = meta["type"]
+        elif base is bool:
+            kwargs["action"] = "store_false" if default is True else "store_true"
+        elif choices is not None:
+            kwargs["type"] = type(choices[0])
+        elif origin in (list, tuple) and args:
+            kwargs["type"] = args[0]
+        elif origin is dict or base is dict:
+            kwargs["type"] = name_value
+        elif base in (int, float, str):
+            kwargs["type"] = base
+        else:
+            raise TypeError(f"{cls.__name__}.{f.name}: no command-line form for {hint!r} (use option(cli=False))")
+        if choices is not None:
+            kwargs["choices"] = choices
+        if meta.get("metavar") is not None:
+            kwargs["metavar"] = meta["metavar"]
+        if origin is tuple and meta.get("type") is None:
+            kwargs["nargs"] = len(args)
+        elif (origin is list or origin is dict or base is dict) and meta.get("type") is None:
+            kwargs["action"] = "append"
+        if meta.get("positional"):
+            parser.add_argument(f.name, **kwargs)
+            continue
+        if base is bool and default is True:
+            names = ["--no-" + f.name.replace("_", "-"), *meta.get("aliases", ())]
+        else:
+            names = [flag(f.name), *meta.get("aliases", ())]
+        if required:
+            kwargs["required"] = True
+        # collected values (append) start empty; the dataclass's own default applies when unset
+        kwargs["default"] = None if kwargs.get("action") == "append" or required else default
+        if not (kwargs["default"] is None or kwargs["default"] is False or kwargs["default"] in ("", [], ())):
+            kwargs["help"] += " (default: %(default)s)"
+        parser.add_argument(*names, dest=f.name, **kwargs)
+
+
+def from_args(cls, args: argparse.Namespace, **extra: Any):
+    """The dataclass from parsed options (and `extra` fields the CLI sets itself)."""
+    values: dict[str, Any] = {}
+    for f, hint in cli_fields(cls):
+        if f.name in extra or not hasattr(args, f.name):
+            continue
+        value = getattr(args, f.name)
+        if value is None and f.default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            continue  # a repeatable option never given: the field's factory default
+        base = _strip_optional(hint)
+        if value is not None and (typing.get_origin(base) is dict or base is dict):
+            value = dict(value)
+        elif value is not None and typing.get_origin(base) is tuple:
+            value = tuple(value)
+        values[f.name] = value
+    return cls(**values, **extra)
+
+
+def check_choices(config) -> None:
+    """Raise ConfigError naming the field when a value is not one of its choices."""
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        choices = choices_of(f, hints[f.name])
+        value = getattr(config, f.name)
+        if choices is not None and value is not None and value not in choices:
+            raise ConfigError(f"{type(config).__name__}.{f.name}: expected one of {choices}, got {value!r}")

@@ -1,0 +1,84 @@
+"""The one name table (pipelines/parameters.py) against the compiled pipeline and the configs:
+a pipeline parameter reaches every step under its own name unless RENAMED says otherwise, and
+the train step's inputs are the TrainConfig / Resources / ClusterOptions fields they set."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import yaml
+from invfold.components.launch.base import Resources
+from invfold.components.launch.trainjob import ClusterOptions
+from invfold.components.train.config import TrainConfig
+from invfold.pipelines.compile import COMMITTED_YAML
+from invfold.pipelines.parameters import FLAG_ALIASES, OWN_OPTIONS, RENAMED, pipeline_parameters
+
+PREFIX = "pipelinechannel--"
+KFP_TYPES = {str: "STRING", int: "NUMBER_INTEGER", float: "NUMBER_DOUBLE", dict: "STRUCT"}
+
+
+def _spec() -> dict:
+    return next(yaml.safe_load_all(COMMITTED_YAML.read_text()))
+
+
+def _step_inputs(spec: dict) -> list[tuple[str, str, str]]:
+    """(task, step input, pipeline parameter) for every step input fed by a pipeline parameter."""
+    found = []
+    dags = [spec["root"]["dag"]] + [c["dag"] for c in spec["components"].values() if "dag" in c]
+    for dag in dags:
+        for task_name, task in dag["tasks"].items():
+            if task["componentRef"]["name"].startswith("comp-exit-handler") or "condition" in task_name:
+                continue  # sub-DAGs only pass parameters through
+            for name, value in task.get("inputs", {}).get("parameters", {}).items():
+                source = value.get("componentInputParameter")
+                if source:
+                    found.append((task_name, name, source.removeprefix(PREFIX)))
+    return found
+
+
+def test_parameters_reach_the_steps_under_one_name_or_through_the_table():
+    spec = _spec()
+    parameters = spec["root"]["inputDefinitions"]["parameters"]
+    inputs = _step_inputs(spec)
+    assert len(inputs) > 30
+    for task, name, parameter in inputs:
+        assert parameter in parameters, (task, parameter)
+        assert name == RENAMED.get(parameter, parameter), f"{task}.{name} <- {parameter}: not in RENAMED"
+    used = {parameter for _, name, parameter in inputs if name != parameter}
+    assert used == set(RENAMED), "RENAMED lists a parameter that no step takes under another name"
+
+
+def test_the_train_steps_inputs_are_the_fields_they_set_with_the_same_types():
+    spec = _spec()
+    train_inputs = spec["components"]["comp-train-op"]["inputDefinitions"]["parameters"]
+    # MLflow and checkpoint keys, and KFP's task config (node selector, tolerations)
+    tracking = {"pipeline_run_id", "pipeline_run_name", "tracking_uri", "experiment", "checkpoint_root", "task_config"}
+    fields = {}
+    for config in (TrainConfig, Resources, ClusterOptions):
+        for f in dataclasses.fields(config):
+            fields.setdefault(f.name, (config, f))
+    for name, definition in train_inputs.items():
+        if name in tracking:
+            continue
+        assert name in fields, f"train_op input {name!r} is no field of TrainConfig, Resources or ClusterOptions"
+        config, f = fields[name]
+        hint = f.type if isinstance(f.type, str) else f.type.__name__
+        base = hint.split("|")[0].strip().split("[")[0]
+        if base.startswith("Literal"):
+            continue  # typed by its choices; checked below
+        kind = {"str": str, "int": int, "float": float, "dict": dict}[base]
+        assert definition["parameterType"] == KFP_TYPES[kind], f"{config.__name__}.{name}: {hint}"
+
+
+def test_pipeline_parameters_named_like_train_options_are_them():
+    parameters = pipeline_parameters()
+    for name in ("preset", "threads", "tokens_per_batch", "max_steps", "lr", "zero_stage", "time_budget_s"):
+        assert name in parameters and name in TrainConfig.__dataclass_fields__, name
+    assert "model_preset" not in parameters and "threads_per_process" not in parameters
+
+
+def test_flag_aliases_and_own_options_name_real_parameters():
+    parameters = pipeline_parameters()
+    assert set(FLAG_ALIASES) <= set(parameters)
+    assert {p for names in OWN_OPTIONS.values() for p in names} <= set(parameters)
+    assert set(RENAMED) <= set(parameters)

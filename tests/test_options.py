@@ -1,0 +1,91 @@
+"""Options generated from a dataclass: each field type becomes its option, and back."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pytest
+from invfold.errors import ConfigError
+from invfold.options import add_options, check_choices, from_args, option
+
+
+@dataclass
+class Example:
+    source: str = option(positional=True, help="where from")
+    out: str = option(aliases=("-o",), help="where to")
+    steps: int | None = option(None, "how many steps")
+    rate: float = option(0.5, "how fast")
+    mode: Literal["fast", "slow"] = option("fast", "which way")
+    level: int = option(1, "how deep", choices=(1, 2, 3))
+    quiet: bool = option(False, "say less")
+    resume: bool = option(True, "go on where it stopped")
+    files: list[str] = option(factory=list, help="extra files")
+    pair: tuple[float, float] = option((0.1, 0.9), "low and high")
+    extra: dict[str, Any] = option(factory=dict, help="NAME=VALUE settings")
+    hidden: object = option(None, "in memory only", cli=False)
+
+    def __post_init__(self):
+        check_choices(self)
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser()
+    add_options(parser, Example)
+    return from_args(Example, parser.parse_args(argv))
+
+
+def test_defaults_come_from_the_fields():
+    assert _parse(["in", "--out", "x"]) == Example(source="in", out="x")
+
+
+@pytest.mark.parametrize(
+    ("argv", "field", "value"),
+    [
+        (["-o", "y"], "out", "y"),
+        (["--steps", "7"], "steps", 7),
+        (["--rate", "0.25"], "rate", 0.25),
+        (["--mode", "slow"], "mode", "slow"),
+        (["--level", "3"], "level", 3),
+        (["--quiet"], "quiet", True),
+        (["--no-resume"], "resume", False),
+        (["--files", "a", "--files", "b"], "files", ["a", "b"]),
+        (["--pair", "0.2", "0.3"], "pair", (0.2, 0.3)),
+        (
+            ["--extra", "hidden=64", "--extra", "act=gelu", "--extra", "on=true"],
+            "extra",
+            {"hidden": 64, "act": "gelu", "on": True},
+        ),
+    ],
+)
+def test_each_type_becomes_its_option(argv, field, value):
+    parsed = _parse(["in", "--out", "x", *argv])
+    assert getattr(parsed, field) == value
+
+
+@pytest.mark.parametrize(
+    "argv", [["in"], ["in", "--out", "x", "--mode", "medium"], ["in", "--out", "x", "--level", "4"], ["--out", "x"]]
+)
+def test_bad_or_missing_options_are_refused(argv, capsys):
+    with pytest.raises(SystemExit):
+        _parse(argv)
+    assert "error:" in capsys.readouterr().err
+
+
+def test_fields_off_the_command_line_and_help_text():
+    parser = argparse.ArgumentParser()
+    add_options(parser, Example)
+    text = parser.format_help()
+    assert "--hidden" not in text
+    assert "how fast (default: 0.5)" in " ".join(text.split())
+
+
+def test_choices_are_checked_in_python_too():
+    with pytest.raises(ConfigError, match=r"Example.mode: expected one of \('fast', 'slow'\), got 'medium'"):
+        Example(source="in", out="x", mode="medium")
+
+
+def test_an_option_needs_help():
+    with pytest.raises(TypeError, match="help"):
+        option(1)
