@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from invfold.components.train.config import TrainConfig
+from invfold.components.train.strategies import strategy_spec
 
 from invfold.errors import ConfigError
 
@@ -33,20 +34,17 @@ RUNTIME_PREFIX = "invfold-"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 PATCH_MANAGER = "invfold.dev/launcher"
 ENTRY_MODULE = "invfold.components.launch.trainjob_entry"
-# Replicated jobs of the runtimes in k8s/ (the MPI runtimes add a launcher).
+# The trainer container of every replicated job of the runtimes in k8s/ (their replicated jobs
+# are each strategy's StrategySpec.replicated_jobs).
 TRAINER_CONTAINER = "node"
 WORKSPACE_MOUNT = "/workspace"
 RENDEZVOUS_PORT = 29500  # allowed between a job's pods by k8s/base/network-policies.yaml
-# Upstream's MPI runtimes list `node` first and start the launcher once the nodes are Ready
-# (kubeflow/trainer manifests/base/runtimes/deepspeed_distributed.yaml); ours follow.
-REPLICATED_JOBS = {"ddp": ("node",), "deepspeed": ("node", "launcher"), "horovod": ("node", "launcher")}
 # A one-node MPI job references `<runtime>-single-node`: the launcher alone, every rank on it.
 # Trainer v2.3 always starts max(numNodes - 1, 1) node pods beside a launcher that runs as a node
 # (pkg/runtime/framework/plugins/mpi/mpi.go), each with the TrainJob's resourcesPerNode
 # (pkg/runtime/core/trainingruntime.go): an idle sshd pod holding GPUs. Without a node job the MPI
 # plugin accepts numNodes 1 only (mpi.go Validate), and trainer.image reaches the one pod.
 SINGLE_NODE_SUFFIX = "-single-node"
-MPI_STRATEGIES = ("deepspeed", "horovod")
 FORWARDED_ENV = re.compile(r"^(MLFLOW_(?!TRACKING_PASSWORD|TRACKING_TOKEN|TRACKING_USERNAME)\w+)$")
 # The storage Secret's layout: KFP's own artifact-store Secret (mlpipeline-minio-artifact, which
 # KFP copies into every profile namespace) holds `accesskey` / `secretkey`; they become the AWS
@@ -139,15 +137,18 @@ def job_name(strategy: str, pipeline_run_id: str = "") -> str:
     return f"invfold-{strategy}-{run}-{secrets.token_hex(3)}"
 
 
+def _single_node_mpi(strategy: str, nodes: int) -> bool:
+    return strategy_spec(strategy).cluster_launcher == "mpirun" and nodes == 1
+
+
 def runtime_name(strategy: str, prefix: str = RUNTIME_PREFIX, nodes: int = 2) -> str:
     """The runtime a job of `nodes` nodes references (one-node MPI jobs: the launcher-only one)."""
-    single = strategy in MPI_STRATEGIES and nodes == 1
-    return f"{prefix}{strategy}{SINGLE_NODE_SUFFIX if single else ''}"
+    return f"{prefix}{strategy}{SINGLE_NODE_SUFFIX if _single_node_mpi(strategy, nodes) else ''}"
 
 
 def replicated_jobs(strategy: str, nodes: int) -> tuple[str, ...]:
     """The replicated jobs of the runtime `runtime_name(strategy, nodes=nodes)` names."""
-    return ("launcher",) if strategy in MPI_STRATEGIES and nodes == 1 else REPLICATED_JOBS[strategy]
+    return ("launcher",) if _single_node_mpi(strategy, nodes) else strategy_spec(strategy).replicated_jobs
 
 
 def _env(options: ClusterOptions, environ: Mapping[str, str]) -> list[dict]:
@@ -172,7 +173,7 @@ def _command(
     A one-node job runs every rank on the launcher itself (localhost), the only pod of its
     launcher-only runtime."""
     entry = [ENTRY_MODULE, "--config-json", json.dumps(cfg.to_dict(), sort_keys=True), "--output", output_uri]
-    if cfg.strategy == "ddp":
+    if strategy_spec(cfg.strategy).cluster_launcher == "torchrun":
         # The torch runtime sets PET_NNODES / PET_NPROC_PER_NODE / PET_NODE_RANK / PET_MASTER_*.
         return ["torchrun"], ["--module", *entry]
     single = resources.nodes == 1
@@ -242,7 +243,7 @@ def build_trainjob(
     """The TrainJob manifest (a plain dict, validated by schema.validate_trainjob)."""
     if not NAME.match(name) or len(name) > 63:
         raise ConfigError(f"TrainJob name {name!r}: expected an RFC 1035 label of at most 63 characters")
-    if options.image and cfg.strategy in MPI_STRATEGIES and resources.nodes > 1:
+    if options.image and strategy_spec(cfg.strategy).cluster_launcher == "mpirun" and resources.nodes > 1:
         # pkg/runtime/framework/plugins/jobset/builder.go (Trainer): trainer.image goes to the
         # job labelled trainjob-ancestor-step=trainer, the launcher; node pods keep the runtime's.
         raise ConfigError(
