@@ -33,9 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = from_args(TrainConfig, args)
     processes = from_args(LocalProcesses, args)
-    # a bad --model override or init_from fails here, before any process starts
-    initial = cfg.initial_model()
-    cfg.model_config(initial.cfg if initial is not None else None)
+    # a bad --model override or init_from fails in launch_local, before any process starts
     code = launch_local(cfg, processes.procs_per_node, launcher=processes.launcher)
     if code != 0:
         print(f"invfold train: the {cfg.strategy} job exited with status {code}", file=sys.stderr)
