@@ -10,7 +10,7 @@ Adam(0.9, 0.98, eps 1e-9) under a Noam schedule (factor 2, d_model 128), no grad
 backbone noise 0.02 A (the model's `augment_eps`; the level of the v_48_002 weights), chains
 sorted by length into batches under a padded-residue budget, batch order shuffled every epoch.
 It runs in a child process with the environment our launcher gives its ranks (OMP/MKL threads,
-GLIBC_TUNABLES), so both sides run under the same allocator settings.
+the allocator), so both sides run under the same allocator.
 
 1. Throughput: observed residues per second, data loading + featurization + forward + backward +
    optimizer step, on the train split, same thread count and residue budget. Ours runs through the
@@ -312,11 +312,11 @@ def reference_child(config_path: str) -> int:
 
 def launcher_env(threads: int) -> dict[str, str]:
     """The environment launch_local gives our ranks, for the reference child."""
-    from invfold.components.train.launch import KEEP_FREED_MEMORY
+    from invfold.components.train.memory import allocator_env
 
     return {
-        "GLIBC_TUNABLES": KEEP_FREED_MEMORY,
         **os.environ,
+        **allocator_env(),
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
     }

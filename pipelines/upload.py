@@ -8,6 +8,8 @@ post-upgrade hook runs `python -m invfold.pipelines.upload` with its settings in
   a reinstall starts the release revision at 1 again, so the name carries the upload time too.
 - With the projected service-account token (audience pipelines.kubeflow.org): kfp.Client given a
   host sends no credentials unless it is handed them.
+- With the install's own parameter defaults (PIPELINE_DEFAULTS, JSON: the chart's storage endpoint
+  and root, its MLflow service, its workspace claim), so a run started from the KFP UI needs none.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+import yaml
 
 from .compile import SubmitError, kfp_errors
 
@@ -27,6 +32,7 @@ ENV = {
     "version_prefix": "PIPELINE_VERSION_PREFIX",
     "package": "PIPELINE_PACKAGE",
     "token_path": "KF_PIPELINES_SA_TOKEN_PATH",
+    "defaults": "PIPELINE_DEFAULTS",
 }
 
 
@@ -40,13 +46,35 @@ class UploadTarget:
     version_prefix: str
     package: str
     token_path: str | None = None
+    defaults: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, environ=os.environ) -> UploadTarget:
-        missing = [var for key, var in ENV.items() if key != "token_path" and not environ.get(var)]
+        optional = ("token_path", "defaults")
+        missing = [var for key, var in ENV.items() if key not in optional and not environ.get(var)]
         if missing:
             raise SubmitError(f"pipeline upload: set {', '.join(missing)}")
-        return cls(**{key: environ.get(var) or None for key, var in ENV.items()})
+        values = {key: environ.get(var) or None for key, var in ENV.items()}
+        try:
+            defaults = json.loads(values["defaults"] or "{}")
+        except json.JSONDecodeError as err:
+            raise SubmitError(f"pipeline upload: PIPELINE_DEFAULTS is not JSON: {err}") from None
+        if not isinstance(defaults, dict):
+            raise SubmitError(f"pipeline upload: PIPELINE_DEFAULTS must be a JSON object, got {defaults!r}")
+        return cls(**{**values, "defaults": {k: v for k, v in defaults.items() if v not in (None, "")}})
+
+
+def with_defaults(package_text: str, defaults: dict[str, str]) -> str:
+    """The compiled pipeline with `defaults` as its parameters' default values; a name that is not
+    a string parameter of the pipeline is an error (a typo would otherwise be dropped silently)."""
+    docs = list(yaml.safe_load_all(package_text))
+    parameters = docs[0]["root"]["inputDefinitions"]["parameters"]
+    for name, value in defaults.items():
+        if parameters.get(name, {}).get("parameterType") != "STRING":
+            known = sorted(k for k, v in parameters.items() if v.get("parameterType") == "STRING")
+            raise SubmitError(f"pipeline upload: {name!r} is not a string parameter of the pipeline (known: {known})")
+        parameters[name]["defaultValue"] = str(value)
+    return yaml.safe_dump_all(docs, sort_keys=True)
 
 
 def version_name(prefix: str, now: datetime | None = None) -> str:
@@ -72,16 +100,20 @@ def upload(target: UploadTarget, now: datetime | None = None) -> dict:
 
     version = version_name(target.version_prefix, now)
     credentials = ServiceAccountTokenVolumeCredentials(target.token_path) if target.token_path else None
-    with kfp_errors(target.host, what=f"pipeline {target.pipeline_name!r} in namespace {target.namespace!r}"):
-        client = kfp.Client(host=target.host, namespace=target.namespace, credentials=credentials)
-        pipeline_id = find_pipeline(client, target.pipeline_name, target.namespace)
-        if pipeline_id is None:
-            pipeline_id = client.upload_pipeline(
-                target.package, pipeline_name=target.pipeline_name, namespace=target.namespace
-            ).pipeline_id
-        uploaded = client.upload_pipeline_version(
-            target.package, pipeline_version_name=version, pipeline_id=pipeline_id
-        )
+    with open(target.package) as fh:
+        text = with_defaults(fh.read(), target.defaults)
+    with tempfile.TemporaryDirectory() as tmp:
+        package = os.path.join(tmp, "invfold_pipeline.yaml")
+        with open(package, "w") as fh:
+            fh.write(text)
+        with kfp_errors(target.host, what=f"pipeline {target.pipeline_name!r} in namespace {target.namespace!r}"):
+            client = kfp.Client(host=target.host, namespace=target.namespace, credentials=credentials)
+            pipeline_id = find_pipeline(client, target.pipeline_name, target.namespace)
+            if pipeline_id is None:
+                pipeline_id = client.upload_pipeline(
+                    package, pipeline_name=target.pipeline_name, namespace=target.namespace
+                ).pipeline_id
+            uploaded = client.upload_pipeline_version(package, pipeline_version_name=version, pipeline_id=pipeline_id)
     return {"pipeline_id": pipeline_id, "version": version, "version_id": uploaded.pipeline_version_id}
 
 

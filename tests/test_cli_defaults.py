@@ -79,7 +79,7 @@ def test_pipeline_commands_take_every_pipeline_parameter_unset_by_default(comman
         assert actions[name].default is None, name  # unset: the pipeline's own default
         assert actions[name].option_strings[0] == "--" + name.replace("_", "-")
         if name in train_fields and TrainConfig.__dataclass_fields__[name].metadata.get("choices"):
-            assert tuple(actions[name].choices) == TrainConfig.__dataclass_fields__[name].metadata["choices"]
+            assert tuple(actions[name].choices) == tuple(TrainConfig.__dataclass_fields__[name].metadata["choices"])
     assert tuple(actions["zero_stage"].choices) == (0, 1, 2, 3)  # from TrainConfig's Literal
 
 

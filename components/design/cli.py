@@ -6,19 +6,20 @@ import argparse
 
 
 def add_parser(subparsers) -> None:
-    from invfold.options import add_options
+    from invfold.options import add_command
 
     from .design import DesignConfig
 
-    parser = subparsers.add_parser(
+    add_command(
+        subparsers,
         "design",
+        run,
+        DesignConfig,
         help="sample sequences for a backbone with a trained model",
         description="Sample sequences for one protein chain with a model checkpoint (.pt) or an "
         "exported ONNX model (.onnx); write FASTA with each sequence's mean NLL and its recovery "
         "of the native sequence.",
     )
-    add_options(parser, DesignConfig)
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,12 +7,15 @@ import json
 
 
 def add_parser(subparsers) -> None:
-    from invfold.options import add_options
+    from invfold.options import add_command
 
     from .evaluate import EvaluateConfig
 
-    p = subparsers.add_parser(
+    add_command(
+        subparsers,
         "evaluate",
+        run,
+        EvaluateConfig,
         help="perplexity, recovery, confusion matrix and a report for a trained model",
         description="Score a model on the prepared test set and its subsets (short chains, "
         "single-chain, any subset datasets): perplexity, median recovery of designed sequences, "
@@ -20,8 +23,6 @@ def add_parser(subparsers) -> None:
         "diversity among sampled designs, the best constant predictor; writes metrics.json, "
         "confusion.json, PNG plots, report.md and report.html.",
     )
-    add_options(p, EvaluateConfig)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

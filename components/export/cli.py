@@ -7,18 +7,19 @@ import json
 
 
 def add_parser(subparsers) -> None:
-    from invfold.options import add_options
+    from invfold.options import add_command
 
     from .onnx_export import ExportConfig
 
-    parser = subparsers.add_parser(
+    add_command(
+        subparsers,
         "export",
+        run,
+        ExportConfig,
         help="export a model to one ONNX file, gated on onnxruntime/PyTorch parity",
         description="Export an invfold model file to ONNX (dynamic batch and length) and check "
         "that onnxruntime reproduces PyTorch's logits on real proteins; exits 1 when it does not.",
     )
-    add_options(parser, ExportConfig)
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

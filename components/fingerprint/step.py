@@ -46,14 +46,11 @@ def fingerprint_step(
     """Digest the inputs; as the first step of every run it also opens the pipeline's MLflow run."""
     from invfold.components.tracking import RunContext, Tracker
 
-    from invfold import __version__
-
     ctx = RunContext(
         pipeline_run_id=pipeline_run_id,
         tracking_uri=tracking_uri,
         experiment=experiment,
         pipeline_run_name=pipeline_run_name,
-        pipeline_version=__version__,
     )
     with Tracker(ctx, "fingerprint") as tracker:
         start = time.perf_counter()

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from invfold.components.train.config import TrainConfig
+from invfold.components.train.strategies import strategy_spec
 
 from invfold.errors import ConfigError
 
@@ -33,13 +34,17 @@ RUNTIME_PREFIX = "invfold-"
 RUNTIME_KINDS = ("ClusterTrainingRuntime", "TrainingRuntime")
 PATCH_MANAGER = "invfold.dev/launcher"
 ENTRY_MODULE = "invfold.components.launch.trainjob_entry"
-# Replicated jobs of the runtimes in k8s/ (the MPI runtimes add a launcher).
+# The trainer container of every replicated job of the runtimes in k8s/ (their replicated jobs
+# are each strategy's StrategySpec.replicated_jobs).
 TRAINER_CONTAINER = "node"
 WORKSPACE_MOUNT = "/workspace"
 RENDEZVOUS_PORT = 29500  # allowed between a job's pods by k8s/base/network-policies.yaml
-# Upstream's MPI runtimes list `node` first and start the launcher once the nodes are Ready
-# (kubeflow/trainer manifests/base/runtimes/deepspeed_distributed.yaml); ours follow.
-REPLICATED_JOBS = {"ddp": ("node",), "deepspeed": ("node", "launcher"), "horovod": ("node", "launcher")}
+# A one-node MPI job references `<runtime>-single-node`: the launcher alone, every rank on it.
+# Trainer v2.3 always starts max(numNodes - 1, 1) node pods beside a launcher that runs as a node
+# (pkg/runtime/framework/plugins/mpi/mpi.go), each with the TrainJob's resourcesPerNode
+# (pkg/runtime/core/trainingruntime.go): an idle sshd pod holding GPUs. Without a node job the MPI
+# plugin accepts numNodes 1 only (mpi.go Validate), and trainer.image reaches the one pod.
+SINGLE_NODE_SUFFIX = "-single-node"
 FORWARDED_ENV = re.compile(r"^(MLFLOW_(?!TRACKING_PASSWORD|TRACKING_TOKEN|TRACKING_USERNAME)\w+)$")
 # The storage Secret's layout: KFP's own artifact-store Secret (mlpipeline-minio-artifact, which
 # KFP copies into every profile namespace) holds `accesskey` / `secretkey`; they become the AWS
@@ -59,7 +64,9 @@ class ClusterOptions:
         workload identity); secret_keys maps env variable -> key in it (KFP's layout by default).
     storage_endpoint: S3-compatible endpoint URL (KFP's MinIO / SeaweedFS, any non-AWS store):
         handed to every training pod as AWS_ENDPOINT_URL, else s3fs goes to AWS.
-    image: training image (None: the runtime's own). node_selector / tolerations: GPU node pool.
+    image: training image (None: the runtime's own); reaches every pod of ddp and one-node MPI jobs, and
+        is refused for several-node MPI jobs (Trainer gives it to the launcher only).
+        node_selector / tolerations: GPU node pool.
     runtime_kind: ClusterTrainingRuntime (installed cluster-wide), or TrainingRuntime for tenants
         whose runtimes are installed in their own namespace (k8s/overlays/tenant).
     workspace_pvc / workspace_mount: a ReadWriteMany claim mounted into every training pod (for
@@ -130,8 +137,18 @@ def job_name(strategy: str, pipeline_run_id: str = "") -> str:
     return f"invfold-{strategy}-{run}-{secrets.token_hex(3)}"
 
 
-def runtime_name(strategy: str, prefix: str = RUNTIME_PREFIX) -> str:
-    return f"{prefix}{strategy}"
+def _single_node_mpi(strategy: str, nodes: int) -> bool:
+    return strategy_spec(strategy).cluster_launcher == "mpirun" and nodes == 1
+
+
+def runtime_name(strategy: str, prefix: str = RUNTIME_PREFIX, nodes: int = 2) -> str:
+    """The runtime a job of `nodes` nodes references (one-node MPI jobs: the launcher-only one)."""
+    return f"{prefix}{strategy}{SINGLE_NODE_SUFFIX if _single_node_mpi(strategy, nodes) else ''}"
+
+
+def replicated_jobs(strategy: str, nodes: int) -> tuple[str, ...]:
+    """The replicated jobs of the runtime `runtime_name(strategy, nodes=nodes)` names."""
+    return ("launcher",) if _single_node_mpi(strategy, nodes) else strategy_spec(strategy).replicated_jobs
 
 
 def _env(options: ClusterOptions, environ: Mapping[str, str]) -> list[dict]:
@@ -153,9 +170,10 @@ def _command(
     Under mpirun, torch.distributed's rendezvous (DeepSpeed) is rank 0's pod. Trainer writes the
     hostfile in the order of the runtime's replicated jobs, node first (then the launcher, which
     runs as a node): rank 0 is `<job>-node-0-0`, reachable through the job's headless Service.
-    A one-node job runs all ranks on the launcher itself (localhost), never on the idle node pod."""
+    A one-node job runs every rank on the launcher itself (localhost), the only pod of its
+    launcher-only runtime."""
     entry = [ENTRY_MODULE, "--config-json", json.dumps(cfg.to_dict(), sort_keys=True), "--output", output_uri]
-    if cfg.strategy == "ddp":
+    if strategy_spec(cfg.strategy).cluster_launcher == "torchrun":
         # The torch runtime sets PET_NNODES / PET_NPROC_PER_NODE / PET_NODE_RANK / PET_MASTER_*.
         return ["torchrun"], ["--module", *entry]
     single = resources.nodes == 1
@@ -180,16 +198,17 @@ def _command(
     ]
 
 
-def _runtime_patches(strategy: str, options: ClusterOptions) -> list[dict]:
+def _runtime_patches(strategy: str, nodes: int, options: ClusterOptions) -> list[dict]:
     """The same pod changes for every replicated job of the runtime. Trainer v2.3 patches only a
-    container's env, securityContext and volumeMounts (TrainerV1alpha1ContainerPatch): image and
-    resources of MPI node pods come from the runtime's template (the chart's images and
-    runtimes values), the TrainJob's trainer.image / resourcesPerNode from the launcher's."""
+    container's env, securityContext and volumeMounts (ContainerPatch in
+    pkg/apis/trainer/v1alpha1/trainjob_types.go): resources reach MPI node pods through
+    resourcesPerNode, an image never does (see build_trainjob)."""
     pod_spec = _pod_patch(options)
     if not pod_spec:
         return []
     replicated = [
-        {"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}} for name in REPLICATED_JOBS[strategy]
+        {"name": name, "template": {"spec": {"template": {"spec": pod_spec}}}}
+        for name in replicated_jobs(strategy, nodes)
     ]
     return [{"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": replicated}}}}]
 
@@ -224,6 +243,15 @@ def build_trainjob(
     """The TrainJob manifest (a plain dict, validated by schema.validate_trainjob)."""
     if not NAME.match(name) or len(name) > 63:
         raise ConfigError(f"TrainJob name {name!r}: expected an RFC 1035 label of at most 63 characters")
+    if options.image and strategy_spec(cfg.strategy).cluster_launcher == "mpirun" and resources.nodes > 1:
+        # pkg/runtime/framework/plugins/jobset/builder.go (Trainer): trainer.image goes to the
+        # job labelled trainjob-ancestor-step=trainer, the launcher; node pods keep the runtime's.
+        raise ConfigError(
+            f"ClusterOptions.image: Kubeflow Trainer gives a TrainJob's image to the MPI launcher only, so a "
+            f"{resources.nodes}-node {cfg.strategy} job would run its node pods on the runtime's image; install the "
+            f"runtimes with {options.image!r} (chart images.registry/images.tag, or a kustomize images entry) "
+            f"and leave image unset"
+        )
     env = _env(options, environ)
     command, args = _command(name, cfg, resources, output_uri, env)
     trainer: dict = {
@@ -264,11 +292,11 @@ def build_trainjob(
         "runtimeRef": {
             "apiGroup": GROUP,
             "kind": options.runtime_kind,
-            "name": runtime_name(cfg.strategy, options.runtime_prefix),
+            "name": runtime_name(cfg.strategy, options.runtime_prefix, resources.nodes),
         },
         "trainer": trainer,
     }
-    patches = _runtime_patches(cfg.strategy, options)
+    patches = _runtime_patches(cfg.strategy, resources.nodes, options)
     if patches:
         spec["runtimePatches"] = patches
     return {"apiVersion": API_VERSION, "kind": "TrainJob", "metadata": metadata, "spec": spec}

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from invfold.errors import ConfigError
+from invfold.options import config_from_dict
 
 DECODING_MODES = ("one_shot", "autoregressive")
 
@@ -72,22 +73,14 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"ModelConfig: unknown fields {unknown}; expected some of {sorted(known)}")
-        return cls(**data)
+        return config_from_dict(cls, data, "model config")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
         """A named starting point ("default", "proteinmpnn", "small", "tiny") with fields overridden."""
         if name not in PRESETS:
             raise ConfigError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - known)
-        if unknown:
-            raise ConfigError(f"ModelConfig: unknown fields {unknown}; expected some of {sorted(known)}")
-        return dataclasses.replace(PRESETS[name], **overrides)
+        return config_from_dict(cls, {**dataclasses.asdict(PRESETS[name]), **overrides}, "model config")
 
 
 PRESETS: dict[str, ModelConfig] = {

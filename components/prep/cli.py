@@ -6,18 +6,19 @@ import argparse
 
 
 def add_parser(subparsers) -> None:
-    from invfold.options import add_options
+    from invfold.options import add_command
 
     from .config import PrepConfig
 
-    p = subparsers.add_parser(
+    add_command(
+        subparsers,
         "prep",
+        run,
+        PrepConfig,
         help="validate, filter, split and shard a protein set, with a dataset card",
         description="Turn a protein set (chain_set.jsonl[.gz], TS50 JSON list, PDB/mmCIF file or folder; "
         "local path or URI) into Arrow datasets per split and subset, index.json and card.json/card.md.",
     )
-    add_options(p, PrepConfig)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

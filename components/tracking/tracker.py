@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from invfold import __version__
 from invfold.errors import InvfoldError
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class RunContext:
     tracking_uri: str = ""
     experiment: str = DEFAULT_EXPERIMENT
     pipeline_run_name: str = ""
-    pipeline_version: str = ""
+    pipeline_version: str = field(default_factory=lambda: __version__)  # the invfold version that runs
     run_url: str = ""
     tags: dict[str, str] = field(default_factory=dict)
     # Whether a tracking failure fails the step: None = on a cluster yes, locally no.

@@ -7,21 +7,22 @@ import sys
 
 
 def add_parser(subparsers) -> None:
-    from invfold.options import add_options
+    from invfold.options import add_command
 
     from .config import TrainConfig
     from .launch import LocalProcesses
 
-    p = subparsers.add_parser(
+    add_command(
+        subparsers,
         "train",
+        run,
+        TrainConfig,
+        LocalProcesses,
         help="train a model on prepared data with N local processes",
         description="Train an inverse-folding model on a prep output folder with DDP, Horovod or "
         "DeepSpeed, on N processes of this machine. Writes model.pt, checkpoints/, metrics.jsonl, "
         "tensorboard/ and summary.json under --out; resumes from the newest complete checkpoint.",
     )
-    add_options(p, TrainConfig)
-    add_options(p.add_argument_group("processes"), LocalProcesses)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,9 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = from_args(TrainConfig, args)
     processes = from_args(LocalProcesses, args)
-    # a bad --model override or init_from fails here, before any process starts
-    initial = cfg.initial_model()
-    cfg.model_config(initial.cfg if initial is not None else None)
+    # a bad --model override or init_from fails in launch_local, before any process starts
     code = launch_local(cfg, processes.procs_per_node, launcher=processes.launcher)
     if code != 0:
         print(f"invfold train: the {cfg.strategy} job exited with status {code}", file=sys.stderr)

@@ -12,11 +12,11 @@ from typing import Any, Literal
 
 from invfold.components.model.config import PRESETS
 from invfold.errors import ConfigError
-from invfold.options import check_choices, option
+from invfold.options import check_choices, config_from_dict, option
 
 from .sampler import BALANCE_MODES
+from .strategies import STRATEGIES
 
-STRATEGIES = ("ddp", "horovod", "deepspeed")
 # model fields a fine-tuning run may change; the rest must match the initial weights
 FINE_TUNE_OVERRIDES = ("dropout", "activation_checkpointing")
 
@@ -75,7 +75,7 @@ class TrainConfig:
         metavar="MODEL",
     )
     freeze_encoder: bool = option(False, "with --init-from: train only the decoder and read-out")
-    strategy: str = option("ddp", "distributed training strategy", choices=STRATEGIES)
+    strategy: str = option("ddp", "distributed training strategy", choices=STRATEGIES)  # the table's keys
     zero_stage: Literal[0, 1, 2, 3] = option(0, "DeepSpeed ZeRO stage")
     precision: Literal["fp32", "bf16"] = option("fp32", "bf16 autocasts where the device supports it")
     tokens_per_batch: int = option(3000, "residue budget per process and step")
@@ -141,17 +141,20 @@ class TrainConfig:
                 )
         if self.freeze_encoder and self.init_from is None:
             raise ConfigError("TrainConfig.freeze_encoder: needs init_from (a random encoder would stay random)")
-        if self.zero_stage and self.strategy != "deepspeed":
+        spec = STRATEGIES[self.strategy]
+        if self.zero_stage not in spec.zero_stages:
+            able = [s.name for s in STRATEGIES.values() if self.zero_stage in s.zero_stages]
             raise ConfigError(
-                f"TrainConfig.zero_stage={self.zero_stage} needs strategy 'deepspeed', got {self.strategy!r}"
+                f"TrainConfig.zero_stage={self.zero_stage} needs strategy {' or '.join(map(repr, able))}, "
+                f"got {self.strategy!r}"
             )
         if (
-            self.strategy == "deepspeed"
+            not spec.remote_checkpoints
             and "://" in self.checkpoint_dir
             and not self.checkpoint_dir.startswith("file://")
         ):
             raise ConfigError(
-                f"TrainConfig.checkpoint_dir: DeepSpeed writes checkpoints as local files; "
+                f"TrainConfig.checkpoint_dir: {self.strategy} writes checkpoints as local files; "
                 f"got {self.checkpoint_dir!r} (use a mounted volume)"
             )
         if (
@@ -228,11 +231,7 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "<dict>") -> TrainConfig:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"{source}: unknown TrainConfig fields {unknown}; expected some of {sorted(known)}")
-        return cls(**data)
+        return config_from_dict(cls, data, source)
 
     @classmethod
     def from_json(cls, path: str) -> TrainConfig:

@@ -18,14 +18,11 @@ from dataclasses import dataclass
 
 import torch
 
+from .strategies import strategy_spec
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MASTER_PORT = "29500"
-# Horovod's background thread negotiates every HOROVOD_CYCLE_TIME ms (upstream default 1 ms, set in
-# BackgroundThreadLoop of horovod/common/operations.cc), even with nothing to reduce. On CPU that
-# thread shares the core with the rank's compute thread; 20 ms cut the 2-process step time of the
-# `small` preset in bench/scaling_bench.py (see bench/README.md). GPUs keep upstream's default.
-CPU_HOROVOD_CYCLE_TIME_MS = "20"
 
 
 @dataclass(frozen=True)
@@ -97,16 +94,18 @@ def _rendezvous_env(rank: int, world: int, local: int, local_world: int) -> None
 
 
 def setup(strategy: str, timeout_s: float = 600.0, trace_dir: str | None = None) -> DistInfo:
-    """Initialise the process group for `strategy` and return who we are."""
+    """Initialise the process group for `strategy` (its StrategySpec.process_group) and return who we are."""
+    spec = strategy_spec(strategy)
     cuda = torch.cuda.is_available()
     if cuda:
         _gpu_env(trace_dir)
+    else:
+        for name, value in spec.cpu_env.items():
+            os.environ.setdefault(name, value)  # the operator's value wins
     backend = "nccl" if cuda else "gloo"
-    if strategy == "horovod":
+    if spec.process_group == "horovod":
         import horovod.torch as hvd
 
-        if not cuda:
-            os.environ.setdefault("HOROVOD_CYCLE_TIME", CPU_HOROVOD_CYCLE_TIME_MS)  # the operator's value wins
         hvd.init()
         rank, world, local = hvd.rank(), hvd.size(), hvd.local_rank()
         backend = "horovod-" + ("nccl" if cuda else ("gloo" if hvd.gloo_enabled() else "mpi"))
@@ -116,7 +115,7 @@ def setup(strategy: str, timeout_s: float = 600.0, trace_dir: str | None = None)
         timeout = datetime.timedelta(seconds=timeout_s)
         if cuda:
             torch.cuda.set_device(local)
-        if strategy == "deepspeed":
+        if spec.process_group == "deepspeed":
             import deepspeed
             import deepspeed.ops
 
@@ -141,7 +140,7 @@ def setup(strategy: str, timeout_s: float = 600.0, trace_dir: str | None = None)
 def teardown(info: DistInfo) -> None:
     """Leave the process group cleanly. Callers drop their DeepSpeed engine first: collecting it,
     then a barrier before destroy_process_group, avoids gloo aborts at interpreter exit."""
-    if info.strategy == "horovod":
+    if strategy_spec(info.strategy).process_group == "horovod":
         import horovod.torch as hvd
 
         hvd.shutdown()

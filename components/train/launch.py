@@ -7,9 +7,8 @@ horovodrun with Gloo (no MPI installation needed). mpirun (OpenMPI) can start ho
 deepspeed too, as the cluster's MPI runtimes do. Every process runs train.entrypoint with the
 same config file, with OMP_NUM_THREADS set to cfg.threads.
 
-glibc's allocator is told to keep freed memory (GLIBC_TUNABLES, unless already set): eager
-PyTorch on CPU allocates and frees the same large buffers every step, and returning them to the
-kernel each time cost 15-50% of training throughput in our measurements. Peak memory is unchanged.
+The ranks run under jemalloc when the machine has it, and a job whose estimated peak memory
+exceeds the machine's gets a warning naming the flag to change before it starts (memory.py).
 """
 
 from __future__ import annotations
@@ -28,11 +27,11 @@ from invfold.errors import ConfigError
 from invfold.options import check_choices, option
 
 from .config import TrainConfig
+from .memory import allocator_env, memory_warning
+from .strategies import STRATEGIES, local_launchers, strategy_spec
 
 ENTRYPOINT = "invfold.components.train.entrypoint"
 CONFIG_FILE = "train_config.json"
-KEEP_FREED_MEMORY = "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=17179869184"
-LAUNCHERS = {"ddp": ("torchrun",), "deepspeed": ("torchrun", "mpirun"), "horovod": ("horovodrun", "mpirun")}
 
 
 @dataclass
@@ -41,7 +40,9 @@ class LocalProcesses:
 
     procs_per_node: int = option(2, "processes on this machine", aliases=("--nproc",))
     launcher: str | None = option(
-        None, "default: torchrun (ddp, deepspeed), horovodrun (horovod)", choices=("torchrun", "horovodrun", "mpirun")
+        None,
+        "default: " + ", ".join(f"{s.local_launchers[0]} ({s.name})" for s in STRATEGIES.values()),
+        choices=local_launchers(),
     )
 
     def __post_init__(self) -> None:
@@ -63,13 +64,12 @@ def _free_port() -> int:
 
 
 def launch_command(cfg: TrainConfig, nproc: int, config_path: str, launcher: str | None = None) -> list[str]:
-    """The command line for `launcher` ("torchrun", "horovodrun", "mpirun"; default: torchrun for
-    ddp and deepspeed, horovodrun for horovod)."""
-    launcher = launcher or ("horovodrun" if cfg.strategy == "horovod" else "torchrun")
-    if launcher not in LAUNCHERS[cfg.strategy]:
-        raise ConfigError(
-            f"launcher {launcher!r} cannot start strategy {cfg.strategy!r}; expected one of {LAUNCHERS[cfg.strategy]}"
-        )
+    """The command line for `launcher` ("torchrun", "horovodrun", "mpirun"; default: the
+    strategy's first local launcher)."""
+    allowed = strategy_spec(cfg.strategy).local_launchers
+    launcher = launcher or allowed[0]
+    if launcher not in allowed:
+        raise ConfigError(f"launcher {launcher!r} cannot start strategy {cfg.strategy!r}; expected one of {allowed}")
     entry = [sys.executable, "-m", ENTRYPOINT, "--config", config_path]
     if launcher == "horovodrun":
         return [_horovodrun(), "-np", str(nproc), "-H", f"localhost:{nproc}", "--gloo", *entry]
@@ -99,12 +99,18 @@ def launch_local(
     SIGTERM/SIGINT to this process are passed on, so the ranks checkpoint before leaving."""
     if nproc < 1:
         raise ConfigError(f"nproc: expected a positive number of processes, got {nproc}")
+    initial = cfg.initial_model()
+    warning = memory_warning(
+        cfg.model_config(initial.cfg if initial is not None else None), cfg.tokens_per_batch, nproc
+    )
+    if warning:
+        print(f"invfold train: warning: {warning}", file=sys.stderr, flush=True)
     os.makedirs(cfg.out, exist_ok=True)
     config_path = os.path.abspath(os.path.join(cfg.out, CONFIG_FILE))
     cfg.to_json(config_path)
     env = {
-        "GLIBC_TUNABLES": KEEP_FREED_MEMORY,
         **os.environ,
+        **allocator_env(),
         "OMP_NUM_THREADS": str(cfg.threads),
         "MKL_NUM_THREADS": str(cfg.threads),
     }

@@ -47,17 +47,18 @@ def checkpoint_location(
 ) -> str:
     """Where the run's checkpoints go: a folder keyed by the KFP run id (a retried step resumes
     there). Locally beside the model; on a cluster under `storage_root` (object storage), except
-    for DeepSpeed, whose checkpoints are local files: they go to the shared workspace volume."""
+    for a strategy whose checkpoints are local files (DeepSpeed): they go to the shared workspace volume."""
     from invfold.components.launch.trainjob import WORKSPACE_MOUNT
+    from invfold.components.train.strategies import strategy_spec
 
     if checkpoint_root:
         root = checkpoint_root
     elif not remote:
         root = os.path.join(local_root, "checkpoints")
-    elif strategy == "deepspeed":
+    elif not strategy_spec(strategy).remote_checkpoints:
         if not workspace_pvc:
             raise ConfigError(
-                "strategy deepspeed on a cluster writes its checkpoints as local files: set the "
+                f"strategy {strategy} on a cluster writes its checkpoints as local files: set the "
                 "pipeline parameter workspace_pvc to a ReadWriteMany claim (e.g. invfold-workspace) "
                 "or checkpoint_root to a path on a volume every training pod mounts"
             )
@@ -97,8 +98,6 @@ def train_step(
     from invfold.components.tracking import RunContext, Tracker
     from invfold.components.train.config import TrainConfig
 
-    from invfold import __version__
-
     remote = on_kubernetes()
     if remote and storage_endpoint:
         # This pod reads the job's outputs from the same store (s3fs/botocore read the variable).
@@ -126,11 +125,10 @@ def train_step(
         tracking_uri=tracking_uri,
         experiment=experiment,
         pipeline_run_name=pipeline_run_name,
-        pipeline_version=__version__,
         tags={"invfold.strategy": strategy},
     )
     with Tracker(ctx, "train") as tracker:
-        tracker.set_tags({"invfold.strategy": strategy, "invfold.pipeline_version": __version__}, parent=True)
+        tracker.set_tags({"invfold.strategy": strategy, "invfold.pipeline_version": ctx.pipeline_version}, parent=True)
         tracker.log_params(
             {
                 **cfg.to_dict(),

@@ -1,13 +1,14 @@
 """Command-line options written once, on the config dataclass's fields.
 
 Each field says what it is (`option(default, "help")`); `add_options` turns a dataclass into
-argparse options and `from_args` turns the parsed namespace back into the dataclass, so a
-default, a type, the choices and the help text live in one place (the field) and the CLI cannot
-drift from the Python API. The option is `--field-name`; older spellings stay accepted as
-aliases. Type -> option: `bool` is a switch (`--name`, or `--no-name` when it defaults to True),
-`X | None` an optional X, `Literal[...]` (or `choices=`) its choices, `list[X]` a repeatable
-option, `tuple[X, X, X]` three values, `dict` a repeatable NAME=VALUE (VALUE read as JSON when
-it is JSON). `check_choices` validates the choices in `__post_init__`."""
+argparse options (`add_command`: a subcommand of them) and `from_args` turns the parsed
+namespace back into the dataclass, so a default, a type, the choices and the help text live in
+one place (the field) and the CLI cannot drift from the Python API. The option is
+`--field-name`; older spellings stay accepted as aliases. Type -> option: `bool` is a switch
+(`--name`, or `--no-name` when it defaults to True), `X | None` an optional X, `Literal[...]`
+(or `choices=`) its choices, `list[X]` a repeatable option, `tuple[X, X, X]` three values,
+`dict` a repeatable NAME=VALUE (VALUE read as JSON when it is JSON). `check_choices` validates
+the choices in `__post_init__`; `config_from_dict` builds a config from JSON, naming unknown keys."""
 
 from __future__ import annotations
 
@@ -145,6 +146,18 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, 
         parser.add_argument(*names, dest=f.name, **kwargs)
 
 
+def add_command(subparsers, name: str, run, *configs, help: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand whose options are the fields of `configs` (after the first, a group each,
+    titled by the class's docstring) and whose handler is `run(args)`."""
+    parser = subparsers.add_parser(name, help=help, description=description)
+    for i, config in enumerate(configs):
+        add_options(
+            parser if i == 0 else parser.add_argument_group((config.__doc__ or "").split("\n")[0].rstrip(".")), config
+        )
+    parser.set_defaults(func=run)
+    return parser
+
+
 def from_args(cls, args: argparse.Namespace, **extra: Any):
     """The dataclass from parsed options (and `extra` fields the CLI sets itself)."""
     values: dict[str, Any] = {}
@@ -171,3 +184,12 @@ def check_choices(config) -> None:
         value = getattr(config, f.name)
         if choices is not None and value is not None and value not in choices:
             raise ConfigError(f"{type(config).__name__}.{f.name}: expected one of {choices}, got {value!r}")
+
+
+def config_from_dict(cls, data: dict[str, Any], source: str = "<dict>"):
+    """The dataclass from a dict (a JSON file), naming the unknown keys instead of a TypeError."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{source}: unknown {cls.__name__} fields {unknown}; expected some of {sorted(known)}")
+    return cls(**data)

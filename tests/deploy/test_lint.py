@@ -4,6 +4,7 @@ kustomize overlays and the Dockerfiles with no failed check outside .checkov.yam
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -20,6 +21,28 @@ def test_there_is_a_dockerfile_per_image():
 def test_hadolint_is_clean(dockerfile):
     proc = run([tool("hadolint"), "--no-color", "--failure-threshold", "style", str(dockerfile)], check=False)
     assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
+def pinned_packages(text: str) -> dict[str, str]:
+    """apt package -> the build argument holding its version (`pkg="${VAR}"`)."""
+    return dict(re.findall(r'([a-z0-9][a-z0-9+.-]+)="\$\{([A-Z_]+)\}"', text))
+
+
+def test_every_pin_is_one_the_pin_refresh_checks_on_every_base():
+    """A pinned package a base does not have fails the build (Ubuntu 24.04 renamed libopenmpi3 to
+    libopenmpi3t64): every pinned name is in `build_images.sh --print-pins` (which shows
+    `Candidate: (none)` for a name the base lacks), and every version argument is set per base."""
+    pins = {}
+    for dockerfile in DOCKERFILES:
+        pins |= pinned_packages(dockerfile.read_text())
+    script = (REPO / "scripts" / "build_images.sh").read_text()
+    refreshed = set(re.search(r"apt-cache policy ([^|]+)\|", script).group(1).split())
+    assert set(pins) <= refreshed, f"pinned but never refreshed: {sorted(set(pins) - refreshed)}"
+    for base in sorted(REPO.glob("images/bases/*.args")):
+        defined = {line.split("=", 1)[0] for line in base.read_text().splitlines() if "=" in line and line[0] != "#"}
+        assert set(pins.values()) <= defined, f"{base.name} lacks {sorted(set(pins.values()) - defined)}"
+    old = 'apt-get install -y openmpi-bin="${OPENMPI_VERSION}" libopenmpi3="${OPENMPI_VERSION}"'
+    assert "libopenmpi3" in pinned_packages(old) and "libopenmpi3" not in refreshed  # what this catches
 
 
 def test_hadolint_flags_an_unpinned_package(tmp_path):

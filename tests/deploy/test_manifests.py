@@ -82,7 +82,13 @@ def test_validation_catches_a_misspelled_field(rendered):
 @pytest.mark.parametrize("name", RENDERINGS)
 def test_runtimes_are_prefixed_and_checkpoint_friendly(rendered, name):
     runtimes = [o for o in documents(rendered[name]) if o["kind"] in ("ClusterTrainingRuntime", "TrainingRuntime")]
-    assert sorted(r["metadata"]["name"] for r in runtimes) == ["invfold-ddp", "invfold-deepspeed", "invfold-horovod"]
+    assert sorted(r["metadata"]["name"] for r in runtimes) == [
+        "invfold-ddp",
+        "invfold-deepspeed",
+        "invfold-deepspeed-single-node",
+        "invfold-horovod",
+        "invfold-horovod-single-node",
+    ]
     for runtime in runtimes:
         policy = runtime["spec"]["mlPolicy"]
         jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
@@ -91,8 +97,9 @@ def test_runtimes_are_prefixed_and_checkpoint_friendly(rendered, name):
         else:
             assert policy["mpi"]["mpiImplementation"] == "OpenMPI"
             assert policy["mpi"]["sshAuthMountPath"] == "/home/invfold/.ssh"
-            node = next(j for j in jobs if j["name"] == "node")["template"]["spec"]["template"]["spec"]
-            assert node["containers"][0]["readinessProbe"]["tcpSocket"]["port"] == 2222
+            if not runtime["metadata"]["name"].endswith("-single-node"):  # the launcher alone: no sshd
+                node = next(j for j in jobs if j["name"] == "node")["template"]["spec"]["template"]["spec"]
+                assert node["containers"][0]["readinessProbe"]["tcpSocket"]["port"] == 2222
         for job in jobs:
             pod = job["template"]["spec"]["template"]["spec"]
             assert pod["terminationGracePeriodSeconds"] >= 300, f"{runtime['metadata']['name']}: no time to checkpoint"
@@ -108,6 +115,15 @@ def test_gpu_production_has_the_shared_workspace_the_deepspeed_checkpoints_need(
     (claim,) = [c for c in claims if c["metadata"]["name"] == "invfold-workspace"]
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # every node of a job writes its shards
     assert ClusterOptions(workspace_pvc="invfold-workspace").workspace_mount == "/workspace"
+    # The claim is group-writable for the images' gid in every trainer pod, and re-owned only when
+    # its root is not yet (a recursive chown of a large shared volume at each pod start).
+    for runtime in [o for o in documents(rendered[name]) if o["kind"].endswith("TrainingRuntime")]:
+        for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+            context = job["template"]["spec"]["template"]["spec"]["securityContext"]
+            assert (context["fsGroup"], context["runAsGroup"]) == (10001, 10001), runtime["metadata"]["name"]
+            assert context["fsGroupChangePolicy"] == "OnRootMismatch", runtime["metadata"]["name"]
+    deploy = (REPO / "docs" / "deploy.md").read_text()
+    assert "ReadWriteMany" in deploy and "fsGroup: 10001" in deploy and "OnRootMismatch" in deploy
 
 
 @pytest.mark.parametrize("name", ["chart-gpu", "k8s-gpu-prod"])
@@ -150,7 +166,7 @@ def test_chart_renders_namespaced_runtimes_on_request():
         helm_template("--set", "runtimes.kind=TrainingRuntime", "--set", "priorityClasses.create=false")
     )
     runtimes = [o for o in objects if o["kind"] == "TrainingRuntime"]
-    assert len(runtimes) == 3 and all(r["metadata"]["namespace"] == "invfold" for r in runtimes)
+    assert len(runtimes) == 5 and all(r["metadata"]["namespace"] == "invfold" for r in runtimes)
     assert not [o for o in objects if o["kind"] == "PriorityClass"]
 
 

@@ -21,9 +21,10 @@ import urllib.request
 from datetime import UTC, datetime
 
 import pytest
+import yaml
 from invfold.pipelines.upload import version_name
 
-from tests.deploy.tools import documents, helm_template
+from tests.deploy.tools import CHART, documents, helm_template, run, tool
 from tests.pipelines.kfp_api import PREFIX, KfpApi
 
 PROFILE = "team-a"
@@ -159,3 +160,60 @@ def test_the_hook_outlasts_a_cold_image_pull(job):
     assert job["spec"]["activeDeadlineSeconds"] >= 1800
     assert hook_job("--set", "pipelineUpload.activeDeadlineSeconds=3600")["spec"]["activeDeadlineSeconds"] == 3600
     assert job["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
+
+
+def parameter_defaults(spec_text: str) -> dict[str, object]:
+    parameters = next(yaml.safe_load_all(spec_text))["root"]["inputDefinitions"]["parameters"]
+    return {name: p.get("defaultValue") for name, p in parameters.items()}
+
+
+def test_the_install_sets_the_pipelines_storage_and_tracking_defaults(package, tmp_path):
+    """storage.endpoint / storage.root (chart values) become the uploaded pipeline's defaults, with
+    the chart's MLflow service and workspace claim: a run from the KFP UI needs none of them typed."""
+    job = hook_job(
+        "--set",
+        "storage.endpoint=http://minio-service.kubeflow:9000,storage.root=s3://mlpipeline/invfold,workspace.create=true",
+    )
+    with KfpApi(multi_user=True, token=TOKEN, writable_namespaces={PROFILE}) as api:
+        proc = run_hook(job, api, package, tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        specs = [v["pipeline_spec"] for v in api.versions.values()]
+    assert specs
+    for spec in specs:
+        defaults = parameter_defaults(spec)
+        assert defaults["storage_endpoint"] == "http://minio-service.kubeflow:9000"
+        assert defaults["storage_root"] == "s3://mlpipeline/invfold"
+        assert defaults["mlflow_tracking_uri"] == f"http://invfold-mlflow.{PROFILE}.svc.cluster.local:5000"
+        assert defaults["workspace_pvc"] == "invfold-workspace"
+        assert defaults["storage_secret"] == "mlpipeline-minio-artifact"  # untouched
+    untouched = parameter_defaults(package.read_text())
+    assert untouched["storage_endpoint"] == "" and untouched["storage_root"] == ""
+
+
+def test_a_default_for_no_such_parameter_fails_the_hook(job, package, tmp_path):
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    bad = dict(job, spec={**job["spec"]})
+    bad["spec"]["template"] = {
+        "spec": {
+            "containers": [
+                dict(
+                    container,
+                    env=[
+                        {"name": k, "value": '{"storage_endpont": "http://x:9000"}' if k == "PIPELINE_DEFAULTS" else v}
+                        for k, v in env.items()
+                    ],
+                )
+            ]
+        }
+    }
+    with KfpApi() as api:
+        proc = run_hook(bad, api, package, tmp_path)
+        assert not api.pipelines
+    assert proc.returncode == 1 and "'storage_endpont' is not a string parameter" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["storage.endpoint=minio:9000", "storage.root=/local/path"])
+def test_storage_values_are_checked(value):
+    proc = run([tool("helm"), "template", "x", str(CHART), "--set", value], check=False)
+    assert proc.returncode != 0 and "storage" in proc.stderr

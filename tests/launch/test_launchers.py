@@ -14,24 +14,15 @@ from invfold.components.launch.local import LocalLauncher
 from invfold.components.launch.trainjob import ClusterOptions
 from invfold.components.train.config import TrainConfig
 
+from tests.support.training import tiny_config
+
 from .trainjob_api import TrainJobApi
 
 
 def tiny(data: str, out: Path, **overrides) -> TrainConfig:
-    options = dict(
-        data=data,
-        out=str(out),
-        preset="tiny",
-        max_steps=3,
-        tokens_per_batch=1500,
-        warmup_steps=1,
-        checkpoint_every=0,
-        validate_every=0,
-        log_every=1,
-        threads=1,
-        dist_timeout_s=60.0,
-    )
-    return TrainConfig(**{**options, **overrides})
+    """The training tests' tiny config, shorter: 3 steps, nothing saved on the way."""
+    options = dict(max_steps=3, checkpoint_every=0, validate_every=0, dist_timeout_s=60.0, lr=2e-3)
+    return tiny_config(data, out, **{**options, **overrides})
 
 
 class FakeClock:

@@ -114,7 +114,7 @@ def test_runtimes_named_by_the_launcher_exist_in_k8s_and_validate():
     for runtime in runtimes:
         validate(runtime, source=runtime["metadata"]["name"])
     names = {r["metadata"]["name"] for r in runtimes}
-    assert {runtime_name(s) for s in ("ddp", "deepspeed", "horovod")} <= names
+    assert {runtime_name(s, nodes=n) for s in ("ddp", "deepspeed", "horovod") for n in (1, 2)} <= names
 
 
 def test_credentials_are_referenced_never_copied():

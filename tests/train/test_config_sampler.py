@@ -27,7 +27,7 @@ BASE = dict(data="prepared", out="out", max_steps=10)
         (dict(preset="huge"), "TrainConfig.preset"),
         (dict(schedule="one_cycle", max_steps=None, time_budget_s=60.0), "one_cycle"),
         (dict(out="s3://bucket/run"), "TrainConfig.out: expected a local folder"),
-        (dict(strategy="deepspeed", checkpoint_dir="s3://bucket/ckpt"), "DeepSpeed writes checkpoints as local files"),
+        (dict(strategy="deepspeed", checkpoint_dir="s3://bucket/ckpt"), "deepspeed writes checkpoints as local files"),
         (dict(time_budget_s=0.0), "TrainConfig.time_budget_s"),
         (dict(balance="random"), "TrainConfig.balance"),
     ],

@@ -31,12 +31,15 @@ port-forward, the ingress host, and mlflow.allowedHosts. /health is exempt upstr
 
 {{- define "invfold.trackingUri" -}}http://{{ include "invfold.mlflowName" . }}.{{ .Release.Namespace }}.svc.cluster.local:{{ .Values.mlflow.port }}{{- end -}}
 
-{{/* Pod-level security context: non-root, RuntimeDefault seccomp. */}}
+{{/* Pod-level security context: non-root, RuntimeDefault seccomp; volumes (the RWX workspace,
+PostgreSQL's data) group-writable by the images' gid, re-owned only when their root is not yet
+(a recursive chown of a large shared volume at every pod start would stall the job). */}}
 {{- define "invfold.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: {{ .Values.securityContext.runAsUser }}
 runAsGroup: {{ .Values.securityContext.runAsGroup }}
 fsGroup: {{ .Values.securityContext.runAsGroup }}
+fsGroupChangePolicy: OnRootMismatch
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
@@ -78,6 +81,8 @@ spec:
       imagePullPolicy: {{ $root.Values.images.pullPolicy }}
       command: {{- toJson $command | nindent 8 }}
       env:
+        # An emptyDir (the root filesystem is read-only): caches (torch, triton, DeepSpeed) and
+        # ssh's home; Trainer mounts the MPI key pair inside it at sshAuthMountPath.
         - {name: HOME, value: /home/invfold}
         {{- if $r.gpu.enabled }}
         - {name: TORCH_NCCL_ASYNC_ERROR_HANDLING, value: "1"}
@@ -109,9 +114,12 @@ spec:
       securityContext: {{- include "invfold.containerSecurityContext" $root | nindent 8 }}
       volumeMounts:
         - {name: tmp, mountPath: /tmp}
+        - {name: home, mountPath: /home/invfold}
         - {name: dshm, mountPath: /dev/shm}
   volumes:
     - name: tmp
+      emptyDir: {}
+    - name: home
       emptyDir: {}
     - name: dshm
       emptyDir: {medium: Memory, sizeLimit: {{ $r.sharedMemory }}}

@@ -1,0 +1,84 @@
+"""Host memory of local training: the allocator the ranks run under, and the peak a job will need.
+
+Eager PyTorch on CPU allocates and frees large, differently sized buffers every step. glibc's
+malloc either hands them back to the kernel each time (its defaults: slow) or, told to keep them
+(the former launcher setting), fragments until each rank of the `default` preset passed 10 GB on
+the real shared set. jemalloc keeps both the speed and the memory bound (bench/memory_bench.py,
+figures in bench/README.md), so the launcher preloads it when the machine has it.
+
+The estimate is a fixed part per process plus activations proportional to a micro-batch's
+message-passing work (tokens x neighbours x hidden x message layers); both coefficients are fitted
+to the peaks bench/memory_bench.py measured (bench/README.md) and rounded up.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+from pathlib import Path
+
+from invfold.components.model.config import ModelConfig
+
+JEMALLOC = "jemalloc"
+# keep freed pages for reuse instead of purging them on a timer: jemalloc's default decay purges
+# a share of them every step, which made training 2x slower than this (bench/README.md)
+JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+BASE_GB = 1.0
+BYTES_PER_UNIT = 14.0
+
+
+def allocator_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment that makes the ranks use jemalloc: LD_PRELOAD of the machine's libjemalloc
+    (apt libjemalloc2), unless the user already chose an allocator (LD_PRELOAD, GLIBC_TUNABLES or
+    MALLOC_CONF set) or the library is absent (then glibc's defaults: slower, same memory)."""
+    environ = os.environ if environ is None else environ
+    if any(environ.get(name) for name in ("LD_PRELOAD", "GLIBC_TUNABLES", "MALLOC_CONF")):
+        return {}
+    library = ctypes.util.find_library(JEMALLOC)
+    return {"LD_PRELOAD": library, "MALLOC_CONF": JEMALLOC_CONF} if library else {}
+
+
+def activation_units(model: ModelConfig, tokens_per_batch: int) -> int:
+    """Message-passing work of one micro-batch: what a rank's activation memory grows with."""
+    layers = model.encoder_layers + (model.decoder_layers if model.autoregressive else 0)
+    return tokens_per_batch * model.k_neighbors * model.hidden * layers * model.message_mlp_layers
+
+
+def estimated_peak_gb(model: ModelConfig, tokens_per_batch: int, nproc: int) -> float:
+    """Peak resident memory of all `nproc` processes together, in GiB."""
+    per_process = BASE_GB + BYTES_PER_UNIT * activation_units(model, tokens_per_batch) / 2**30
+    return per_process * nproc
+
+
+def machine_memory_gb() -> float:
+    """Physical memory, or the container's cgroup limit when that is lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = Path("/sys/fs/cgroup/memory.max")  # cgroup v2; "max" when unlimited
+    try:
+        text = limit.read_text().strip()
+    except OSError:
+        text = "max"
+    if text.isdigit():
+        total = min(total, int(text))
+    return total / 2**30
+
+
+def memory_warning(
+    model: ModelConfig, tokens_per_batch: int, nproc: int, available_gb: float | None = None
+) -> str | None:
+    """What to change when the job's estimated peak exceeds the machine's memory; None when it fits."""
+    available_gb = machine_memory_gb() if available_gb is None else available_gb
+    need = estimated_peak_gb(model, tokens_per_batch, nproc)
+    if need <= available_gb:
+        return None
+    per_token = BYTES_PER_UNIT * activation_units(model, 1) / 2**30
+    fitting = int((available_gb / nproc - BASE_GB) / per_token) // 100 * 100
+    advice = (
+        f"lower --tokens-per-batch to {fitting} or less or --nproc"
+        if fitting >= 500
+        else f"lower --nproc (each process needs about {need / nproc:.1f} GB)"
+    )
+    return (
+        f"this job needs about {need:.1f} GB at its peak ({nproc} process(es), --tokens-per-batch "
+        f"{tokens_per_batch}), more than this machine's {available_gb:.1f} GB: {advice}"
+    )
