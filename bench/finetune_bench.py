@@ -61,6 +61,7 @@ def train_side(name: str, prepared: str, work: str, args, **options) -> dict:
         log_every=10,
         threads=args.threads,
         seed=args.seed,
+        tokens_per_batch=args.tokens_per_batch,
         resume=False,
         **options,
     )
@@ -85,6 +86,13 @@ def main() -> None:
     parser.add_argument("--weights", default="proteinmpnn:v_48_020")
     parser.add_argument("--cpu-minutes", type=float, default=15.0)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--tokens-per-batch",
+        type=int,
+        default=1500,
+        help="residues per training batch, both trained sides (the pipeline's default; the trainer's 3000 "
+        "took the proteinmpnn network past 10 GB resident)",
+    )
     parser.add_argument("--freeze-encoder", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
@@ -126,7 +134,13 @@ def main() -> None:
         results["fine_tuned"]["beats_published_on_validation"] = (
             results["fine_tuned"]["validation"]["recovery"] > results["published"]["validation"]["recovery"]
         )
-    report = {"weights": args.weights, "cpu_minutes": args.cpu_minutes, "threads": args.threads, **results}
+    report = {
+        "weights": args.weights,
+        "cpu_minutes": args.cpu_minutes,
+        "threads": args.threads,
+        "tokens_per_batch": args.tokens_per_batch,
+        **results,
+    }
     print(json.dumps(report, indent=2))
     if args.json:
         with open(args.json, "w") as fh:

@@ -130,13 +130,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True, help="prepared folder (invfold prep of the real shared set)")
     parser.add_argument("--preset", action="append", help="repeatable; default: default, proteinmpnn, small")
     parser.add_argument("--settings", default="glibc,keep,jemalloc", help=f"comma-separated of {list(SETTINGS)}")
+    parser.add_argument(
+        "--malloc-conf",
+        action="append",
+        default=[],
+        metavar="NAME=CONF",
+        help="another setting: jemalloc with MALLOC_CONF=CONF (repeatable)",
+    )
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--warmup-steps", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--rss-limit-gb", type=float, default=12.0, help="stop a run whose RSS passes this")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
-    settings = args.settings.split(",")
+    for candidate in args.malloc_conf:
+        name, _, conf = candidate.partition("=")
+        SETTINGS[name] = {"LD_PRELOAD": SETTINGS["jemalloc"]["LD_PRELOAD"], "MALLOC_CONF": conf}
+    settings = args.settings.split(",") + [c.partition("=")[0] for c in args.malloc_conf]
     unknown = sorted(set(settings) - set(SETTINGS))
     if unknown:
         parser.error(f"--settings: unknown {unknown}; expected some of {list(SETTINGS)}")

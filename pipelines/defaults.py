@@ -27,3 +27,7 @@ PROCS_PER_NODE = 2
 REGISTERED_MODEL = "invfold-inverse-folding"
 EXPERIMENT = "invfold"
 TRAIN_RETRIES = 2
+# fine-tuning from published weights (`invfold run --init-from` without --lr / --warmup-steps):
+# a lower peak and a short warm-up, so the first steps do not undo the published weights
+FINE_TUNE_LR = 3e-4
+FINE_TUNE_WARMUP_STEPS = 20

@@ -67,8 +67,12 @@ def add_pipeline_options(parser: argparse.ArgumentParser, command: str) -> None:
     for name, spec in pipeline_parameters().items():
         if name in OWN_OPTIONS[command]:
             continue
-        kind = _TYPES[spec["parameterType"]]
         help_text = spec["description"].replace("%", "%%")
+        if spec["parameterType"] == "BOOLEAN":  # a switch: given sets it, absent keeps the pipeline's default
+            kwargs = dict(dest=name, default=None, action="store_const", const=True, help=help_text)
+            group.add_argument("--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, ()), **kwargs)
+            continue
+        kind = _TYPES[spec["parameterType"]]
         if "defaultValue" in spec:
             default = int(spec["defaultValue"]) if kind is int else spec["defaultValue"]
             help_text += f" (pipeline default: {json.dumps(default)})"
@@ -82,5 +86,12 @@ def add_pipeline_options(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def given_parameters(args: argparse.Namespace) -> dict:
-    """The pipeline parameters set on the command line."""
-    return {n: getattr(args, n) for n in pipeline_parameters() if getattr(args, n, None) is not None}
+    """The pipeline parameters set on the command line; with --init-from (fine-tuning) and no
+    --lr / --warmup-steps, the fine-tuning recipe's lower peak and shorter warm-up."""
+    from . import defaults
+
+    params = {n: getattr(args, n) for n in pipeline_parameters() if getattr(args, n, None) is not None}
+    if params.get("init_from"):
+        params.setdefault("lr", defaults.FINE_TUNE_LR)
+        params.setdefault("warmup_steps", defaults.FINE_TUNE_WARMUP_STEPS)
+    return params

@@ -55,6 +55,8 @@ def invfold_pipeline(
     gpus_per_node: int = 0,
     preset: str = d.PRESET,
     model_overrides: dict = d.MODEL_OVERRIDES,
+    init_from: str = "",
+    freeze_encoder: bool = False,
     tokens_per_batch: int = d.TOKENS_PER_BATCH,
     max_steps: int = 0,
     epochs: int = 0,
@@ -88,8 +90,10 @@ def invfold_pipeline(
         nodes: Training nodes (TrainJob numNodes on a cluster).
         procs_per_node: Training processes per node (one per GPU on GPU nodes).
         gpus_per_node: GPUs per training node (0 trains on CPU).
-        preset: Model preset: small (quick CPU demo), default (PiFold-like, one-shot, ~2.7M parameters), proteinmpnn (ProteinMPNN size, autoregressive) or tiny.
-        model_overrides: Model config fields that override the preset, e.g. {"hidden": 64}; {} for the preset as is.
+        preset: Model preset: small (quick CPU demo), default (a deeper ProteinMPNN-style encoder with extra geometric features, one-shot), proteinmpnn (ProteinMPNN's network, autoregressive) or tiny; ignored with init_from.
+        model_overrides: Model config fields that override the preset, e.g. {"hidden": 64}; {} for the preset as is (with init_from only dropout and activation_checkpointing).
+        init_from: Fine-tune from these weights: a model file/URI or published ProteinMPNN weights (e.g. proteinmpnn:v_48_020); empty to train from scratch. The result is registered only if its validation recovery beats these weights' on the same validation data. Pair it with the fine-tuning recipe (lr 3e-4, warmup_steps 20: what `invfold run --init-from` passes unless --lr/--warmup-steps are given).
+        freeze_encoder: With init_from, train only the decoder and read-out (the encoder keeps the initial weights).
         tokens_per_batch: Residues per micro-batch on one process (length-bucketed batches).
         max_steps: Optimizer steps to train for (0 = not limited by steps).
         epochs: Passes over the training split (0 = not limited by epochs).
@@ -100,7 +104,7 @@ def invfold_pipeline(
         zero_stage: DeepSpeed ZeRO stage 0-3 (deepspeed only).
         seed: Random seed of the whole run.
         threads: CPU threads per training process.
-        registration_threshold: Minimum median test recovery (0-1) for the model to be registered.
+        registration_threshold: Minimum median validation recovery (0-1) for the model to be registered (models are chosen on validation; test figures are reported only).
         mlflow_tracking_uri: MLflow tracking URI; empty to use the MLFLOW_TRACKING_URI the cluster gives the steps.
         mlflow_experiment: MLflow experiment that records the run.
         mlflow_secret: Secret with MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD every step sends to MLflow (basic auth); ignored when absent.
@@ -132,6 +136,8 @@ def invfold_pipeline(
             gpus_per_node=gpus_per_node,
             preset=preset,
             model_overrides=model_overrides,
+            init_from=init_from,
+            freeze_encoder=freeze_encoder,
             tokens_per_batch=tokens_per_batch,
             max_steps=max_steps,
             epochs=epochs,
@@ -170,6 +176,7 @@ def invfold_pipeline(
             evaluation=evaluate.outputs["evaluation"],
             model_name=registered_model_name,
             threshold=registration_threshold,
+            init_from=init_from,
             **tracking,
         )
         _labelled(compare.set_display_name("compare-with-champion").set_caching_options(False), mlflow_secret)

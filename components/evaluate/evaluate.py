@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from invfold.components.model.io import load_model
+from invfold.components.model.io import load_model_or_published
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA
 
@@ -46,7 +46,11 @@ class EvaluateConfig:
     "short" subset's bound (CATH's test_split_L100 uses 100). designs_per_protein: sequences sampled
     per test protein at `diversity_temperature` for the diversity figure (0: no diversity figure)."""
 
-    model_path: str = option(positional=True, metavar="MODEL", help="model file (model.pt)")
+    model_path: str = option(
+        positional=True,
+        metavar="MODEL",
+        help="model file (model.pt; path or URI) or published weights (e.g. proteinmpnn:v_48_020)",
+    )
     data: str = option(help="prepared folder (path or URI)")
     out: str = option(help="output folder")
     datasets: list[str] | None = option(
@@ -109,11 +113,26 @@ def _subset(scores: DatasetScores, rows: list[int]) -> DatasetScores:
     )
 
 
+def score_split(model_path: str, data: str, split: str, threads: int | None = None) -> dict:
+    """One split's figures (perplexity, recovery, ...) scored exactly as evaluate() scores that
+    split (same seed and batch budget), without the test-set report: the compare step scores the
+    champion and a fine-tuned model's starting weights on validation with it."""
+    defaults = EvaluateConfig(model_path=model_path, data=data, out="-", threads=threads)
+    if threads:
+        torch.set_num_threads(threads)
+    prepared = open_prepared(data)
+    if split not in prepared.datasets or not len(prepared.open(split)):
+        raise ConfigError(f"{data}: no {split!r} chains to score (has {prepared.datasets})")
+    dataset = prepared.open(split)
+    model = load_model_or_published(model_path)
+    return score_dataset(model, dataset, list(range(len(dataset))), defaults.tokens_per_batch, defaults.seed).summary()
+
+
 def evaluate(cfg: EvaluateConfig) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     os.makedirs(cfg.out, exist_ok=True)
-    model = load_model(cfg.model_path)
+    model = load_model_or_published(cfg.model_path)
     data = open_prepared(cfg.data)
     if "test" not in data.datasets:
         raise InputError(cfg.data, None, None, "a 'test' dataset", f"datasets {data.datasets}", reason="no_test_set")

@@ -127,6 +127,21 @@ def render_markdown(card: dict) -> str:
             for name, o in subset_overlap.items()
         ]
         lines.append("")
+    external = card["split"].get("external_overlap")
+    if external:
+        lines += [
+            f"Checked against the train split of `{external['reference']}` ({external['train_chains']} chains, "
+            f"{external['reference_digest']}; {external['tool']}):",
+            "",
+            "| dataset | chains | train chains there | at identity threshold or more to them | highest identity |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {name} | {o['chains']} | {o['in_train']} | {o['above_threshold']} (>= {o['threshold']:g}) | "
+            f"{o['highest_identity']['identity']:.3f} |"
+            for name, o in external["datasets"].items()
+        ]
+        lines.append("")
     stats = card["kept"]
     lines += [
         "## Kept chains",

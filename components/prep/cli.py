@@ -37,6 +37,13 @@ def run(args: argparse.Namespace) -> int:
     identity = result.card["split"].get("highest_train_test_identity")
     if identity:
         print(f"highest train-test identity: {identity['identity']:.3f} ({identity['tool']})")
+    external = result.card["split"].get("external_overlap")
+    if external:
+        for name, o in external["datasets"].items():
+            print(
+                f"{name} against {external['reference']} train: {o['in_train']} of {o['chains']} are train chains, "
+                f"{o['above_threshold']} at >= {o['threshold']:g} identity"
+            )
     print(f"digest: {result.digest}")
     print(f"wrote {result.output} (card: card.md)")
     return 0

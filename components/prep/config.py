@@ -30,6 +30,11 @@ class PrepConfig:
     split_fractions/split_by/identity_tool/identity_threshold/seed: how prep makes a split when no
         split file is given. check_identity: also report the highest train-test identity for a
         user-supplied split file (opt-in: it costs a search; always done when prep splits).
+    check_against: a prepared folder (path or URI) whose train split every non-train chain here is
+        checked against: how an external evaluation list prepared on its own (e.g. a TS50-style
+        list) overlaps a model's training data. The card's `split.external_overlap` gives, per
+        dataset, members that are train chains there by name and members at identity_threshold
+        or more to one (reported, never dropped: the list is someone else's benchmark).
     batch_rows/batch_bytes: rows per Arrow record batch are flushed at whichever comes first;
         memory is bounded by these (times the number of datasets), not by the input size.
     """
@@ -62,6 +67,12 @@ class PrepConfig:
     identity_tool: Literal["auto", "mmseqs", "kmer"] = option("auto", "sequence-identity search of a split by identity")
     identity_threshold: float = option(0.4, "chains at least this identical stay on one side of the split")
     check_identity: bool = option(False, "with --split-file, also report the highest train-test sequence identity")
+    check_against: str | None = option(
+        None,
+        "a prepared folder whose train split these chains are checked against (overlap in the card), e.g. the "
+        "training data of the model an external benchmark list will evaluate",
+        metavar="PREPARED",
+    )
     batch_rows: int = option(1024, "rows per Arrow record batch (memory bound)")
     batch_bytes: int = option(32 * 2**20, "bytes per Arrow record batch (memory bound)")
     log_every: int = option(5000, "records between progress lines")
@@ -71,6 +82,7 @@ class PrepConfig:
         if self.split_file is not None:
             self.split_file = str(self.split_file)
         self.subset_files = [str(p) for p in self.subset_files]
+        self.check_against = str(self.check_against) if self.check_against else None
         self.split_fractions = tuple(float(f) for f in self.split_fractions)
         if not self.input or not self.output:
             raise ConfigError("input and output must be given")

@@ -48,7 +48,7 @@ from invfold.components.protein.splits import SPLIT_NAMES, read_split_file
 from . import split as splitting
 from .card import CARD_JSON, CARD_MD, CompositionStats, write_card
 from .config import PrepConfig
-from .shards import FORMAT, INDEX_FILE, DatasetWriter, content_digest, dataset_file
+from .shards import FORMAT, INDEX_FILE, DatasetWriter, content_digest, dataset_file, open_prepared
 
 log = logging.getLogger(__name__)
 
@@ -327,6 +327,7 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
     """Prepare `cfg.input` into `cfg.output`; raises InputError on bad input (see module policy)."""
     start = time.monotonic()
     splits, subsets = _read_splits(cfg)
+    reference = _open_reference(cfg) if cfg.check_against else None
     excluded: dict[str, splitting.IdentityHit] = {}
     if splits is None:
         assignment, split_info, excluded = _make_split(cfg)
@@ -352,6 +353,7 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
         stats = CompositionStats()
         collect_identity = splits is None or cfg.check_identity
         identity_seqs: dict[str, str] = {}
+        external_seqs: dict[str, dict[str, str]] = {}  # non-train dataset -> name -> seq (check_against)
         topologies: dict[str, tuple[str, ...]] = {}
         kept = 0
         for item in _with_progress(read_protein_set(cfg.input, strict=cfg.strict), "prep", cfg.log_every):
@@ -377,6 +379,8 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
                 continue
             for target in targets:
                 writers[target].add(record)
+                if reference is not None and target != "train":
+                    external_seqs.setdefault(target, {})[record.name] = record.seq
             stats.add(record.seq, record.mask)
             kept += 1
             if collect_identity and (split in ("train", "test") or record.name in subset_of):
@@ -406,6 +410,8 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
             if splits is not None:
                 split_info["highest_train_test_identity"] = _identity(in_split, identity_seqs, tool)
             split_info["subset_overlap"] = _subset_overlap(subsets, in_split, identity_seqs, tool, cfg)
+        if reference is not None:
+            split_info["external_overlap"] = _external_overlap(reference, cfg, external_seqs, tool)
         if topologies and "topology_overlap" not in split_info:
             split_info["topology_overlap"] = splitting.topology_overlap(
                 {n: s for n, s in assignment.items() if n in topologies}, topologies
@@ -471,30 +477,64 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
     return PrepResult(cfg.output, digest, counts, {n: d["chains"] for n, d in card["datasets"].items()}, card, seconds)
 
 
+def _overlap(present: dict[str, str], train: dict[str, str], tool: str, threshold: float) -> dict:
+    """How much a set of evaluation chains overlaps train: members that are train chains by name, and
+    members at `threshold` identity or more to a train chain (reported, never dropped: an evaluation
+    list is someone else's benchmark)."""
+    in_train = sorted(n for n in present if n in train)
+    others = {n: s for n, s in present.items() if n not in train}
+    hits = splitting.best_hits(others, train, tool)
+    above = sorted(n for n, h in hits.items() if h.identity >= threshold)
+    top = splitting.highest(hits, tool)
+    return {
+        "chains": len(present),
+        "in_train": len(in_train),
+        "above_threshold": len(above),
+        "threshold": threshold,
+        "examples": (in_train + above)[:5],
+        "highest_identity": {"identity": round(top.identity, 4), "chain": top.test, "train": top.train},
+    }
+
+
 def _subset_overlap(
     subsets: dict[str, list[str]], assignment: dict[str, str], seqs: dict[str, str], tool: str, cfg: PrepConfig
 ) -> dict:
-    """How much each evaluation subset overlaps train: members that are train chains by name, and
-    members at `identity_threshold` identity or more to a train chain (reported, never dropped:
-    a subset is someone else's benchmark list)."""
+    """Each subset file's overlap with this set's own train split."""
     train = {n: seqs[n] for n, s in assignment.items() if s == "train"}
-    out = {}
-    for name, members in sorted(subsets.items()):
-        present = {n: seqs[n] for n in members if n in seqs}
-        in_train = sorted(n for n in present if n in train)
-        others = {n: s for n, s in present.items() if n not in train}
-        hits = splitting.best_hits(others, train, tool)
-        above = sorted(n for n, h in hits.items() if h.identity >= cfg.identity_threshold)
-        top = splitting.highest(hits, tool)
-        out[name] = {
-            "chains": len(present),
-            "in_train": len(in_train),
-            "above_threshold": len(above),
-            "threshold": cfg.identity_threshold,
-            "examples": (in_train + above)[:5],
-            "highest_identity": {"identity": round(top.identity, 4), "chain": top.test, "train": top.train},
-        }
-    return out
+    return {
+        name: _overlap({n: seqs[n] for n in members if n in seqs}, train, tool, cfg.identity_threshold)
+        for name, members in sorted(subsets.items())
+    }
+
+
+def _open_reference(cfg: PrepConfig):
+    """The prepared folder named by check_against, checked before the input is read."""
+    reference = open_prepared(cfg.check_against)
+    if "train" not in reference.datasets or not len(reference.open("train")):
+        raise InputError(
+            cfg.check_against,
+            None,
+            "datasets.train",
+            "a prepared folder with train chains to check against",
+            f"datasets {reference.datasets}",
+            reason="no_train_set",
+        )
+    return reference
+
+
+def _external_overlap(reference, cfg: PrepConfig, datasets: dict[str, dict[str, str]], tool: str) -> dict:
+    """Each non-train dataset's overlap with the train split of another prepared folder."""
+    train_set = reference.open("train")
+    train = {r.name: r.seq for r in (train_set[i] for i in range(len(train_set)))}
+    return {
+        "reference": cfg.check_against,
+        "reference_digest": reference.digest,
+        "train_chains": len(train),
+        "tool": tool,
+        "datasets": {
+            name: _overlap(seqs, train, tool, cfg.identity_threshold) for name, seqs in sorted(datasets.items())
+        },
+    }
 
 
 def _absent(cfg: PrepConfig, splits, subsets, seen: set[str]) -> dict[str, int]:

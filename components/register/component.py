@@ -1,8 +1,9 @@
 """KFP components of compare and export-and-register (work in step.py; the decision in decision.py).
 
-compare_op: the candidate against the registration threshold and the `champion` of the
-registered model on the same test data (the recorded figure only when the dataset digests
-match, else the champion evaluated again). register_op, under dsl.If: ONNX export with its
+compare_op: the candidate's validation recovery against the registration threshold, the
+`champion` of the registered model on the same validation data (the recorded figure only when the
+dataset digests match, else the champion evaluated again) and, for a fine-tuned candidate, the
+weights it started from on the same validation data. Test figures are recorded, never chosen on. register_op, under dsl.If: ONNX export with its
 parity gate, MLflow logging with signature and input example, registration, both figures
 tagged on the new version, and the `champion` alias moved to it."""
 
@@ -20,9 +21,11 @@ def compare_op(
     experiment: str,
     model_name: str,
     threshold: float,
+    init_from: str,
     comparison: Output[Artifact],
 ) -> bool:
-    """Decide whether the candidate is registered: it must reach the threshold and beat the champion.
+    """Decide whether the candidate is registered: it must reach the threshold, beat the champion
+    and, when fine-tuned, beat its starting weights, all on validation recovery.
 
     Args:
         prepared: The prepared data (to re-evaluate a champion recorded on other data).
@@ -31,7 +34,8 @@ def compare_op(
         tracking_uri: MLflow tracking URI ('' = MLFLOW_TRACKING_URI of the pod).
         experiment: MLflow experiment name.
         model_name: Registered model name.
-        threshold: Minimum test median recovery to register.
+        threshold: Minimum validation median recovery to register.
+        init_from: The weights training started from ('' = none); a fine-tuned model must beat them on the same validation data.
         comparison: Both figures, how the champion's was obtained, and the decision (JSON).
 
     Returns:
@@ -49,6 +53,7 @@ def compare_op(
         experiment=experiment,
         model_name=model_name,
         threshold=threshold,
+        init_from=init_from,
     )
     with open(comparison.path, "w") as fh:
         json.dump(result.to_dict(), fh, indent=2)

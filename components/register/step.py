@@ -1,6 +1,8 @@
 """The compare and register steps in the pipeline: gather the facts (the candidate's evaluation,
-the champion's score on the same test data, the tracking server's state), let `decide` (decision.py)
-choose, and on `register` export ONNX with its parity gate and register it as the champion.
+the champion's and, for a fine-tuned candidate, the starting weights' validation recovery on the
+candidate's validation data, the tracking server's state), let `decide` (decision.py) choose, and on
+`register` export ONNX with its parity gate and register it as the champion. Test figures are
+recorded for reporting only.
 
 Kept apart from the `@dsl.component` definition (component.py): inside a running step KFP loads a
 reduced `kfp.dsl` without the decorators, so the code a step imports must not define components.
@@ -15,24 +17,35 @@ import time
 
 from invfold.runtime import record_timing
 
-from .decision import METRIC, Champion, Comparison, Evaluation, decide
+from .decision import METRIC, Champion, Comparison, Evaluation, StartingPoint, decide
 
-
-TAG_RECOVERY = "invfold.test_recovery"
+TAG_RECOVERY = "invfold.validation_recovery"  # what champions are compared on
+TAG_TEST_RECOVERY = "invfold.test_recovery"  # for reporting only
 TAG_DIGEST = "invfold.data_digest"
 MODEL_PT_PATH = "model_pt"
 
 
 def read_evaluation(evaluation_path: str) -> Evaluation:
-    with open(os.path.join(evaluation_path, "metrics.json")) as fh:
-        return Evaluation.from_metrics(json.load(fh))
+    path = os.path.join(evaluation_path, "metrics.json")
+    with open(path) as fh:
+        return Evaluation.from_metrics(json.load(fh), source=path)
+
+
+def validation_recovery(model: str, prepared_path: str) -> float:
+    """A model's (file, URI or published name) validation recovery on the prepared data, scored as
+    evaluate() scored the candidate's."""
+    from invfold.components.evaluate.evaluate import score_split
+
+    recovery = score_split(model, prepared_path, "validation", threads=os.cpu_count())["recovery"]
+    if recovery != recovery:
+        raise ValueError(f"{model}: validation recovery is not finite on {prepared_path}")
+    return float(recovery)
 
 
 def score_champion(tracker, found: dict, candidate: Evaluation, prepared_path: str) -> Champion:
-    """The champion's test recovery on the candidate's test data: the figure recorded on its
-    version when the data digests match, else the champion's model.pt evaluated again here."""
-    from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
-
+    """The champion's validation recovery on the candidate's validation data: the figure recorded on
+    its version when the data digests match, else the champion's model.pt evaluated again here
+    (also for champions registered before they were chosen on validation data)."""
     tags = found["tags"]
     if tags.get(TAG_DIGEST) == candidate.data_digest and TAG_RECOVERY in tags:
         return Champion(found["version"], float(tags[TAG_RECOVERY]), "recorded on the same data")
@@ -40,9 +53,8 @@ def score_champion(tracker, found: dict, candidate: Evaluation, prepared_path: s
         path = tracker.download_artifact(found["run_id"], f"{MODEL_PT_PATH}/model.pt", tmp)
         if not path:
             return Champion(found["version"], None, "no model.pt to evaluate")
-        cfg = EvaluateConfig(model_path=path, data=prepared_path, out=os.path.join(tmp, "eval"), datasets=["test"])
-        again = Evaluation.from_metrics(evaluate(cfg))
-    return Champion(found["version"], again.test_recovery, "re-evaluated on this run's test data")
+        recovery = validation_recovery(path, prepared_path)
+    return Champion(found["version"], recovery, "re-evaluated on this run's validation data")
 
 
 def compare_step(
@@ -54,7 +66,10 @@ def compare_step(
     experiment: str,
     model_name: str,
     threshold: float,
+    init_from: str = "",
 ) -> Comparison:
+    """`init_from`: the weights the candidate was fine-tuned from ('' = trained from scratch); they
+    are scored on the same validation data and must be beaten."""
     from invfold.components.tracking import RunContext, Tracker
 
     candidate = read_evaluation(evaluation_path)
@@ -63,12 +78,15 @@ def compare_step(
         start = time.perf_counter()
         found = tracker.champion(model_name) if tracker.available else None
         champion = score_champion(tracker, found, candidate, prepared_path) if found else None
-        result = decide(candidate, threshold, champion, tracking_down="" if tracker.available else tracker.reason)
+        starting = StartingPoint(init_from, validation_recovery(init_from, prepared_path)) if init_from else None
+        down = "" if tracker.available else tracker.reason
+        result = decide(candidate, threshold, champion, tracking_down=down, starting_point=starting)
         record_timing("compare", time.perf_counter() - start, register=result.register, decision=result.decision)
         tracker.log_metrics(
             {
                 "candidate_" + METRIC: result.candidate,
                 **({"champion_" + METRIC: result.champion} if result.champion is not None else {}),
+                **({"starting_" + METRIC: result.starting_point} if result.starting_point is not None else {}),
             }
         )
         tracker.set_tags({"invfold.decision": result.decision})
@@ -92,15 +110,18 @@ def input_example(prepared_path: str) -> dict:
 
 def model_description(model_name: str, comparison: Comparison) -> str:
     """The registered model's description (markdown): what it is, its data, how to use it."""
-    perplexity = comparison.test_metrics.get("test_perplexity")
+    test = comparison.metrics.get("test_recovery")
+    perplexity = comparison.metrics.get("test_perplexity")
     return (
         "invfold protein inverse-folding model (backbone coordinates in, per-residue amino-acid "
         "logits out) as ONNX, exported and checked for parity with the PyTorch model.\n\n"
         f"- data digest: `{comparison.data_digest}`\n"
-        f"- test median recovery: {comparison.candidate:.4f}"
+        f"- validation median recovery (chosen on): {comparison.candidate:.4f}\n"
+        + (f"- test median recovery (reported only): {test:.4f}" if test is not None else "")
         + (f", test perplexity: {perplexity:.3f}" if perplexity is not None else "")
         + "\n"
-        f"- decision: {comparison.decision}\n\n"
+        + (f"- fine-tuned from: {comparison.init_from}\n" if comparison.init_from else "")
+        + f"- decision: {comparison.decision}\n\n"
         "Use: `mlflow.onnx.load_model(f'models:/" + model_name + "@champion')` or onnxruntime on "
         "the version's `model/model.onnx`; inputs and outputs are in the model's signature. "
         "`invfold design` designs sequences with the PyTorch checkpoint logged beside it (`model_pt/`)."
@@ -140,11 +161,14 @@ def register_step(
         tracker.log_artifact(os.path.join(onnx_dir, "model.parity.json"), "export")
         tags = {
             TAG_RECOVERY: comparison.candidate,
+            TAG_TEST_RECOVERY: comparison.metrics.get("test_recovery", "none"),
             TAG_DIGEST: comparison.data_digest,
             "invfold.candidate_recovery": comparison.candidate,
             "invfold.champion_recovery": comparison.champion if comparison.champion is not None else "none",
             "invfold.champion_version": comparison.champion_version or "none",
             "invfold.champion_basis": comparison.basis,
+            "invfold.init_from": comparison.init_from or "none",
+            "invfold.starting_recovery": comparison.starting_point if comparison.starting_point is not None else "none",
             "invfold.decision": comparison.decision,
             "kfp.pipeline_run_id": pipeline_run_id,
         }
@@ -153,7 +177,7 @@ def register_step(
             model_name,
             input_example(prepared_path),
             tags,
-            metrics={**comparison.test_metrics, **export_metrics},
+            metrics={**comparison.metrics, **export_metrics},
             description=model_description(model_name, comparison),
         )
         if version:

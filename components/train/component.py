@@ -27,6 +27,8 @@ def train_op(
     gpus_per_node: int,
     preset: str,
     model_overrides: dict,
+    init_from: str,
+    freeze_encoder: bool,
     tokens_per_batch: int,
     max_steps: int,
     epochs: int,
@@ -61,6 +63,8 @@ def train_op(
         gpus_per_node: GPUs per node (0 = CPU).
         preset: Model preset (small, default, proteinmpnn, tiny).
         model_overrides: Model config fields that override the preset.
+        init_from: Fine-tune from these weights (model file/URI or published name); '' = from scratch.
+        freeze_encoder: With init_from, train only the decoder and read-out.
         tokens_per_batch: Residue budget of one micro-batch per process.
         max_steps: Optimizer steps (0 = not limited by steps).
         epochs: Passes over the training data (0 = not limited by epochs).
@@ -98,6 +102,8 @@ def train_op(
         train_options={
             "preset": preset,
             "model_overrides": model_overrides,
+            "init_from": init_from,
+            "freeze_encoder": freeze_encoder,
             "tokens_per_batch": tokens_per_batch,
             "max_steps": max_steps,
             "epochs": epochs,

@@ -20,6 +20,9 @@ from pathlib import Path
 from invfold.components.model.config import ModelConfig
 
 JEMALLOC = "jemalloc"
+# keep freed pages for reuse instead of purging them on a timer: jemalloc's default decay purges
+# a share of them every step, which made training 2x slower than this (bench/README.md)
+JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
 BASE_GB = 1.0
 BYTES_PER_UNIT = 14.0
 
@@ -32,7 +35,7 @@ def allocator_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     if any(environ.get(name) for name in ("LD_PRELOAD", "GLIBC_TUNABLES", "MALLOC_CONF")):
         return {}
     library = ctypes.util.find_library(JEMALLOC)
-    return {"LD_PRELOAD": library} if library else {}
+    return {"LD_PRELOAD": library, "MALLOC_CONF": JEMALLOC_CONF} if library else {}
 
 
 def activation_units(model: ModelConfig, tokens_per_batch: int) -> int:

@@ -104,7 +104,9 @@ def test_model_beats_the_constant_predictor_and_becomes_champion(ddp_run, worksp
     assert ddp_run.registered_version == "1"
     champion = client.get_model_version_by_alias(name, "champion")
     assert champion.version == "1"
-    assert float(champion.tags["invfold.test_recovery"]) == pytest.approx(recovery)
+    assert float(champion.tags["invfold.test_recovery"]) == pytest.approx(recovery)  # reported
+    validation = evaluation["datasets"]["validation"]["recovery"]  # chosen on
+    assert float(champion.tags["invfold.validation_recovery"]) == pytest.approx(validation)
     assert champion.tags["invfold.champion_recovery"] == "none" and champion.tags["invfold.data_digest"]
     info = mlflow.models.get_model_info(f"models:/{name}/1")
     assert info.signature is not None and info.saved_input_example_info is not None
@@ -184,9 +186,46 @@ def test_champion_on_other_data_is_evaluated_again(ddp_run, workspace, tmp_path)
         model_name=workspace["base"]["registered_model_name"],
         threshold=0.0,
     )
-    assert result.basis == "re-evaluated on this run's test data"
-    assert result.champion == pytest.approx(metrics["datasets"]["test"]["recovery"], abs=1e-6)
+    assert result.basis == "re-evaluated on this run's validation data"
+    assert result.champion == pytest.approx(metrics["datasets"]["validation"]["recovery"], abs=1e-6)
     assert result.register is False  # equal, not better
+
+
+def test_fine_tuning_from_a_model_is_registered_only_if_it_beats_its_starting_weights(ddp_run, workspace):
+    """init_from through the pipeline: the train step fine-tunes (frozen encoder) from the first
+    run's model, and compare scores those starting weights on the same validation data."""
+    import torch
+
+    start = Path(ddp_run.run_folder) / "train-op" / "model" / "model.pt"
+    params = {
+        **workspace["base"],
+        "init_from": str(start),
+        "freeze_encoder": True,
+        "lr": 1e-4,
+        "warmup_steps": 1,
+        "max_steps": 2,
+        "time_budget_s": 0,
+        "procs_per_node": 1,
+    }
+    tuned = run_local(params, runs_dir=workspace["runs"], tracking_uri=workspace["uri"])
+    folder = Path(tuned.run_folder)
+    model = torch.load(folder / "train-op" / "model" / "model.pt", weights_only=True)
+    assert model["provenance"]["init_from"] == str(start)
+    initial = torch.load(start, weights_only=True)["state_dict"]
+    frozen = [k for k in initial if k.startswith("encoder")]
+    assert frozen and all(torch.equal(model["state_dict"][k], initial[k]) for k in frozen)
+    assert any(not torch.equal(model["state_dict"][k], initial[k]) for k in initial if k.startswith("readout"))
+
+    comparison = json.loads((folder / "compare-op" / "comparison").read_text())
+    first = json.loads((Path(ddp_run.run_folder) / "evaluate-op" / "evaluation" / "metrics.json").read_text())
+    tuned_metrics = json.loads((folder / "evaluate-op" / "evaluation" / "metrics.json").read_text())
+    start_recovery = first["datasets"]["validation"]["recovery"]  # the same model on the same (cached) data
+    assert comparison["init_from"] == str(start)
+    assert comparison["starting_point"] == pytest.approx(start_recovery, abs=1e-6)
+    assert comparison["candidate"] == pytest.approx(tuned_metrics["datasets"]["validation"]["recovery"])
+    beats = comparison["candidate"] > start_recovery  # the champion (v1) is that same model
+    assert comparison["register"] is beats and (tuned.registered_version is not None) is beats
+    assert ("beats" if beats else "does not beat the starting weights") in comparison["decision"]
 
 
 def test_changed_data_misses_the_cache_and_an_unreachable_server_loses_only_records(

@@ -14,7 +14,7 @@ from invfold.pipelines.compile import COMMITTED_YAML
 from invfold.pipelines.parameters import FLAG_ALIASES, OWN_OPTIONS, RENAMED, pipeline_parameters
 
 PREFIX = "pipelinechannel--"
-KFP_TYPES = {str: "STRING", int: "NUMBER_INTEGER", float: "NUMBER_DOUBLE", dict: "STRUCT"}
+KFP_TYPES = {str: "STRING", int: "NUMBER_INTEGER", float: "NUMBER_DOUBLE", dict: "STRUCT", bool: "BOOLEAN"}
 
 
 def _spec() -> dict:
@@ -66,7 +66,7 @@ def test_the_train_steps_inputs_are_the_fields_they_set_with_the_same_types():
         base = hint.split("|")[0].strip().split("[")[0]
         if base.startswith("Literal"):
             continue  # typed by its choices; checked below
-        kind = {"str": str, "int": int, "float": float, "dict": dict}[base]
+        kind = {"str": str, "int": int, "float": float, "dict": dict, "bool": bool}[base]
         assert definition["parameterType"] == KFP_TYPES[kind], f"{config.__name__}.{name}: {hint}"
 
 
@@ -82,3 +82,25 @@ def test_flag_aliases_and_own_options_name_real_parameters():
     assert set(FLAG_ALIASES) <= set(parameters)
     assert {p for names in OWN_OPTIONS.values() for p in names} <= set(parameters)
     assert set(RENAMED) <= set(parameters)
+
+
+def test_fine_tuning_flags_bring_the_fine_tuning_recipe_unless_lr_or_warmup_are_given():
+    from invfold.cli import build_parser
+    from invfold.pipelines import defaults
+    from invfold.pipelines.parameters import given_parameters
+
+    parser = build_parser()
+    tuned = given_parameters(parser.parse_args(["run", "--init-from", "proteinmpnn:v_48_020", "--freeze-encoder"]))
+    assert tuned == {
+        "init_from": "proteinmpnn:v_48_020",
+        "freeze_encoder": True,
+        "lr": defaults.FINE_TUNE_LR,
+        "warmup_steps": defaults.FINE_TUNE_WARMUP_STEPS,
+    }
+    assert defaults.FINE_TUNE_LR < pipeline_parameters()["lr"]["defaultValue"]
+    chosen = given_parameters(
+        parser.parse_args(["submit", "--host", "h", "--data", "d", "--init-from", "m.pt", "--lr", "1e-4"])
+    )
+    assert chosen["lr"] == 1e-4 and chosen["warmup_steps"] == defaults.FINE_TUNE_WARMUP_STEPS
+    assert given_parameters(parser.parse_args(["run"])) == {}  # from scratch: the pipeline's own defaults
+    assert pipeline_parameters()["freeze_encoder"]["defaultValue"] is False

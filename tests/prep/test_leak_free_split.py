@@ -14,6 +14,8 @@ from invfold.components.prep.run import run_prep
 from invfold.components.prep.shards import open_prepared
 from invfold.components.prep.split import best_hits, cath_topologies, merge_groups
 
+from invfold.errors import InputError
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "src" / "invfold" / "data" / "sample_chain_set.jsonl.gz"
 SAMPLE_SPLITS = ROOT / "src" / "invfold" / "data" / "sample_chain_set_splits.json"
@@ -117,3 +119,46 @@ def test_subsets_are_checked_against_train(tmp_path):
     # length a test chain may still align above the threshold: whatever is found is counted
     assert 0 <= overlap["above_threshold"] <= 2
     assert "| external | 4 | 2 |" in (tmp_path / "out" / "card.md").read_text()
+
+
+def test_an_external_list_prepared_on_its_own_is_checked_against_a_training_set(tmp_path, sample_objects):
+    """A TS50-style JSON list prepared as a test-only set, checked against the train split of the
+    sample's own prepared folder (the data a model was trained on)."""
+    splits = json.loads(SAMPLE_SPLITS.read_text())
+    reference = run_prep(PrepConfig(input=str(SAMPLE), output=str(tmp_path / "train"), split_file=str(SAMPLE_SPLITS)))
+    by_name = {o["name"]: o for o in sample_objects}
+    train_names = [n for n in splits["train"] if n in by_name][:3]
+    test_names = [n for n in splits["test"] if n in by_name][:3]
+    assert len(train_names) == 3 and len(test_names) == 3
+    copy = {**by_name[train_names[2]], "name": "copy.A"}  # a train chain under another name
+    entries = [by_name[n] for n in train_names[:2] + test_names] + [copy]
+    entries = [{"name": o["name"], "seq": o["seq"], "coords": o["coords"]} for o in entries]
+    external = tmp_path / "ts50_like.json"
+    external.write_text(json.dumps(entries))
+    names = [e["name"] for e in entries]
+    split_file = tmp_path / "external_splits.json"
+    split_file.write_text(json.dumps({"train": [], "validation": [], "test": names}))
+
+    result = run_prep(
+        PrepConfig(
+            input=str(external),
+            output=str(tmp_path / "external"),
+            split_file=str(split_file),
+            check_against=str(tmp_path / "train"),
+        )
+    )
+    checked = result.card["split"]["external_overlap"]
+    assert checked["reference_digest"] == reference.digest and checked["train_chains"] == len(splits["train"])
+    overlap = checked["datasets"]["test"]
+    assert overlap["chains"] == 6 and overlap["in_train"] == 2  # by name
+    assert overlap["above_threshold"] >= 1 and "copy.A" in overlap["examples"]  # by sequence
+    assert overlap["highest_identity"]["identity"] == pytest.approx(1.0)
+    assert set(checked["datasets"]) == {"test"}  # the empty validation split has nothing to check
+    assert (
+        f"| test | 6 | 2 | {overlap['above_threshold']} (>= 0.4) |" in (tmp_path / "external" / "card.md").read_text()
+    )
+
+    # the external set has no train chains: checking against it is a clear error, before any reading
+    with pytest.raises(InputError, match="datasets.train.*a prepared folder with train chains"):
+        run_prep(PrepConfig(input=str(SAMPLE), output=str(tmp_path / "x"), check_against=str(tmp_path / "external")))
+    assert not (tmp_path / "x").exists()
