@@ -8,61 +8,81 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
+
+from invfold.options import add_command, from_args, option
 
 from .parameters import add_pipeline_options, given_parameters
 
 
+@dataclass
+class RunOptions:
+    """Where `invfold run` runs the pipeline on this machine, and what it shows."""
+
+    data: str | None = option(None, "protein set path or URI (default: the bundled sample)")
+    runs_dir: str = option("runs", "where pipeline outputs, checkpoints and mlflow.db go")
+    tracking_uri: str | None = option(None, "MLflow tracking URI (default: sqlite:///RUNS_DIR/mlflow.db)")
+    cache: bool = option(True, "reuse prep's output when its inputs are unchanged (--no-cache: run it again)")
+    show_logs: bool = option(
+        False, "show every step's whole output live (it always goes to RUNS_DIR/logs/)", aliases=("--verbose",)
+    )
+
+
+@dataclass
+class CompileOptions:
+    """Where `invfold compile` writes the pipeline, and the image its steps name."""
+
+    out: str = option("pipelines/invfold_pipeline.yaml", "the YAML file to write")
+    registry: str | None = option(None, "image registry prefix (default: registry.example.com/invfold, a placeholder)")
+    tag: str | None = option(None, "image tag (default: the package version)")
+
+
+@dataclass
+class SubmitOptions:
+    """Where `invfold submit` sends the pipeline, as whom, and on which data."""
+
+    host: str = option(help="KFP API endpoint, e.g. https://kubeflow.example.com/pipeline")
+    data: str = option(help="protein set URI the cluster can read (s3://, gs://, https://)")
+    token: str | None = option(None, "bearer token (default: KFP_TOKEN env, else kubeconfig / in-cluster)")
+    namespace: str | None = option(None, "Kubeflow profile namespace (multi-user)")
+    package: str | None = option(None, "compiled YAML (default: the committed pipelines/invfold_pipeline.yaml)")
+    kfp_experiment: str = option("invfold", "KFP experiment")
+    run_name: str | None = option(None, "KFP run name")
+    param: list[str] = option(
+        factory=list,
+        metavar="NAME=VALUE",
+        help="any pipeline parameter (VALUE as JSON when it parses), e.g. storage_root=s3://b/p",
+    )
+
+
 def add_parser(subparsers) -> None:
-    run = subparsers.add_parser(
+    run = add_command(
+        subparsers,
         "run",
+        run_command,
+        RunOptions,
         help="run the whole pipeline locally (KFP local runner, MLflow in ./runs)",
         description="Run fingerprint -> prep -> train -> evaluate -> compare -> register on this machine "
         "through KFP's local runner, on the bundled sample data unless --data is given.",
     )
-    run.add_argument("--data", help="protein set path or URI (default: the bundled sample)")
-    run.add_argument("--runs-dir", default="runs", help="where pipeline outputs, checkpoints and mlflow.db go")
-    run.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///RUNS_DIR/mlflow.db)")
-    run.add_argument("--no-cache", action="store_true", help="run prep even when its inputs are unchanged")
-    run.add_argument(
-        "--verbose",
-        dest="show_logs",
-        action="store_true",
-        help="show every step's whole output live (it always goes to RUNS_DIR/logs/)",
-    )
     add_pipeline_options(run, "run")
-    run.set_defaults(func=run_command)
-
-    comp = subparsers.add_parser(
+    add_command(
+        subparsers,
         "compile",
+        compile_command,
+        CompileOptions,
         help="write the pipeline YAML for Kubeflow",
         description="Compile the pipeline; every step names the runtime image REGISTRY/invfold-runtime:TAG.",
     )
-    comp.add_argument("--out", default="pipelines/invfold_pipeline.yaml")
-    comp.add_argument("--registry", help="image registry prefix (default: registry.example.com/invfold, a placeholder)")
-    comp.add_argument("--tag", help="image tag (default: the package version)")
-    comp.set_defaults(func=compile_command)
-
-    sub = subparsers.add_parser(
+    sub = add_command(
+        subparsers,
         "submit",
+        submit_command,
+        SubmitOptions,
         help="submit the pipeline to Kubeflow Pipelines",
         description="Submit the compiled pipeline with kfp.Client (token or the kubeconfig's credentials).",
     )
-    sub.add_argument("--host", required=True, help="KFP API endpoint, e.g. https://kubeflow.example.com/pipeline")
-    sub.add_argument("--token", help="bearer token (default: KFP_TOKEN env, else kubeconfig / in-cluster)")
-    sub.add_argument("--namespace", help="Kubeflow profile namespace (multi-user)")
-    sub.add_argument("--package", help="compiled YAML (default: the committed pipelines/invfold_pipeline.yaml)")
-    sub.add_argument("--kfp-experiment", default="invfold", help="KFP experiment")
-    sub.add_argument("--run-name")
-    sub.add_argument("--data", required=True, help="protein set URI the cluster can read (s3://, gs://, https://)")
-    sub.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="any other pipeline parameter (VALUE as JSON when it parses), e.g. storage_root=s3://b/p",
-    )
     add_pipeline_options(sub, "submit")
-    sub.set_defaults(func=submit_command)
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -70,21 +90,22 @@ def run_command(args: argparse.Namespace) -> int:
 
     from .local import run_local
 
+    opts = from_args(RunOptions, args)
     params = given_parameters(args)
-    params["data_uri"] = args.data or str(SAMPLE_CHAIN_SET)
-    if args.data is None:
+    params["data_uri"] = opts.data or str(SAMPLE_CHAIN_SET)
+    if opts.data is None:
         params.setdefault("split_file", str(SAMPLE_SPLITS))
     from rich.console import Console
 
     console = Console(file=sys.stdout, highlight=False)
-    console.print(f"invfold run: fingerprint -> prep -> train -> evaluate -> compare -> register ({args.runs_dir}/)")
+    console.print(f"invfold run: fingerprint -> prep -> train -> evaluate -> compare -> register ({opts.runs_dir}/)")
     result = run_local(
         params,
-        runs_dir=args.runs_dir,
-        tracking_uri=args.tracking_uri,
-        cache=not args.no_cache,
+        runs_dir=opts.runs_dir,
+        tracking_uri=opts.tracking_uri,
+        cache=opts.cache,
         console=console,
-        verbose=args.show_logs or args.verbose,
+        verbose=opts.show_logs or args.verbose,
     )
     console.print(summary_table(result))
     return 0
@@ -128,9 +149,10 @@ def compile_command(args: argparse.Namespace) -> int:
     from .compile import compile_pipeline
     from invfold.runtime import DEFAULT_REGISTRY, runtime_image
 
-    registry, tag = args.registry or DEFAULT_REGISTRY, args.tag or __version__
-    compile_pipeline(args.out, registry, tag)
-    print(f"wrote {args.out} (steps run in {runtime_image(registry, tag)})")
+    opts = from_args(CompileOptions, args)
+    registry, tag = opts.registry or DEFAULT_REGISTRY, opts.tag or __version__
+    compile_pipeline(opts.out, registry, tag)
+    print(f"wrote {opts.out} (steps run in {runtime_image(registry, tag)})")
     return 0
 
 
@@ -142,8 +164,9 @@ def submit_command(args: argparse.Namespace) -> int:
     from .compile import submit
 
     params = given_parameters(args)
-    params["data_uri"] = args.data
-    for item in args.param:
+    opts = from_args(SubmitOptions, args)
+    params["data_uri"] = opts.data
+    for item in opts.param:
         name, sep, value = item.partition("=")
         if not sep:
             raise ConfigError(f"--param expects NAME=VALUE, got {item!r}")
@@ -152,13 +175,13 @@ def submit_command(args: argparse.Namespace) -> int:
         except json.JSONDecodeError:
             params[name] = value
     result = submit(
-        args.host,
+        opts.host,
         params,
-        package=args.package,
-        experiment=args.kfp_experiment,
-        run_name=args.run_name,
-        token=args.token or os.environ.get("KFP_TOKEN"),
-        namespace=args.namespace,
+        package=opts.package,
+        experiment=opts.kfp_experiment,
+        run_name=opts.run_name,
+        token=opts.token or os.environ.get("KFP_TOKEN"),
+        namespace=opts.namespace,
     )
     print(f"submitted run {result['run_id']}: {result['url']}")
     return 0

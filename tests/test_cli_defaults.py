@@ -1,5 +1,5 @@
-"""Every subcommand's options come from one place: a step's options from its config dataclass
-(same name, default, choices and help), run/submit's from the compiled pipeline's parameters."""
+"""Every subcommand's options come from one place: its config dataclass (same name, default,
+choices and help), plus, for run/submit, the compiled pipeline's parameters."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from invfold.cli import build_parser
 from invfold.components.design.design import DesignConfig
 from invfold.components.evaluate.evaluate import EvaluateConfig
 from invfold.components.export.onnx_export import ExportConfig
+from invfold.components.model.cli import WeightsImport
 from invfold.components.prep.config import PrepConfig
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.launch import LocalProcesses
 from invfold.options import cli_fields
+from invfold.pipelines.cli import CompileOptions, RunOptions, SubmitOptions
 from invfold.pipelines.parameters import OWN_OPTIONS, pipeline_parameters
 
 # subcommand -> the config dataclasses its options are generated from
@@ -24,15 +26,29 @@ CONFIGS = {
     "evaluate": (EvaluateConfig,),
     "export": (ExportConfig,),
     "design": (DesignConfig,),
+    "run": (RunOptions,),
+    "submit": (SubmitOptions,),
+    "compile": (CompileOptions,),
+    "weights import": (WeightsImport,),
+    "weights list": (),
 }
 PIPELINE_COMMANDS = ("run", "submit")
-# commands with no config of their own: what they take is not a step's option
-WITHOUT_CONFIG = {"compile": {"out", "registry", "tag"}, "weights": set()}
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return action.choices
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
-    (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    return subparsers.choices
+    """Every (sub)subcommand by its words: "prep", ..., "weights import"."""
+    found = {}
+    for name, parser in _subparsers(build_parser()).items():
+        if any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+            found.update({f"{name} {sub}": p for sub, p in _subparsers(parser).items()})
+        else:
+            found[name] = parser
+    return found
 
 
 def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -40,14 +56,15 @@ def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 def test_every_subcommand_is_covered():
-    assert set(_subcommands()) == set(CONFIGS) | set(PIPELINE_COMMANDS) | set(WITHOUT_CONFIG)
+    assert set(_subcommands()) == set(CONFIGS)
 
 
 @pytest.mark.parametrize("command", sorted(CONFIGS))
-def test_step_options_are_the_config_fields_with_their_defaults(command):
+def test_options_are_the_config_fields_with_their_defaults(command):
     fields = {f.name: f for config in CONFIGS[command] for f, _ in cli_fields(config)}
     actions = {a.dest: a for a in _options(_subcommands()[command])}
-    assert set(actions) == set(fields), "an option restated outside its config, or a field not on the CLI"
+    pipeline = set(pipeline_parameters()) - set(OWN_OPTIONS[command]) if command in PIPELINE_COMMANDS else set()
+    assert set(actions) == set(fields) | pipeline, "an option restated outside its config, or a field not on the CLI"
     for name, field in fields.items():
         action = actions[name]
         if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
@@ -81,8 +98,3 @@ def test_pipeline_commands_take_every_pipeline_parameter_unset_by_default(comman
         if name in train_fields and TrainConfig.__dataclass_fields__[name].metadata.get("choices"):
             assert tuple(actions[name].choices) == tuple(TrainConfig.__dataclass_fields__[name].metadata["choices"])
     assert tuple(actions["zero_stage"].choices) == (0, 1, 2, 3)  # from TrainConfig's Literal
-
-
-@pytest.mark.parametrize("command", sorted(WITHOUT_CONFIG))
-def test_commands_without_a_config(command):
-    assert {a.dest for a in _options(_subcommands()[command])} - {"weights_command"} == WITHOUT_CONFIG[command]

@@ -3,6 +3,17 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+
+from invfold.options import add_command, from_args, option
+
+
+@dataclass
+class WeightsImport:
+    """Convert published weights into an invfold model file."""
+
+    name: str = option(positional=True, help="e.g. proteinmpnn:v_48_020 or proteinmpnn-soluble:v_48_020 (see `list`)")
+    out: str = option(help="model file to write (path or URI)")
 
 
 def add_parser(subparsers) -> None:
@@ -15,10 +26,7 @@ def add_parser(subparsers) -> None:
     sub = p.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
     listing = sub.add_parser("list", help="names of the published weights the installed package ships")
     listing.set_defaults(func=run_list)
-    imp = sub.add_parser("import", help="convert published weights into an invfold model file")
-    imp.add_argument("name", help="e.g. proteinmpnn:v_48_020 or proteinmpnn-soluble:v_48_020 (see `list`)")
-    imp.add_argument("--out", required=True, help="model file to write (path or URI)")
-    imp.set_defaults(func=run_import)
+    add_command(sub, "import", run_import, WeightsImport, help=WeightsImport.__doc__, description=WeightsImport.__doc__)
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -33,7 +41,8 @@ def run_import(args: argparse.Namespace) -> int:
     from invfold.components.model import published
     from invfold.components.model.io import save_model
 
-    model, provenance = published.load_published(args.name)
-    save_model(args.out, model, provenance)
-    print(f"{args.name} -> {args.out} ({model.num_parameters()} parameters, preset proteinmpnn)")
+    opts = from_args(WeightsImport, args)
+    model, provenance = published.load_published(opts.name)
+    save_model(opts.out, model, provenance)
+    print(f"{opts.name} -> {opts.out} ({model.num_parameters()} parameters, preset proteinmpnn)")
     return 0
