@@ -44,7 +44,7 @@ def test_compare_on_a_cluster_refuses_to_decide_without_the_registry(monkeypatch
     evaluation = tmp_path / "evaluation"
     evaluation.mkdir()
     (evaluation / "metrics.json").write_text(
-        json.dumps({"datasets": {"test": {"recovery": 0.3}}, "data_digest": "d" * 16})
+        json.dumps({"datasets": {"validation": {"recovery": 0.3}, "test": {"recovery": 0.3}}, "data_digest": "d" * 16})
     )
     with pytest.raises(TrackingError):
         compare_step(
