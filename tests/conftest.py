@@ -110,3 +110,16 @@ def s3_server(_moto_endpoint, monkeypatch, tmp_path):
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     return S3Server(endpoint_url=_moto_endpoint, _counter=_bucket_numbers)
+
+
+@pytest.fixture(scope="session")
+def sample_prepared(tmp_path_factory) -> str:
+    """The bundled sample, prepared once per session (read-only for the tests that use it)."""
+    from invfold.components.prep.config import PrepConfig
+    from invfold.components.prep.run import run_prep
+
+    from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
+
+    out = tmp_path_factory.mktemp("sample") / "prepared"
+    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS), output=str(out)))
+    return str(out)

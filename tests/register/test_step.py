@@ -13,20 +13,14 @@ import pytest
 import torch
 from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
-from invfold.components.prep.config import PrepConfig
-from invfold.components.prep.run import run_prep
 from invfold.components.register.decision import Comparison
 from invfold.components.register.step import compare_step, register_step
 from mlflow import MlflowClient
 
-from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
-
 
 @pytest.fixture(scope="module")
-def prepared(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("register") / "prepared"
-    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS), output=str(out)))
-    return str(out)
+def prepared(sample_prepared) -> str:
+    return sample_prepared
 
 
 @pytest.fixture(scope="module")

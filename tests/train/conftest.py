@@ -1,4 +1,4 @@
-"""Prepared datasets for training tests: the bundled real sample and a small synthetic set."""
+"""Prepared datasets for training tests: a small synthetic set (the bundled sample is tests/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,6 @@ import pytest
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from tests.support.synthetic import SyntheticConfig, write_synthetic_set
-
-from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
-
-
-@pytest.fixture(scope="session")
-def sample_prepared(tmp_path_factory) -> str:
-    out = tmp_path_factory.mktemp("sample") / "prepared"
-    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS), output=str(out)))
-    return str(out)
 
 
 @pytest.fixture(scope="session")
