@@ -116,12 +116,12 @@ class TorchBackend:
 
     def logits(self, b: Batch, S, order) -> torch.Tensor:
         with torch.no_grad():
-            return self.model(b.X, S, b.mask, b.residue_index, order)
+            return self.model(b.X, S, b.structure_mask, b.residue_index, order)
 
     def sample(self, b: Batch, temperature, excluded, fixed_mask, fixed_S, order, uniforms):
         return self.model.sample(
             b.X,
-            b.mask,
+            b.structure_mask,
             b.residue_index,
             temperature,
             fixed_mask=fixed_mask,
@@ -145,7 +145,7 @@ class OnnxBackend:
 
     def logits(self, b: Batch, S, order) -> torch.Tensor:
         order = torch.zeros_like(b.mask) if order is None else order
-        out = self.session.run(None, self.runtime.feeds(b.X, S, b.mask, b.residue_index, order))[0]
+        out = self.session.run(None, self.runtime.feeds(b.X, S, b.structure_mask, b.residue_index, order))[0]
         return torch.from_numpy(out)
 
     def sample(self, b: Batch, temperature, excluded, fixed_mask, fixed_S, order, uniforms):
@@ -171,9 +171,11 @@ def design(cfg: DesignConfig) -> list[Design]:
 
     Sample i uses seed cfg.seed + i (its own decoding order and letter uniforms, drawn by
     model.sampling_noise), so a sample is reproducible alone and the two backends draw the same
-    randomness. Unobserved residues (no backbone) and fixed positions keep the native letter.
+    randomness. Unobserved residues (no backbone) and fixed positions keep the native letter; an
+    unknown native (X) with a backbone is designed.
     mean_nll: mean -log p(letter) at T = 1 over designed positions (teacher-forced, in the
-    sample's decoding order); recovery: fraction of designed positions equal to the native.
+    sample's decoding order); recovery: fraction of designed positions with a known native letter
+    that equal it.
     """
     from ..model.network import sampling_noise
 
@@ -197,7 +199,10 @@ def design(cfg: DesignConfig) -> list[Design]:
     n = cfg.num_sequences
     b = collate([record] * n)
     native_known = torch.tensor([c in AA_TO_INDEX for c in record.seq])
-    fixed_one = ~(b.mask[0] > 0) | ~native_known
+    unknown = [p for p in cfg.fixed_positions if not native_known[p - 1]]
+    if unknown:
+        raise ConfigError(f"fixed positions {unknown[:5]} of {record.name} have no known native letter to keep")
+    fixed_one = ~(b.structure_mask[0] > 0)  # no backbone: nothing to design from; X with a backbone is designed
     fixed_one[[p - 1 for p in cfg.fixed_positions]] = True
     fixed = fixed_one.expand(n, length).contiguous()
     noise = [
@@ -212,10 +217,10 @@ def design(cfg: DesignConfig) -> list[Design]:
     designed = ~fixed
     if not designed[0].any():
         log.warning("%s: every position is fixed or unobserved; nothing is designed", record.name)
-    scored = designed if designed[0].any() else b.mask > 0
-    count = scored.sum(1).clamp(min=1)
-    mean_nll = (nll * scored).sum(1) / count
-    recovery = ((S == b.S) & scored).sum(1) / count
+    scored = designed if designed[0].any() else b.structure_mask > 0
+    mean_nll = (nll * scored).sum(1) / scored.sum(1).clamp(min=1)
+    compared = scored & native_known  # recovery needs a known native letter
+    recovery = ((S == b.S) & compared).sum(1) / compared.sum(1).clamp(min=1)
     designs = []
     for i in range(n):
         letters = [

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
+from invfold.components.model.network import unknown_last
 from invfold.components.protein.alphabet import NUM_AA
 from invfold.components.protein.batch import Batch, collate
 from invfold.components.train.sampler import pack_by_length
@@ -35,11 +36,11 @@ def seeded_generator(seed: int, device) -> torch.Generator:
 def designed_sequences(model, batch: Batch, seed: int) -> torch.Tensor:
     """[B, L] letters designed from structure alone (see module docstring)."""
     if not model.cfg.autoregressive:
-        logits = model(batch.X, batch.S, batch.mask, batch.residue_index)
+        logits = model(batch.X, batch.S, batch.structure_mask, batch.residue_index)
         return logits.argmax(-1)
     return model.sample(
         batch.X,
-        batch.mask,
+        batch.structure_mask,
         batch.residue_index,
         temperature=GREEDY_TEMPERATURE,
         generator=seeded_generator(seed, batch.X.device),
@@ -50,8 +51,8 @@ def designed_sequences(model, batch: Batch, seed: int) -> torch.Tensor:
 def score_batch(model, batch: Batch, seed: int) -> dict[str, torch.Tensor]:
     """Per protein: nll (sum over observed residues), count, correct; and designed [B, L]."""
     generator = seeded_generator(seed + 1, batch.X.device)
-    order = torch.rand(batch.mask.shape, generator=generator, device=batch.X.device)
-    logits = model(batch.X, batch.S, batch.mask, batch.residue_index, order).float()
+    order = unknown_last(torch.rand(batch.mask.shape, generator=generator, device=batch.X.device), batch)
+    logits = model(batch.X, batch.S, batch.structure_mask, batch.residue_index, order).float()
     nll = F.cross_entropy(logits.reshape(-1, NUM_AA), batch.S.reshape(-1), reduction="none").reshape(batch.S.shape)
     designed = designed_sequences(model, batch, seed)
     mask = batch.mask
@@ -142,7 +143,9 @@ def sample_designs(
         batch = collate([dataset[i] for i in rows]).to(device)
         for d in range(designs):
             generator = seeded_generator(seed + rows[0] + 7919 * (d + 1), batch.X.device)
-            S = model.sample(batch.X, batch.mask, batch.residue_index, temperature=temperature, generator=generator)
+            S = model.sample(
+                batch.X, batch.structure_mask, batch.residue_index, temperature=temperature, generator=generator
+            )
             for j, row in enumerate(rows):
                 out[row].append(S[j, : int(batch.lengths[j])].cpu().numpy())
     return {row: np.stack(v) for row, v in out.items()}

@@ -203,11 +203,12 @@ def check_parity(
     def diff(batch) -> float:
         order = torch.rand(batch.S.shape, generator=g)
         with torch.no_grad():
-            ref = model(batch.X, batch.S, batch.mask, batch.residue_index, order).numpy()
-        got = session.run(None, runtime.feeds(batch.X, batch.S, batch.mask, batch.residue_index, order))[0]
+            ref = model(batch.X, batch.S, batch.structure_mask, batch.residue_index, order).numpy()
+        feeds = runtime.feeds(batch.X, batch.S, batch.structure_mask, batch.residue_index, order)
+        got = session.run(None, feeds)[0]
         if got.shape != ref.shape:
             return float("inf")
-        real = batch.mask.numpy() > 0  # logits at unobserved/padded residues carry no meaning
+        real = batch.structure_mask.numpy() > 0  # logits at unobserved/padded residues carry no meaning
         return float(np.abs(got - ref)[real].max()) if real.any() else 0.0
 
     chains = [{"name": r.name, "length": len(r), "max_abs_diff": diff(collate([r]))} for r in records]

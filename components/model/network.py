@@ -277,3 +277,11 @@ def random_decoding_order(fixed_mask: torch.Tensor, generator: torch.Generator |
     """A random order (float [B, L], argsort ascending) that decodes fixed positions first."""
     order = torch.rand(fixed_mask.shape, generator=generator, device=fixed_mask.device)
     return order - 2.0 * fixed_mask.to(order.dtype)
+
+
+def unknown_last(order: torch.Tensor, batch) -> torch.Tensor:
+    """`order` with residues that have a backbone but no known letter (X) moved after all others:
+    the decoder then sees their structure and never a sequence token for them (the unknown letter
+    is not among the 20 the model embeds)."""
+    unknown = (batch.structure_mask - batch.mask).clamp(min=0)
+    return order + 2.0 * unknown.to(order.dtype)

@@ -14,7 +14,8 @@ Policy for what is dropped (every drop counted by reason in the card):
   one such chain makes every training loss NaN); and split/subset names absent from the set (counted
   per split, warned). `strict=True` makes each of these an InputError.
 - filters (choices of what to train on, never errors): `unknown_letters` (outside the alphabet and
-  not X, the unknown residue that readers write for UNK and numbering gaps and batches mask),
+  not X, the unknown residue that readers write for UNK and numbering gaps: with a backbone it
+  stays in the model's graph as structural context, its letter out of the loss: protein/batch.py),
   `too_long`, `too_short`, `low_observed_fraction`, `not_in_split_file`.
 Counts always reconcile: read = kept + reader skips + filter drops (asserted, and in the card).
 """
@@ -79,7 +80,8 @@ class _Screen:
 
     def __init__(self, cfg: PrepConfig):
         self.cfg = cfg
-        # X (an unknown residue or a numbering gap) keeps its place in the chain, masked
+        # X (an unknown residue or a numbering gap) keeps its place in the chain: structural context where
+        # it has a backbone, never a training target (protein/batch.py)
         self.unknown_letter = re.compile(f"[^{re.escape(cfg.alphabet + UNKNOWN)}]")
         self.read = 0
         self.reader_skips: Counter = Counter()

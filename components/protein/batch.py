@@ -14,7 +14,10 @@ from .record import ChainRecord
 @dataclass
 class Batch:
     """X: float32 [B, L, 4, 3] (0 where unobserved); S: int64 [B, L] (0 where padded or unknown);
-    mask: float32 [B, L] (1 = observed residue); residue_index: int64 [B, L]; lengths: int64 [B]."""
+    mask: float32 [B, L] (1 = observed residue with a known letter: what losses and metrics count);
+    structure_mask: float32 [B, L] (1 = all four backbone atoms observed, letter known or not: the
+    model's structure input, so an unknown residue (X) stays in the graph as masked context);
+    residue_index: int64 [B, L]; lengths: int64 [B]."""
 
     X: torch.Tensor
     S: torch.Tensor
@@ -22,6 +25,7 @@ class Batch:
     residue_index: torch.Tensor
     lengths: torch.Tensor
     names: list[str]
+    structure_mask: torch.Tensor
 
     def to(self, device) -> Batch:
         return Batch(
@@ -31,6 +35,7 @@ class Batch:
             self.residue_index.to(device),
             self.lengths.to(device),
             self.names,
+            self.structure_mask.to(device),
         )
 
     @property
@@ -45,15 +50,16 @@ def collate(records: list[ChainRecord]) -> Batch:
     X = np.zeros((b, L, 4, 3), dtype=np.float32)
     S = np.zeros((b, L), dtype=np.int64)
     mask = np.zeros((b, L), dtype=np.float32)
+    structure = np.zeros((b, L), dtype=np.float32)
     ridx = np.zeros((b, L), dtype=np.int64)
     for i, r in enumerate(records):
         n = len(r)
-        m = np.asarray(r.mask, dtype=bool)
+        observed = np.asarray(r.mask, dtype=bool)
         known = np.array([c in AA_TO_INDEX for c in r.seq], dtype=bool)
-        m = m & known
         X[i, :n] = np.nan_to_num(np.asarray(r.coords, dtype=np.float32), nan=0.0)
         S[i, :n] = [AA_TO_INDEX.get(c, 0) for c in r.seq]
-        mask[i, :n] = m
+        mask[i, :n] = observed & known
+        structure[i, :n] = observed
         ridx[i, :n] = r.residue_index
         # padding continues the numbering far away so it never looks adjacent to real residues
         ridx[i, n:] = (int(r.residue_index[-1]) if n else 0) + 1000 + np.arange(L - n)
@@ -64,4 +70,5 @@ def collate(records: list[ChainRecord]) -> Batch:
         torch.from_numpy(ridx),
         torch.tensor([len(r) for r in records]),
         [r.name for r in records],
+        torch.from_numpy(structure),
     )

@@ -4,7 +4,8 @@ What a record holds: the first model; one record per protein chain (a polymer ge
 peptide); the first alternative conformation; standard residues, with common modified residues
 mapped to their parent through gemmi's residue table (MSE -> M, SEP -> S, ...) and counted in
 `record.extra["modified"]`; other polymer residues (UNK, D-amino acids, ...) keep their place and
-backbone as the unknown letter X (masked) and are counted in `record.extra["unknown"]`.
+backbone as the unknown letter X (structural context for the model, out of the loss) and are
+counted in `record.extra["unknown"]`.
 
 One residue numbering with the jsonl reader: every residue missing between the first and the last
 observed one becomes a residue without coordinates (counted in `record.extra["gap_filled"]`), as

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from invfold.components.evaluate.metrics import DatasetScores, score_dataset
 from invfold.errors import InvfoldError
 from invfold.components.model.io import save_model
-from invfold.components.model.network import InverseFoldingModel
+from invfold.components.model.network import InverseFoldingModel, unknown_last
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.alphabet import NUM_AA
 from invfold.components.protein.batch import collate
@@ -299,8 +299,8 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
                     X = batch.X
                     if cfg.backbone_noise > 0:
                         X = X + cfg.backbone_noise * torch.randn_like(X)
-                    order = torch.rand(batch.mask.shape, device=info.device)
-                    logits = strategy.forward(X, batch.S, batch.mask, batch.residue_index, order)
+                    order = unknown_last(torch.rand(batch.mask.shape, device=info.device), batch)
+                    logits = strategy.forward(X, batch.S, batch.structure_mask, batch.residue_index, order)
                     loss, micro_sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
                     strategy.backward(loss)
                 sums += micro_sums
