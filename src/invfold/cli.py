@@ -21,6 +21,7 @@ SUBCOMMAND_MODULES = (
     "invfold.components.evaluate.cli",
     "invfold.components.export.cli",
     "invfold.components.design.cli",
+    "invfold.components.design.score_cli",
     "invfold.components.model.cli",
     "invfold.pipelines.cli",
 )
