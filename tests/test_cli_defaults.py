@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 from invfold.cli import build_parser
 from invfold.components.design.design import DesignConfig
+from invfold.components.design.score import ScoreConfig
 from invfold.components.evaluate.evaluate import EvaluateConfig
 from invfold.components.export.onnx_export import ExportConfig
 from invfold.components.model.cli import WeightsImport
@@ -26,6 +27,7 @@ CONFIGS = {
     "evaluate": (EvaluateConfig,),
     "export": (ExportConfig,),
     "design": (DesignConfig,),
+    "score": (ScoreConfig,),
     "run": (RunOptions,),
     "submit": (SubmitOptions,),
     "compile": (CompileOptions,),

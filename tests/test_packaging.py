@@ -63,7 +63,7 @@ def test_cli_has_a_subcommand_per_step():
     from invfold.cli import build_parser
 
     (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    steps = {"prep", "train", "evaluate", "export", "design", "run", "compile", "submit", "weights"}
+    steps = {"prep", "train", "evaluate", "export", "design", "score", "run", "compile", "submit", "weights"}
     assert set(subparsers.choices) == steps
 
 
