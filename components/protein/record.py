@@ -9,6 +9,9 @@ import numpy as np
 BACKBONE_ATOMS = ("N", "CA", "C", "O")
 # C(i)-N(i+1) is ~1.33 A in a peptide bond; a longer gap means residues are missing between them.
 PEPTIDE_BREAK_ANGSTROM = 2.0
+# residue_index jump between consecutive chains of a complex (ProteinMPNN adds 100 per chain);
+# features.segment_ids starts a new segment at any jump this large.
+CHAIN_OFFSET = 100
 
 
 @dataclass
@@ -21,6 +24,12 @@ class ChainRecord:
         extra gap inserted after every chain break, so that a break is wherever consecutive
         entries differ by more than 1.
     source: where the record came from ("file:line" or "file#chain"), for error messages.
+    chain_index: int32 [L] for a complex (several chains as one record): which chain, 0..C-1, each
+        residue is in, chains contiguous and in `chain_names` order; None for a single chain.
+        A complex's residue_index jumps by at least 100 between chains (CHAIN_OFFSET), so the
+        model's relative-position features put cross-chain pairs in their "different chain"
+        bucket, as ProteinMPNN does.
+    chain_names: the chain ids of a complex in record order (("A", "B")); () for a single chain.
     """
 
     name: str
@@ -33,9 +42,30 @@ class ChainRecord:
     cluster: str | None = None
     source: str = ""
     extra: dict = field(default_factory=dict)
+    chain_index: np.ndarray | None = None
+    chain_names: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.seq)
+
+    @property
+    def is_complex(self) -> bool:
+        return self.chain_index is not None and len(self.chain_names) > 1
+
+    def chain_positions(self) -> dict[str, np.ndarray]:
+        """chain id -> 0-based indices into seq, in chain order.
+
+        A single chain is named by chain_names[0] when set, else by the part of the name after
+        the last "." ("1abc.A" -> "A"), else "A".
+        """
+        if self.chain_index is None:
+            if self.chain_names:
+                cid = self.chain_names[0]
+            else:
+                cid = self.name.rsplit(".", 1)[-1] if "." in self.name else "A"
+            return {cid: np.arange(len(self.seq))}
+        index = np.asarray(self.chain_index)
+        return {cid: np.flatnonzero(index == i) for i, cid in enumerate(self.chain_names)}
 
 
 def observed_mask(coords: np.ndarray) -> np.ndarray:
