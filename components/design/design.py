@@ -74,6 +74,7 @@ class Design:
     sequence: str
     mean_nll: float
     recovery: float
+    temperature: float | None = None  # None: the one given to write_fasta
 
 
 def parse_positions(text: str) -> list[int]:
@@ -166,8 +167,39 @@ class OnnxBackend:
         return S
 
 
+def load_backend(model: str, threads: int | None = None) -> TorchBackend | OnnxBackend:
+    """The model behind a path: OnnxBackend for .onnx, TorchBackend otherwise (load once, design many)."""
+    backend = OnnxBackend(model, threads) if str(model).endswith(".onnx") else TorchBackend(model)
+    if threads:
+        torch.set_num_threads(threads)
+    return backend
+
+
 def design(cfg: DesignConfig) -> list[Design]:
-    """Sample cfg.num_sequences sequences and write them as FASTA to cfg.out.
+    """Sample cfg.num_sequences sequences for the record cfg picks and write them as FASTA to cfg.out."""
+    backend = load_backend(cfg.model, cfg.threads)
+    check_backend(backend, cfg)
+    record = select_record(cfg.structure, cfg.name, cfg.chain)
+    designs = design_record(backend, record, cfg)
+    write_fasta(cfg.out, designs, cfg.temperature, os.path.basename(str(cfg.model)))
+    return designs
+
+
+def check_backend(backend: TorchBackend | OnnxBackend, cfg: DesignConfig) -> None:
+    """Options the model cannot honour, refused before any record is read."""
+    if cfg.fixed_positions and not backend.cfg.autoregressive:
+        raise ValueError(
+            f"{cfg.model}: a one-shot model predicts every position from the structure alone, so fixed "
+            "positions would not inform the others; use an autoregressive model (preset proteinmpnn, e.g. "
+            "`invfold weights import proteinmpnn:v_48_020 --out model.pt`, or train with --preset proteinmpnn)"
+        )
+
+
+def design_record(
+    backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: DesignConfig, temperature: float | None = None
+) -> list[Design]:
+    """cfg.num_sequences designs of one record with a loaded backend, at `temperature` (default
+    cfg.temperature); writes nothing.
 
     Sample i uses seed cfg.seed + i (its own decoding order and letter uniforms, drawn by
     model.sampling_noise), so a sample is reproducible alone and the two backends draw the same
@@ -179,16 +211,7 @@ def design(cfg: DesignConfig) -> list[Design]:
     """
     from ..model.network import sampling_noise
 
-    backend = OnnxBackend(cfg.model, cfg.threads) if str(cfg.model).endswith(".onnx") else TorchBackend(cfg.model)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    if cfg.fixed_positions and not backend.cfg.autoregressive:
-        raise ValueError(
-            f"{cfg.model}: a one-shot model predicts every position from the structure alone, so fixed "
-            "positions would not inform the others; use an autoregressive model (preset proteinmpnn, e.g. "
-            "`invfold weights import proteinmpnn:v_48_020 --out model.pt`, or train with --preset proteinmpnn)"
-        )
-    record = select_record(cfg.structure, cfg.name, cfg.chain)
+    temperature = cfg.temperature if temperature is None else temperature
     length = len(record)
     bad = [p for p in cfg.fixed_positions if p > length]
     if bad:
@@ -211,7 +234,7 @@ def design(cfg: DesignConfig) -> list[Design]:
     ]
     order = torch.cat([o for o, _ in noise]) if backend.cfg.autoregressive else None
     uniforms = torch.cat([u for _, u in noise])
-    S = backend.sample(b, cfg.temperature, cfg.excluded, fixed, b.S, order, uniforms)
+    S = backend.sample(b, temperature, cfg.excluded, fixed, b.S, order, uniforms)
     logp = torch.log_softmax(backend.logits(b, S, order).float(), dim=-1)
     nll = -logp.gather(-1, S.unsqueeze(-1)).squeeze(-1)
     designed = ~fixed
@@ -226,8 +249,9 @@ def design(cfg: DesignConfig) -> list[Design]:
         letters = [
             ALPHABET[int(s)] if d else native for s, d, native in zip(S[i], designed[i], record.seq, strict=True)
         ]
-        designs.append(Design(record.name, i, cfg.seed + i, "".join(letters), float(mean_nll[i]), float(recovery[i])))
-    write_fasta(cfg.out, designs, cfg.temperature, os.path.basename(str(cfg.model)))
+        designs.append(
+            Design(record.name, i, cfg.seed + i, "".join(letters), float(mean_nll[i]), float(recovery[i]), temperature)
+        )
     return designs
 
 
@@ -235,7 +259,7 @@ def write_fasta(path: str | os.PathLike, designs: list[Design], temperature: flo
     lines = []
     for d in designs:
         lines.append(
-            f">{d.name} sample={d.index} T={temperature:g} seed={d.seed} "
+            f">{d.name} sample={d.index} T={temperature if d.temperature is None else d.temperature:g} seed={d.seed} "
             f"mean_nll={d.mean_nll:.4f} recovery={d.recovery:.4f} model={model}"
         )
         lines.append(d.sequence)
