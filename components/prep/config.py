@@ -35,6 +35,12 @@ class PrepConfig:
         list) overlaps a model's training data. The card's `split.external_overlap` gives, per
         dataset, members that are train chains there by name and members at identity_threshold
         or more to one (reported, never dropped: the list is someone else's benchmark).
+    complexes: read the chains of one entry (all protein chains of a PDB/mmCIF file; consecutive
+        chain-set lines "1abc.A", "1abc.B" with num_chains > 1) as one complex record named by the
+        entry ("1abc"), the model conditioning on every chain (protein/complexes.py). The length
+        filters apply to the whole complex. With a split file naming chains, a complex goes where
+        its chains are named (chains named in different splits: dropped as `split_conflict`).
+        Without complexes, prep's own split still keeps the chains of one entry in one split.
     batch_rows/batch_bytes: rows per Arrow record batch are flushed at whichever comes first;
         memory is bounded by these (times the number of datasets), not by the input size.
     """
@@ -57,6 +63,9 @@ class PrepConfig:
     min_observed_fraction: float = option(0.5, "least fraction of a chain's backbone that must be observed")
     alphabet: str = option(ALPHABET, "letters kept (chains with others are dropped)")
     strict: bool = option(False, "input defects are errors instead of counted skips")
+    complexes: bool = option(
+        False, "the chains of one entry (structure file, chain-set lines of one entry) as one multi-chain record"
+    )
     seed: int = option(0, "seed of the split prep makes")
     split_fractions: tuple[float, float, float] = option(
         (0.8, 0.1, 0.1),

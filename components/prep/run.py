@@ -16,7 +16,11 @@ Policy for what is dropped (every drop counted by reason in the card):
 - filters (choices of what to train on, never errors): `unknown_letters` (outside the alphabet and
   not X, the unknown residue that readers write for UNK and numbering gaps: with a backbone it
   stays in the model's graph as structural context, its letter out of the loss: protein/batch.py),
-  `too_long`, `too_short`, `low_observed_fraction`, `not_in_split_file`.
+  `too_long`, `too_short`, `low_observed_fraction`, `not_in_split_file`, `split_conflict` (a
+  complex whose chains a split file names in different splits).
+Complexes (complexes=True): one record per entry, its length the whole complex's; a split file's
+chain names ("1abc.A") place the complex "1abc". Prep's own split keeps the chains of one entry in
+one split either way (split.merge_entries).
 Counts always reconcile: read = kept + reader skips + filter drops (asserted, and in the card).
 """
 
@@ -88,6 +92,7 @@ class _Screen:
         self.filtered: Counter = Counter()
         self.examples: dict[str, str] = {}
         self.names: set[str] = set()
+        self.members: set[str] = set()  # "<entry>.<chain>" names of kept-or-dropped complexes' chains
 
     def check(self, item: ChainRecord | Skip) -> ChainRecord | None:
         self.read += 1
@@ -101,6 +106,7 @@ class _Screen:
         if record.name in self.names:
             return self.drop(record, "duplicate_name", "name", "a name not used by an earlier record", "a repeat")
         self.names.add(record.name)
+        self.members.update(f"{record.name}.{c}" for c in record.chain_names)
         bad = INVALID_LETTER.search(record.seq)
         if bad:
             return self.drop(
@@ -241,12 +247,17 @@ def _make_split(cfg: PrepConfig) -> tuple[dict[str, str], dict, dict[str, splitt
     seqs: dict[str, str] = {}
     topologies: dict[str, tuple[str, ...]] = {}
     clusters: dict[str, str | None] = {}
-    for item in _with_progress(read_protein_set(cfg.input, strict=cfg.strict), "prep: pass 1 (split)", cfg.log_every):
+    multi_chain: set[str] = set()
+    for item in _with_progress(
+        read_protein_set(cfg.input, strict=cfg.strict, complexes=cfg.complexes), "prep: pass 1 (split)", cfg.log_every
+    ):
         record = screen.check(item)
         if record is not None:
             seqs[record.name] = record.seq
             topologies[record.name] = splitting.cath_topologies(record.cath)
             clusters[record.name] = record.cluster
+            if record.num_chains > 1:
+                multi_chain.add(record.name)
     method = splitting.choose_method(cfg.split_by, [(topologies[n], clusters[n]) for n in seqs])
     tool = splitting.resolve_tool(cfg.identity_tool)
     if method == "cath":
@@ -257,6 +268,7 @@ def _make_split(cfg: PrepConfig) -> tuple[dict[str, str], dict, dict[str, splitt
     else:
         by_identity = splitting.cluster_sequences(seqs, cfg.identity_threshold, tool)
         groups = {name: f"identity:{by_identity[name]}" for name in seqs}
+    groups = splitting.merge_entries(groups, multi_chain)
     sizes = Counter(groups.values())
     by_group = splitting.assign_groups(dict(sorted(sizes.items())), cfg.split_fractions, cfg.seed)
     assignment = {name: by_group[group] for name, group in groups.items()}
@@ -358,12 +370,17 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
         external_seqs: dict[str, dict[str, str]] = {}  # non-train dataset -> name -> seq (check_against)
         topologies: dict[str, tuple[str, ...]] = {}
         kept = 0
-        for item in _with_progress(read_protein_set(cfg.input, strict=cfg.strict), "prep", cfg.log_every):
+        for item in _with_progress(
+            read_protein_set(cfg.input, strict=cfg.strict, complexes=cfg.complexes), "prep", cfg.log_every
+        ):
             record = screen.check(item)
             if record is None:
                 continue
-            split = assignment.get(record.name)
-            targets = ([split] if split else []) + subset_of.get(record.name, [])
+            split, conflict = _split_of(record, assignment)
+            if conflict:
+                screen.drop(record, "split_conflict", "name", "the chains of one complex in one split", conflict)
+                continue
+            targets = ([split] if split else []) + _subsets_of(record, subset_of)
             if not targets and record.name in excluded:
                 hit = excluded[record.name]
                 screen.drop(
@@ -405,7 +422,7 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
                 reason="nothing_kept",
             )
 
-        split_info["absent_from_set"] = _absent(cfg, splits, subsets, screen.names)
+        split_info["absent_from_set"] = _absent(cfg, splits, subsets, screen.names | screen.members)
         tool = splitting.resolve_tool(cfg.identity_tool)
         if collect_identity:
             in_split = {n: assignment[n] for n in identity_seqs if n in assignment}
@@ -537,6 +554,26 @@ def _external_overlap(reference, cfg: PrepConfig, datasets: dict[str, dict[str, 
             name: _overlap(seqs, train, tool, cfg.identity_threshold) for name, seqs in sorted(datasets.items())
         },
     }
+
+
+def _split_of(record: ChainRecord, assignment: dict[str, str]) -> tuple[str | None, str]:
+    """(split, conflict): a record's split by its name, or a complex's by its chains' names
+    ("1abc.A"); conflict describes chains named in different splits ("" when none)."""
+    if record.name in assignment or not record.chain_names:
+        return assignment.get(record.name), ""
+    named = {c: assignment[f"{record.name}.{c}"] for c in record.chain_names if f"{record.name}.{c}" in assignment}
+    if len(set(named.values())) > 1:
+        return None, ", ".join(f"{c} in {s}" for c, s in named.items())
+    return next(iter(named.values()), None), ""
+
+
+def _subsets_of(record: ChainRecord, subset_of: dict[str, list[str]]) -> list[str]:
+    if record.name in subset_of or not record.chain_names:
+        return subset_of.get(record.name, [])
+    found: list[str] = []
+    for c in record.chain_names:
+        found.extend(s for s in subset_of.get(f"{record.name}.{c}", []) if s not in found)
+    return found
 
 
 def _absent(cfg: PrepConfig, splits, subsets, seen: set[str]) -> dict[str, int]:

@@ -10,7 +10,10 @@ equal files and equal digests.
 
 Columns: name, seq (string); coords (list<float32>, N/CA/C/O x/y/z flattened, L*12, NaN where
 missing); residue_index (list<int32>); num_chains, length (int32); cath (list<string>); cluster
-(string, null when absent). The mask is not stored: it is `isfinite(coords)` over each residue.
+(string, null when absent); chain_index (list<int32>, which chain each residue is in; null for a
+single chain) and chain_names (list<string>, empty for a single chain) for complexes
+(protein/complexes.py). Files written before those two columns existed read as single chains.
+The mask is not stored: it is `isfinite(coords)` over each residue.
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ SCHEMA = pa.schema(
         ("length", pa.int32()),
         ("cath", pa.list_(pa.string())),
         ("cluster", pa.string()),
+        ("chain_index", pa.list_(pa.int32())),
+        ("chain_names", pa.list_(pa.string())),
     ],
     metadata={"format": FORMAT},
 )
@@ -95,6 +100,11 @@ class DatasetWriter:
                 pa.array(lengths),
                 pa.array([list(r.cath) for r in rows], pa.list_(pa.string())),
                 pa.array([r.cluster for r in rows], pa.string()),
+                pa.array(
+                    [None if r.chain_index is None else np.asarray(r.chain_index, np.int32) for r in rows],
+                    pa.list_(pa.int32()),
+                ),
+                pa.array([list(r.chain_names) for r in rows], pa.list_(pa.string())),
             ],
             schema=SCHEMA,
         )
@@ -179,6 +189,12 @@ class ShardedDataset(Sequence):
         coord_off, coord_val, ridx_off, ridx_val, batch = self._batch_views(b)
         coords = coord_val[coord_off[j] : coord_off[j + 1]].reshape(-1, 4, 3).copy()
         cluster = batch.column("cluster")[j].as_py()
+        chain_index, chain_names = None, ()
+        if "chain_index" in batch.schema.names:
+            value = batch.column("chain_index")[j]
+            if value.is_valid:
+                chain_index = value.values.to_numpy().astype(np.int32)
+                chain_names = tuple(batch.column("chain_names")[j].as_py())
         return ChainRecord(
             name=batch.column("name")[j].as_py(),
             seq=batch.column("seq")[j].as_py(),
@@ -189,6 +205,8 @@ class ShardedDataset(Sequence):
             cath=tuple(batch.column("cath")[j].as_py()),
             cluster=cluster,
             source=f"{self.path.name}#{index}",
+            chain_index=chain_index,
+            chain_names=chain_names,
         )
 
 

@@ -5,7 +5,9 @@ multi-domain chain has several) merged into one group (union-find); else
 the record's `cluster` field when every chain has one; else clusters at `threshold` sequence
 identity from MMseqs2 (`mmseqs easy-cluster`, one step, when on PATH) or a k-mer estimate. The method is
 chosen for the whole set, never per chain, so a labelled and an unlabelled homolog cannot end up
-grouped by different rules.
+grouped by different rules. Then the groups of chains of one entry ("1abc.A", "1abc.B" with
+num_chains > 1: one structure) are merged (`merge_entries`), so a structure's chains are never split apart; a complex
+record ("1abc", several chains in one record) is whole by construction.
 
 Groups are assigned whole to splits in the order of a seeded hash of their id, filling test,
 then validation, to their fractions of the chains, the rest to train: deterministic, independent of
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from invfold.components.protein.complexes import entry_of
 from invfold.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -92,6 +95,26 @@ def merge_groups(labels: dict[str, tuple[str, ...]]) -> dict[str, str]:
             if a != b:
                 parent[max(a, b)] = min(a, b)
     return {name: find(chain_labels[0]) for name, chain_labels in labels.items()}
+
+
+def merge_entries(groups: dict[str, str], multi_chain: set[str] | None = None) -> dict[str, str]:
+    """Chain name -> group with the groups of chains of one entry ("1abc.A", "1abc.B": one
+    structure) merged, so the chains of one structure never land in different splits (a model
+    trained on 1abc.A would otherwise be tested on its binding partner's interface). Only chains in
+    `multi_chain` (records saying num_chains > 1; None: every name) are merged: a record that calls
+    itself the only chain of its entry is left alone. Group ids stay the existing labels (the
+    smallest of a merged set), so entries of one chain keep their groups."""
+    by_entry: dict[str, list[str]] = {}
+    for name in groups:
+        if multi_chain is None or name in multi_chain:
+            by_entry.setdefault(entry_of(name), []).append(name)
+    labels: dict[str, tuple[str, ...]] = {name: (group,) for name, group in groups.items()}
+    for names in by_entry.values():
+        if len(names) > 1:
+            shared = tuple(sorted({groups[n] for n in names}))
+            for name in names:
+                labels[name] = shared
+    return merge_groups(labels)
 
 
 def topology_overlap(assignment: dict[str, str], topologies: dict[str, tuple[str, ...]]) -> dict:

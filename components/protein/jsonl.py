@@ -8,6 +8,14 @@ here (prep filters them). A UTF-8 BOM is tolerated (json decodes bytes as utf-8-
 are ignored. The format has no numbering, so chain breaks are inferred from the
 C(i)-N(i+1) distance.
 
+ProteinMPNN's helper_scripts/parse_multiple_chains.py lines are read too: `name` (the entry),
+`num_of_chains`, `seq` (all chains concatenated; not needed), and per chain X `seq_chain_X` and `coords_chain_X`
+({"N_chain_X", "CA_chain_X", "C_chain_X", "O_chain_X"}: L x [x, y, z]); a "-" (a residue the
+structure lacks) becomes the unknown letter X. Such a line is one complex record (complexes.py),
+chains in the line's key order; with complexes=False its chains are yielded one by one
+("<name>.X"). With complexes=True, consecutive CATH-style lines of one entry ("1abc.A", "1abc.B",
+num_chains > 1) are joined into one complex record named "1abc" (complexes.group_chain_set).
+
 Policy (see errors.py): a missing, empty or corrupt-gzip file raises InputError; a bad line is a
 Skip (reasons: invalid_json, not_an_object, missing_field, wrong_type, wrong_shape,
 length_mismatch, empty_chain) or an InputError with strict=True.
@@ -26,6 +34,8 @@ import orjson
 
 from invfold import storage
 
+from .alphabet import UNKNOWN
+from .complexes import group_chain_set, join_chains, split_complex
 from .errors import InputError, Skip
 from .record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
 
@@ -33,8 +43,23 @@ KNOWN_KEYS = {"name", "seq", "coords", "num_chains", "CATH", "cluster"}
 NAN_TRIPLE = [math.nan] * 3
 
 
-def read_chain_set(path: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:
-    """Yield one ChainRecord (or Skip) per non-blank line, in file order."""
+def read_chain_set(
+    path: str | os.PathLike, strict: bool = False, complexes: bool = False
+) -> Iterator[ChainRecord | Skip]:
+    """Yield one ChainRecord (or Skip) per non-blank line, in file order; with complexes=True the
+    lines of one entry as one complex record (see the module docstring)."""
+    records = _read_lines(path, strict)
+    if complexes:
+        yield from group_chain_set(records)
+        return
+    for record in records:
+        if isinstance(record, ChainRecord) and record.chain_index is not None:
+            yield from split_complex(record)
+        else:
+            yield record
+
+
+def _read_lines(path: str | os.PathLike, strict: bool) -> Iterator[ChainRecord | Skip]:
     records = 0
     with storage.open_binary(path) as stream:
         lineno = 0
@@ -119,6 +144,8 @@ def parse_object(obj, path: str | os.PathLike, location: int | str, source: str)
             path, location, field, expected, got, reason=reason, name=name if isinstance(name, str) else None
         )
 
+    if "coords" not in obj and any(isinstance(k, str) and k.startswith("seq_chain_") for k in obj):
+        return _parse_multiple_chains(obj, path, location, source, fail)
     for key in ("name", "seq", "coords"):
         if key not in obj:
             raise fail(key, "a value", "nothing (key missing)", "missing_field")
@@ -155,6 +182,57 @@ def parse_object(obj, path: str | os.PathLike, location: int | str, source: str)
         source=source,
         extra={k: v for k, v in obj.items() if k not in KNOWN_KEYS},
     )
+
+
+PMPNN_ATOMS = ("N", "CA", "C", "O")
+PMPNN_KEYS = {"name", "seq", "num_of_chains"}
+
+
+def _parse_multiple_chains(obj: dict, path, location, source: str, fail) -> ChainRecord:
+    """A ProteinMPNN parse_multiple_chains.py object -> one complex record (chains in key order)."""
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        raise fail("name", "a non-empty string", _describe(obj.get("name")), "wrong_type")
+    ids = [k.removeprefix("seq_chain_") for k in obj if isinstance(k, str) and k.startswith("seq_chain_")]
+    chains = []
+    for cid in ids:
+        seq = obj[f"seq_chain_{cid}"]
+        if not isinstance(seq, str):
+            raise fail(f"seq_chain_{cid}", "a string", _describe(seq), "wrong_type")
+        if not seq:
+            raise fail(f"seq_chain_{cid}", "at least one residue", "an empty sequence", "empty_chain")
+        seq = seq.replace("-", UNKNOWN)
+        field = f"coords_chain_{cid}"
+        atoms = obj.get(field)
+        if atoms is None:
+            raise fail(field, "an object with N, CA, C, O atom lists", "nothing (key missing)", "missing_field")
+        if not isinstance(atoms, dict):
+            raise fail(field, "an object with N, CA, C, O atom lists", _describe(atoms), "wrong_type")
+        coords = np.empty((len(seq), 4, 3), dtype=np.float32)
+        for i, atom in enumerate(PMPNN_ATOMS):
+            key = f"{atom}_chain_{cid}"
+            if key not in atoms:
+                raise fail(f"{field}.{key}", "a list of [x, y, z] triples", "nothing (key missing)", "missing_field")
+            coords[:, i, :] = _atom_column(atoms[key], f"{field}.{key}", len(seq), fail)
+        chains.append(
+            ChainRecord(
+                name=f"{name}.{cid}",
+                seq=seq,
+                coords=coords,
+                mask=observed_mask(coords),
+                residue_index=infer_residue_index(coords),
+                source=f"{source}#{cid}",
+            )
+        )
+    num_chains = obj.get("num_of_chains", len(chains))
+    if not isinstance(num_chains, int) or isinstance(num_chains, bool) or num_chains < 1:
+        raise fail("num_of_chains", "a positive integer", _describe(num_chains), "wrong_type")
+    record = join_chains(name, chains, ids, source=source)
+    record.num_chains = max(num_chains, len(chains))
+    record.extra = {
+        k: v for k, v in obj.items() if k not in PMPNN_KEYS and not k.startswith(("seq_chain_", "coords_chain_"))
+    }
+    return record
 
 
 def _coords(value, length: int, fail) -> np.ndarray:

@@ -38,6 +38,13 @@ def reader_for(uri: str | os.PathLike) -> Reader:
     raise InputError(uri, None, None, ACCEPTED, f"a file named {storage.basename(uri)!r}", reason="unknown_format")
 
 
-def read_protein_set(uri: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:
-    """Records (and Skips) from any supported protein set; see the module docstring."""
-    return reader_for(uri)(uri, strict=strict)
+def read_protein_set(
+    uri: str | os.PathLike, strict: bool = False, complexes: bool = False
+) -> Iterator[ChainRecord | Skip]:
+    """Records (and Skips) from any supported protein set; see the module docstring. complexes:
+    the chains of one entry as one complex record (structure files, chain sets; a TS50 list has
+    single chains)."""
+    reader = reader_for(uri)
+    if reader is read_ts50:
+        return reader(uri, strict=strict)
+    return reader(uri, strict=strict, complexes=complexes)

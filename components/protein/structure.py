@@ -17,7 +17,9 @@ author numbers (made strictly increasing: insertion codes 52, 52A, 53 become con
 X. `residue_index` then comes from C(i)-N(i+1) distances, as for jsonl records, so a chain read
 from its structure file and from a chain-set line with the same residues gives the same model
 inputs.
-Name: "<file stem>.<chain id>" ("_" for a blank chain id). Force-field names of standard residues
+Name: "<file stem>.<chain id>" ("_" for a blank chain id). With complexes=True all protein chains of
+a file are one complex record named "<file stem>" (complexes.join_chains: chains in file order,
+residue_index jumping by 100 between chains). Force-field names of standard residues
 (HSD, HIE, CYX, ...) count as the standard residue.
 
 Policy (see errors.py): a single file that is unreadable, holds no atoms, or has no protein chain
@@ -37,6 +39,7 @@ import numpy as np
 from invfold import storage
 
 from .alphabet import THREE_TO_ONE, UNKNOWN
+from .complexes import join_chains
 from .errors import InputError, Skip
 from .record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
 
@@ -70,10 +73,13 @@ BLANK_CHAIN_ID = "_"  # simulation files often leave the chain column blank
 STRUCTURE_PATTERNS = tuple(f"*.{ext}{gz}" for ext in ("pdb", "ent", "cif", "mmcif") for gz in ("", ".gz"))
 
 
-def read_structures(path: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:
-    """Every protein chain of one structure file, or of every structure file in a folder (sorted)."""
+def read_structures(
+    path: str | os.PathLike, strict: bool = False, complexes: bool = False
+) -> Iterator[ChainRecord | Skip]:
+    """Every protein chain of one structure file, or of every structure file in a folder (sorted);
+    with complexes=True one complex record per file."""
     if is_structure_name(path) or not storage.is_dir(path):
-        yield from read_structure(path, strict)
+        yield from read_structure(path, strict, complexes)
         return
     files = storage.list_files(path, STRUCTURE_PATTERNS)
     if not files:
@@ -87,7 +93,7 @@ def read_structures(path: str | os.PathLike, strict: bool = False) -> Iterator[C
         )
     for file in files:
         try:
-            chains = list(read_structure(file, strict))
+            chains = list(read_structure(file, strict, complexes))
         except InputError as err:
             if strict:
                 raise
@@ -100,9 +106,12 @@ def is_structure_name(path: str | os.PathLike) -> bool:
     return any(fnmatch.fnmatch(storage.basename(path).lower(), p) for p in STRUCTURE_PATTERNS)
 
 
-def read_structure(path: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:
+def read_structure(
+    path: str | os.PathLike, strict: bool = False, complexes: bool = False
+) -> Iterator[ChainRecord | Skip]:
     """The protein chains of one PDB/mmCIF file (first model); a protein chain with no standard or
-    modified amino acid (e.g. all UNK) is a Skip, or an InputError with strict=True."""
+    modified amino acid (e.g. all UNK) is a Skip, or an InputError with strict=True. With
+    complexes=True the kept chains come as one complex record (Skips still come one by one)."""
     structure = _parse(path)
     name = storage.strip_gz(storage.basename(path)).rsplit(".", 1)[0]
     chains = [(chain.name or BLANK_CHAIN_ID, chain.get_polymer()) for chain in structure[0]]
@@ -124,6 +133,11 @@ def read_structure(path: str | os.PathLike, strict: bool = False) -> Iterator[Ch
             "none in the first model",
             reason="no_protein_chain",
         )
+    if complexes:
+        kept = [r for r in records if isinstance(r, ChainRecord)]
+        yield from (r for r in records if isinstance(r, Skip))
+        yield join_chains(name, kept, source=str(path)) if len(kept) > 1 else kept[0]
+        return
     yield from records
 
 
