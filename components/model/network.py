@@ -17,7 +17,7 @@ from torch.utils.checkpoint import checkpoint
 from ..protein.alphabet import NUM_AA
 from . import features as ft
 from .config import ModelConfig
-from .sampling import letter_bias, pick_letters
+from .sampling import Groups, letter_bias, pick_group_letters, tied_order
 
 MESSAGE_SCALE = 30.0  # ProteinMPNN divides summed neighbour messages by 30
 NUM_GEOMETRIC_EDGE = 24
@@ -196,6 +196,7 @@ class InverseFoldingModel(nn.Module):
         excluded: str = "",
         decoding_order=None,
         uniforms=None,
+        groups: Groups | None = None,
     ) -> torch.Tensor:
         """Design sequences -> S [B, L] long.
 
@@ -203,6 +204,9 @@ class InverseFoldingModel(nn.Module):
         picks a letter from softmax(logits / T) with excluded letters removed; whichever is not
         given comes from sampling_noise() with one generator (seeded by `seed` when no generator
         is given). Positions where fixed_mask is true keep fixed_S (and are decoded first).
+        groups: tied positions and per-position bias (sampling.Groups); None: every position
+        alone, no bias beyond `excluded`. A group samples one letter from its members' weighted
+        logits at its first member's turn in the decoding order; fixed members keep fixed_S.
         """
         if temperature <= 0:
             raise ValueError(f"temperature: expected > 0, got {temperature}")
@@ -213,7 +217,8 @@ class InverseFoldingModel(nn.Module):
         mask = mask.to(X.dtype)
         fixed_mask = torch.zeros_like(mask, dtype=torch.bool) if fixed_mask is None else fixed_mask.to(torch.bool)
         fixed_S = torch.zeros(b, length, dtype=torch.long, device=X.device) if fixed_S is None else fixed_S
-        bias = letter_bias(excluded).to(X.device, X.dtype)
+        groups = Groups.singletons(length) if groups is None else groups
+        groups = Groups(groups.members, groups.weights, groups.bias + letter_bias(excluded)).to(X.device)
         if uniforms is None or (self.cfg.autoregressive and decoding_order is None):
             drawn_order, drawn_uniforms = sampling_noise(fixed_mask, self.cfg.autoregressive, generator)
             decoding_order = drawn_order if decoding_order is None else decoding_order
@@ -223,47 +228,64 @@ class InverseFoldingModel(nn.Module):
         try:
             if not self.cfg.autoregressive:
                 logits = self.readout(self.encode(X, mask, residue_index)[0])
-                S = pick_letters(logits, temperature, bias, uniforms)
-                return torch.where(fixed_mask, fixed_S, S)
+                return sample_one_shot(logits, groups, temperature, uniforms, fixed_mask, fixed_S)
             return self._sample_autoregressive(
-                X, mask, residue_index, temperature, bias, uniforms, fixed_mask, fixed_S, decoding_order
+                X, mask, residue_index, temperature, groups, uniforms, fixed_mask, fixed_S, decoding_order
             )
         finally:
             self.train(was_training)
 
     def _sample_autoregressive(
-        self, X, mask, residue_index, temperature, bias, uniforms, fixed_mask, fixed_S, decoding_order
+        self, X, mask, residue_index, temperature, groups, uniforms, fixed_mask, fixed_S, decoding_order
     ):
-        """One residue per step with cached per-layer projections (O(L * K) per step, not a
-        full forward), giving the same logits as forward() on the final sequence."""
+        """One group of tied positions (usually one residue) per step with cached per-layer
+        projections (O(M * K) per step, not a full forward), giving the same logits as forward()
+        on the final sequence in the tied decoding order (sampling.tied_order)."""
         h_enc, h_E, E_idx, nb_mask = self.encode(X, mask, residue_index)
         b, length = mask.shape
-        rows = torch.arange(b, device=X.device)
+        rows = torch.arange(b, device=X.device).unsqueeze(1)  # [B, 1]
         e_proj = [layer.msg_edge(h_E) for layer in self.decoder]
         enc_proj = [layer.msg_nb(h_enc) for layer in self.decoder]
         dec_proj = [torch.zeros_like(p) for p in enc_proj]
         h_layers = [h_enc] + [torch.zeros_like(h_enc) for _ in self.decoder]
         S = torch.zeros(b, length, dtype=torch.long, device=X.device)
-        order = torch.argsort(decoding_order, dim=1)
-        for t in range(length):
-            pos = order[:, t]
-            idx = E_idx[rows, pos].unsqueeze(1)  # [B, 1, K]
+        decoding_order, steps = tied_order(decoding_order, groups)
+        width = groups.members.shape[1]
+        for t in range(steps.shape[1]):
+            g = steps[:, t]
+            pos = groups.members[g]  # [B, M]
+            idx = E_idx[rows, pos]  # [B, M, K]
             order_nb = ft.gather_nodes(decoding_order.unsqueeze(-1), idx).squeeze(-1)
-            earlier = (order_nb < decoding_order[rows, pos].reshape(b, 1, 1)).unsqueeze(-1)
-            nbm = nb_mask[rows, pos].unsqueeze(1)
-            m = mask[rows, pos].unsqueeze(1)
-            h = h_enc[rows, pos].unsqueeze(1)
+            earlier = (order_nb < decoding_order[rows, pos].reshape(b, width, 1)).unsqueeze(-1)
+            nbm = nb_mask[rows, pos]
+            m = mask[rows, pos]
+            h = h_enc[rows, pos]
             for li, layer in enumerate(self.decoder):
                 nb_proj = torch.where(earlier, ft.gather_nodes(dec_proj[li], idx), ft.gather_nodes(enc_proj[li], idx))
-                h = layer(h, e_proj[li][rows, pos].unsqueeze(1), nb_proj, nbm, m)
-                h_layers[li + 1][rows, pos] = h[:, 0]
-            letter = pick_letters(self.readout(h[:, 0]), temperature, bias, uniforms[rows, pos])
-            letter = torch.where(fixed_mask[rows, pos], fixed_S[rows, pos], letter)
-            S[rows, pos] = letter
-            h_S = self.seq_embed(letter)
+                h = layer(h, e_proj[li][rows, pos], nb_proj, nbm, m)
+                h_layers[li + 1][rows, pos] = h  # a repeated member writes its own value again
+            letter = pick_group_letters(self.readout(h), groups, g, temperature, uniforms)
+            letters = torch.where(fixed_mask[rows, pos], fixed_S[rows, pos], letter.unsqueeze(1))
+            S[rows, pos] = letters
+            h_S = self.seq_embed(letters)
             for li, layer in enumerate(self.decoder):
                 dec_proj[li][rows, pos] = layer.msg_nb(h_layers[li][rows, pos]) + layer.msg_seq(h_S)
         return S
+
+
+def sample_one_shot(logits, groups: Groups, temperature, uniforms, fixed_mask, fixed_S) -> torch.Tensor:
+    """Letters for every group at once from one-shot logits [B, L, 20] (shared with onnxruntime)."""
+    b = logits.shape[0]
+    rows = torch.arange(b, device=logits.device).unsqueeze(1)
+    S = torch.zeros(fixed_mask.shape, dtype=torch.long, device=logits.device)
+    count = groups.members.shape[0]
+    g = torch.arange(count, device=logits.device).repeat(b)  # [B * G]
+    member_logits = logits[:, groups.members].reshape(b * count, -1, logits.shape[-1])
+    flat_uniforms = uniforms.repeat_interleave(count, dim=0)
+    letters = pick_group_letters(member_logits, groups, g, temperature, flat_uniforms).reshape(b, count)
+    for j in range(groups.members.shape[1]):
+        S[rows, groups.members[:, j].unsqueeze(0)] = letters
+    return torch.where(fixed_mask, fixed_S, S)
 
 
 def sampling_noise(fixed_mask: torch.Tensor, autoregressive: bool, generator: torch.Generator | None = None):

@@ -3,6 +3,8 @@ logits and the same uniforms into the same letters."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from invfold.errors import ConfigError
@@ -33,3 +35,56 @@ def pick_letters(logits: torch.Tensor, temperature: float, bias: torch.Tensor, u
     letters = letters.clamp(max=NUM_AA - 1)
     allowed = probs.gather(-1, letters.unsqueeze(-1)).squeeze(-1) > 0
     return torch.where(allowed, letters, probs.argmax(-1))
+
+
+@dataclass
+class Groups:
+    """Positions decoded together (ProteinMPNN's tied positions), one letter per group.
+
+    members: long [G, M], the positions of each group; a group with fewer than M members repeats
+        its first member, with weight 0 (the repeat is computed like the first and never counted).
+    weights: float [G, M], each member's weight in the group's logits (ProteinMPNN's tied_beta; 0
+        for repeats and for members without a backbone).
+    bias: float [G, 20], added to logits / T: the mean over the group's members of their
+        per-position bias (global + per-residue, already divided by T), -inf for letters omitted at
+        any member or excluded everywhere.
+    Every position is in exactly one group; untied positions are groups of one, in position order.
+    """
+
+    members: torch.Tensor
+    weights: torch.Tensor
+    bias: torch.Tensor
+
+    @staticmethod
+    def singletons(length: int, bias: torch.Tensor | None = None, observed: torch.Tensor | None = None) -> Groups:
+        members = torch.arange(length).unsqueeze(1)
+        weights = torch.ones(length, 1) if observed is None else observed.float().reshape(length, 1)
+        bias = torch.zeros(length, NUM_AA) if bias is None else bias.expand(length, NUM_AA)
+        return Groups(members, weights, bias.float().contiguous())
+
+    def to(self, device) -> Groups:
+        return Groups(self.members.to(device), self.weights.to(device), self.bias.to(device))
+
+
+def tied_order(decoding_order: torch.Tensor, groups: Groups) -> tuple[torch.Tensor, torch.Tensor]:
+    """(order [B, L] where every member of a group takes the group's earliest value, steps [B, G]:
+    the groups in decoding order). Members share one value, so none of them sees another's letter
+    (the autoregressive mask is strictly "earlier"); the group is decoded at its first member's turn."""
+    first = decoding_order[:, groups.members].amin(-1)  # [B, G]: repeats do not change the minimum
+    order = decoding_order.clone()
+    for j in range(groups.members.shape[1]):  # each position is in one group: writes do not collide
+        order[:, groups.members[:, j]] = first
+    return order, torch.argsort(first, dim=1, stable=True)
+
+
+def pick_group_letters(
+    logits: torch.Tensor, groups: Groups, g: torch.Tensor, temperature: float, uniforms: torch.Tensor
+) -> torch.Tensor:
+    """One letter per sample for groups g [B] from the members' logits [B, M, 20]: the weighted
+    sum of the members' logits over the number of weighted members (the mean when all weights
+    are 1), sampled with the uniform of the group's first member (uniforms [B, L])."""
+    w = groups.weights[g].to(logits.dtype)  # [B, M]
+    counted = (w != 0).sum(-1, keepdim=True).clamp(min=1).to(logits.dtype)
+    mixed = (logits * w.unsqueeze(-1)).sum(1) / counted
+    rows = torch.arange(g.shape[0], device=g.device)
+    return pick_letters(mixed, temperature, groups.bias[g], uniforms[rows, groups.members[g, 0]])
