@@ -1,4 +1,5 @@
-"""`invfold design MODEL STRUCTURE --out designs.fasta ...`."""
+"""`invfold design MODEL STRUCTURE --out designs.fasta ...` (one record), or
+`invfold design MODEL STRUCTURES --out designs/ | designs.jsonl ...` (a batch)."""
 
 from __future__ import annotations
 
@@ -15,21 +16,33 @@ def add_parser(subparsers) -> None:
         "design",
         run,
         DesignConfig,
-        help="sample sequences for a backbone with a trained model",
+        help="sample sequences for backbones with a trained model",
         description="Sample sequences for one protein chain with a model checkpoint (.pt) or an "
         "exported ONNX model (.onnx); write FASTA with each sequence's mean NLL and its recovery "
-        "of the native sequence.",
+        "of the native sequence. Batch: STRUCTURE a folder of PDB/mmCIF files, a chain-set jsonl or "
+        "a text list of structure paths (*.txt, one per line) with --out FOLDER (one FASTA per "
+        "structure) or --out designs.jsonl (one line per design); records that cannot be designed "
+        "are skipped and counted by reason in summary.json. Several temperatures: -T 0.1,0.2.",
     )
 
 
 def run(args: argparse.Namespace) -> int:
     from invfold.options import from_args
 
+    from .batch import design_batch, is_batch
     from .design import DesignConfig, design
 
     cfg = from_args(DesignConfig, args)
+    if is_batch(cfg):
+        summary = design_batch(cfg)
+        print(f"designed {summary.designs} sequences for {summary.designed} records in {summary.seconds:.1f} s")
+        if summary.skipped:
+            counts = ", ".join(f"{reason} {n}" for reason, n in sorted(summary.skip_counts.items()))
+            print(f"skipped {len(summary.skipped)} records ({counts}); see the summary")
+        print(f"wrote {cfg.out} (summary: {summary.path})")
+        return 0
     designs = design(cfg)
     for d in designs:
-        print(f"{d.name} sample {d.index}: mean NLL {d.mean_nll:.3f}, recovery {d.recovery:.3f}")
+        print(f"{d.name} sample {d.index} T={d.temperature:g}: mean NLL {d.mean_nll:.3f}, recovery {d.recovery:.3f}")
     print(f"wrote {len(designs)} sequences to {cfg.out}")
     return 0

@@ -30,6 +30,10 @@ class DesignConfig:
     structure: a PDB/mmCIF file, a chain-set jsonl, or any protein set read_protein_set accepts;
     name / chain pick one record when it holds several (chain matches the part after the last
     "." of the record name, e.g. "A" in "1abc.A").
+    out: x.fasta designs one record; a folder or x.jsonl designs every record of `structure`
+    (also a folder of structures or a text list of paths; see batch.py), name / chain filtering.
+    temperature: one or several ("0.1,0.2", as ProteinMPNN's --sampling_temp "0.1 0.2"), each
+    with num_sequences samples.
     fixed_positions: 1-based sequence positions kept native, e.g. "1-10,15".
     excluded: letters never designed (e.g. "C").
     fixed_positions_json, tied_positions, bias_aa, bias_by_res, omit_aa: ProteinMPNN's JSON inputs
@@ -38,12 +42,21 @@ class DesignConfig:
 
     model: str = option(positional=True, help="model.pt (training output) or model.onnx (invfold export)")
     structure: str = option(positional=True, help="PDB/mmCIF file (or .gz), chain-set .jsonl[.gz], or TS50 json")
-    out: str = option(help="FASTA file to write")
+    out: str = option(
+        help="FASTA file to write (one structure), or a folder (one FASTA per structure) or designs.jsonl "
+        "(every design of every structure) for a batch"
+    )
     name: str | None = option(None, "record name to design (e.g. 1abc.A)")
     chain: str | None = option(None, "chain id to design (e.g. A)")
-    num_sequences: int = option(4, "sequences to sample", aliases=("-n",))
-    temperature: float = option(0.1, "sampling temperature", aliases=("-T",))
-    seed: int = option(0, "sample i uses seed + i")
+    num_sequences: int = option(4, "sequences to sample per temperature", aliases=("-n",))
+    temperature: str | float | list[float] = option(
+        "0.1",
+        "sampling temperature(s), e.g. 0.1 or 0.1,0.2 (num_sequences at each)",
+        type=str,
+        aliases=("-T",),
+        metavar="T[,T...]",
+    )
+    seed: int = option(0, "sample i (at each temperature) uses seed + i")
     fixed_positions: str | list[int] = option(
         factory=list,
         type=str,
@@ -89,8 +102,7 @@ class DesignConfig:
     def __post_init__(self):
         if self.num_sequences < 1:
             raise ConfigError(f"DesignConfig.num_sequences: expected >= 1, got {self.num_sequences!r}")
-        if not self.temperature > 0:
-            raise ConfigError(f"DesignConfig.temperature: expected > 0, got {self.temperature!r}")
+        self.temperature = parse_temperatures(self.temperature)
         unknown = sorted(set(self.excluded.upper()) - set(ALPHABET))
         if unknown:
             raise ConfigError(f"DesignConfig.excluded: {unknown} are not among the 20 amino acids {ALPHABET}")
@@ -109,6 +121,19 @@ class Design:
     mean_nll: float
     recovery: float
     temperature: float | None = None  # None: the one given to write_fasta
+
+
+def parse_temperatures(value: str | float | list[float]) -> list[float]:
+    """0.1, "0.1", "0.1,0.2" or "0.1 0.2" (ProteinMPNN's --sampling_temp) -> [0.1, ...], each > 0."""
+    parts = value.replace(",", " ").split() if isinstance(value, str) else value
+    parts = parts if isinstance(parts, (list, tuple)) else [parts]
+    try:
+        temperatures = [float(t) for t in parts]
+    except (TypeError, ValueError):
+        raise ConfigError(f"DesignConfig.temperature: expected numbers like 0.1,0.2, got {value!r}") from None
+    if not temperatures or not all(t > 0 for t in temperatures):
+        raise ConfigError(f"DesignConfig.temperature: expected one or more temperatures > 0, got {value!r}")
+    return temperatures
 
 
 def parse_positions(text: str) -> list[int]:
@@ -214,12 +239,13 @@ def load_backend(model: str, threads: int | None = None) -> TorchBackend | OnnxB
 
 
 def design(cfg: DesignConfig) -> list[Design]:
-    """Sample cfg.num_sequences sequences for the record cfg picks and write them as FASTA to cfg.out."""
+    """Sample cfg.num_sequences sequences per temperature for the record cfg picks and write them
+    as FASTA to cfg.out (batch.design_batch designs many records)."""
     backend = load_backend(cfg.model, cfg.threads)
     check_backend(backend, cfg)
     record = select_record(cfg.structure, cfg.name, cfg.chain)
     designs = design_record(backend, record, cfg)
-    write_fasta(cfg.out, designs, cfg.temperature, os.path.basename(str(cfg.model)))
+    write_fasta(cfg.out, designs, cfg.temperature[0], os.path.basename(str(cfg.model)))
     return designs
 
 
@@ -236,8 +262,20 @@ def check_backend(backend: TorchBackend | OnnxBackend, cfg: DesignConfig) -> Non
 def design_record(
     backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: DesignConfig, temperature: float | None = None
 ) -> list[Design]:
-    """cfg.num_sequences designs of one record with a loaded backend, at `temperature` (default
-    cfg.temperature); writes nothing.
+    """cfg.num_sequences designs of one record at each temperature of cfg.temperature (or at
+    `temperature` alone) with a loaded backend; writes nothing. Samples are numbered on across
+    temperatures; sample i of every temperature uses seed cfg.seed + i."""
+    temperatures = cfg.temperature if temperature is None else [temperature]
+    designs: list[Design] = []
+    for t in temperatures:
+        for d in _design_at(backend, record, cfg, t):
+            d.index = len(designs)
+            designs.append(d)
+    return designs
+
+
+def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: DesignConfig, temperature: float):
+    """cfg.num_sequences designs of one record at one temperature.
 
     Sample i uses seed cfg.seed + i (its own decoding order and letter uniforms, drawn by
     model.sampling_noise), so a sample is reproducible alone and the two backends draw the same
@@ -250,7 +288,6 @@ def design_record(
     from ..model.network import sampling_noise
     from ..model.sampling import letter_bias, tied_order
 
-    temperature = cfg.temperature if temperature is None else temperature
     length = len(record)
     bad = [p for p in cfg.fixed_positions if p > length]
     if bad:

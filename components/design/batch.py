@@ -1,0 +1,247 @@
+"""Batch design: many structures in, one FASTA per structure (or one jsonl) out, with a backend
+loaded once, a progress bar, and every record that could not be designed counted with its reason.
+
+Structures: a folder of PDB/mmCIF files, a chain-set jsonl (or TS50 json), one structure file, or
+a text list of structure paths (`*.txt` / `*.list`: one path per line, relative to the list's
+folder; blank lines and `#` comments ignored). Output (`--out`): a folder (one
+`<record name>.fasta` per record, plus `summary.json`) or `*.jsonl` (one line per design, plus
+`<stem>.summary.json` beside it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from invfold import storage
+from invfold.errors import InputError, InvfoldError
+
+from ..protein.errors import Skip
+from ..protein.record import ChainRecord
+from .design import Design, DesignConfig, check_backend, design_record, load_backend, write_fasta
+
+log = logging.getLogger(__name__)
+
+LIST_SUFFIXES = (".txt", ".list")
+FASTA_SUFFIXES = (".fasta", ".fa", ".faa")
+
+
+@dataclass
+class Skipped:
+    name: str
+    reason: str  # short stable key ("missing_file", "no_protein_chain", "design_error", ...)
+    message: str
+
+
+@dataclass
+class BatchSummary:
+    structures: str
+    out: str
+    model: str
+    temperatures: list[float]
+    num_sequences: int
+    designed: int = 0  # records designed
+    designs: int = 0  # sequences written
+    skipped: list[Skipped] = field(default_factory=list)
+    seconds: float = 0.0
+    outputs: list[str] = field(default_factory=list)
+    path: str = ""  # the summary file
+
+    @property
+    def skip_counts(self) -> dict[str, int]:
+        return dict(Counter(s.reason for s in self.skipped))
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "skip_counts": self.skip_counts}
+
+
+def is_batch(cfg: DesignConfig) -> bool:
+    """Batch mode: --out is a folder or a .jsonl, or the structures are a folder or a list.
+    Otherwise (--out x.fasta with one structure) `invfold design` designs one record as before."""
+    out = cfg.out.lower()
+    if out.endswith(".jsonl") or not out.endswith(FASTA_SUFFIXES):
+        return True
+    return is_structure_list(cfg.structure) or storage.is_dir(cfg.structure)
+
+
+def is_structure_list(path: str) -> bool:
+    return storage.strip_gz(storage.basename(path).lower()).endswith(LIST_SUFFIXES)
+
+
+def read_structures(structures: str) -> Iterator[ChainRecord | Skip]:
+    """Every record (or Skip) of a folder, a chain set, a structure file, or a list of paths; a
+    structure file that cannot be read at all becomes a Skip naming it, not an error."""
+    from ..protein.sources import read_protein_set
+
+    if not is_structure_list(structures):
+        yield from read_protein_set(structures)
+        return
+    base = os.path.dirname(structures)
+    text = storage.read_bytes(structures).decode("utf-8", errors="replace")
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        path = line.split("#", 1)[0].strip()
+        if not path:
+            continue
+        if not os.path.isabs(path) and "://" not in path:
+            path = os.path.join(base, path)
+        try:
+            yield from read_protein_set(path)
+        except InputError as err:
+            yield Skip(err.reason, f"{structures}:{line_no}: {err}", path)
+
+
+def wanted(record: ChainRecord, cfg: DesignConfig) -> bool:
+    return (cfg.name is None or record.name == cfg.name) and (
+        cfg.chain is None or record.name.rsplit(".", 1)[-1] == cfg.chain
+    )
+
+
+def safe_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "record"
+
+
+def design_batch(
+    cfg: DesignConfig, progress: bool | None = None, shard: tuple[int, int] | None = None, score_orders: int = 0
+) -> BatchSummary:
+    """Design cfg.num_sequences sequences per temperature for every record of cfg.structure and
+    write them (folder of FASTA or one jsonl) with a summary; records that cannot be designed are
+    skipped, counted by reason, and logged.
+
+    shard (k, n): only the items (records and skips, in reading order) i with i % n == k, so n
+    shards together design every record and count every skip once. score_orders > 0 (jsonl
+    output): each design's `score_nll` too, its mean NLL averaged over that many random decoding
+    orders as `invfold score` computes it (ProteinMPNN's global score)."""
+    start = time.monotonic()
+    backend = load_backend(cfg.model, cfg.threads)
+    check_backend(backend, cfg)
+    model = os.path.basename(str(cfg.model))
+    summary = BatchSummary(cfg.structure, cfg.out, model, list(cfg.temperature), cfg.num_sequences)
+    records: list[ChainRecord] = []
+    for i, item in enumerate(read_structures(cfg.structure)):
+        if shard is not None and i % shard[1] != shard[0]:
+            continue
+        if isinstance(item, Skip):
+            summary.skipped.append(Skipped(item.name or "?", item.reason, item.message))
+        elif wanted(item, cfg):
+            records.append(item)
+    if not records and not summary.skipped and shard is None:
+        raise InputError(cfg.structure, None, None, "at least one record to design", "none",
+                         reason="no_records")  # fmt: skip
+    to_jsonl = cfg.out.lower().endswith(".jsonl")
+    out = Path(cfg.out)
+    (out.parent if to_jsonl else out).mkdir(parents=True, exist_ok=True)
+    lines: list[str] = []
+    with _progress(len(records), progress) as advance:
+        for record in records:
+            try:
+                designs = design_record(backend, record, cfg)
+            except InvfoldError as err:
+                summary.skipped.append(Skipped(record.name, getattr(err, "reason", "design_error"), str(err)))
+                advance(record.name)
+                continue
+            summary.designed += 1
+            summary.designs += len(designs)
+            if to_jsonl:
+                scores = score_designs(backend, record, designs, score_orders, cfg.seed) if score_orders else {}
+                lines.extend(json.dumps(design_row(d, model, scores.get(d.index))) for d in designs)
+            else:
+                path = out / f"{safe_name(record.name)}.fasta"
+                write_fasta(path, designs, cfg.temperature[0], model)
+                summary.outputs.append(path.name)
+            advance(record.name)
+    if to_jsonl:
+        out.write_text("".join(line + "\n" for line in lines))
+        summary.outputs.append(out.name)
+    for s in summary.skipped:
+        log.warning("skipped %s (%s): %s", s.name, s.reason, s.message)
+    summary.seconds = round(time.monotonic() - start, 3)
+    summary.path = str(summary_path(cfg.out))
+    Path(summary.path).write_text(json.dumps(summary.to_json(), indent=1) + "\n")
+    return summary
+
+
+def score_designs(backend, record: ChainRecord, designs: list[Design], orders: int, seed: int) -> dict[int, float]:
+    """sample index -> mean NLL of the design over `orders` random decoding orders (every chain
+    scored; `invfold score`'s computation, order k drawn from seed + k)."""
+    import torch
+
+    from .score import ScoreConfig, score_sequence
+
+    scfg = ScoreConfig(model="", structure=record.name, out="", num_orders=orders, seed=seed)
+    everything = torch.ones(len(record), dtype=torch.bool)
+    n = orders if backend.cfg.autoregressive else 1
+    return {
+        d.index: round(float(score_sequence(backend, record, d.sequence, everything, n, scfg)[1].mean()), 5)
+        for d in designs
+    }
+
+
+def design_row(d: Design, model: str, score_nll: float | None = None) -> dict:
+    extra = {} if score_nll is None else {"score_nll": score_nll}
+    return {
+        "name": d.name,
+        "sample": d.index,
+        "temperature": d.temperature,
+        "seed": d.seed,
+        "sequence": d.sequence,
+        "mean_nll": round(d.mean_nll, 5),
+        "recovery": round(d.recovery, 5),
+        "model": model,
+        **extra,
+    }
+
+
+def summary_path(out: str) -> Path:
+    p = Path(out)
+    return (
+        p.with_name(p.name[: -len(".jsonl")] + ".summary.json")
+        if out.lower().endswith(".jsonl")
+        else p / "summary.json"
+    )
+
+
+class _progress:
+    """A rich progress bar over records on stderr (a TTY only, unless forced; INVFOLD_NO_PROGRESS=1
+    turns it off); `advance(name)` moves it on. Without a bar, a log line every 10 records."""
+
+    def __init__(self, total: int, enabled: bool | None):
+        if enabled is None:
+            enabled = sys.stderr.isatty() and os.environ.get("INVFOLD_NO_PROGRESS") != "1"
+        self.total, self.enabled, self.done = total, enabled, 0
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(
+                TextColumn("design"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("", total=self.total)
+        return self.advance
+
+    def advance(self, name: str) -> None:
+        self.done += 1
+        if self.enabled:
+            self.bar.update(self.task, advance=1, description=name)
+        elif self.done % 10 == 0 or self.done == self.total:
+            log.info("designed %d/%d records", self.done, self.total)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.bar.stop()
+        return False

@@ -1,0 +1,130 @@
+import argparse
+import json
+
+import pytest
+import torch
+from invfold.components.design import DesignConfig, cli, design
+from invfold.components.design.batch import design_batch, is_batch
+from invfold.components.design.design import parse_temperatures
+from invfold.components.export import write_onnx
+from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
+from invfold.components.protein.sources import read_protein_set
+from tests.design.test_design import read_fasta, write_pdb
+from tests.support.synthetic import SyntheticConfig, write_synthetic_set
+
+
+@pytest.fixture(scope="module")
+def structures(tmp_path_factory):
+    """A chain set of 3 chains, a folder with 2 of them as PDB files plus one unreadable file."""
+    folder = tmp_path_factory.mktemp("batch")
+    write_synthetic_set(
+        folder,
+        SyntheticConfig(
+            num_chains=3, seed=7, min_length=30, max_length=60, median_length=45, gap_fraction=1.0, break_fraction=0.0
+        ),
+    )
+    lines = (folder / "chain_set.jsonl").read_text().splitlines()
+    short = json.loads(lines[1])  # one chain shorter than the others
+    short["seq"] = short["seq"][:40]
+    short["coords"] = {atom: xyz[:40] for atom, xyz in short["coords"].items()}
+    jsonl = folder / "chains.jsonl"
+    jsonl.write_text("\n".join([lines[0], json.dumps(short), *lines[2:]]) + "\n")
+    records = list(read_protein_set(str(jsonl)))
+    assert sorted(len(r) for r in records)[0] == 40 < sorted(len(r) for r in records)[1]
+    pdbs = folder / "pdbs"
+    pdbs.mkdir()
+    for i, r in enumerate(records[:2]):
+        write_pdb(pdbs / f"s{i}.pdb", r)
+    (pdbs / "broken.pdb").write_text("not a structure\n")
+    return jsonl, records, pdbs
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("model")
+    torch.manual_seed(0)
+    m = InverseFoldingModel(ModelConfig.preset("tiny", decoding="autoregressive")).eval()
+    save_model(folder / "m.pt", m)
+    write_onnx(m, folder / "m.onnx")
+    return folder / "m.pt", folder / "m.onnx"
+
+
+def test_folder_to_one_fasta_per_structure_with_temperatures_and_skips(tmp_path, structures, model):
+    _, _, pdbs = structures
+    out = tmp_path / "designs"
+    cfg = DesignConfig(model=str(model[0]), structure=str(pdbs), out=str(out), num_sequences=2, temperature="0.1,0.5")
+    assert is_batch(cfg)
+    summary = design_batch(cfg, progress=True)
+    assert summary.designed == 2 and summary.designs == 8
+    assert [s.reason for s in summary.skipped] == ["not_a_structure"] or len(summary.skipped) == 1
+    assert "broken.pdb" in summary.skipped[0].message
+    written = json.loads((out / "summary.json").read_text())
+    assert written["skip_counts"] == summary.skip_counts and written["designs"] == 8
+    for name in ("s0.B", "s1.B"):
+        entries = read_fasta(out / f"{name}.fasta")
+        assert [h.group(2) for h, _ in entries] == ["0", "1", "2", "3"]
+        assert [h.group(3) for h, _ in entries] == ["0.1", "0.1", "0.5", "0.5"]
+        assert [h.group(4) for h, _ in entries] == ["0", "1", "0", "1"]  # sample i of each T: seed + i
+    # the batch designs what a single-structure call designs, at each temperature
+    single = design(
+        DesignConfig(model=str(model[0]), structure=str(pdbs / "s1.pdb"), out=str(tmp_path / "one.fasta"),
+                     num_sequences=2, temperature=0.5)
+    )  # fmt: skip
+    assert [d.sequence for d in single] == [s for _, s in read_fasta(out / "s1.B.fasta")[2:]]
+
+
+def test_jsonl_to_jsonl_skips_records_that_cannot_be_designed(tmp_path, structures, model):
+    jsonl, records, _ = structures
+    shortest = min(len(r) for r in records)
+    out = tmp_path / "all.jsonl"
+    results = {}
+    for m in model:
+        cfg = DesignConfig(
+            model=str(m), structure=str(jsonl), out=str(out), num_sequences=2, temperature=0.2,
+            fixed_positions=f"{shortest}-{shortest + 1}",
+        )  # fmt: skip
+        summary = design_batch(cfg, progress=False)
+        assert summary.designed == 2 and [s.name for s in summary.skipped] == [min(records, key=len).name]
+        assert "beyond the chain" in summary.skipped[0].message
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert len(rows) == 4 and {r["temperature"] for r in rows} == {0.2}
+        assert json.loads((tmp_path / "all.summary.json").read_text())["skip_counts"] == summary.skip_counts
+        results[m.suffix] = [r["sequence"] for r in rows]
+    assert results[".pt"] == results[".onnx"]
+
+
+def test_list_of_paths_and_cli(tmp_path, structures, model, capsys):
+    _, _, pdbs = structures
+    listing = tmp_path / "structures.txt"
+    listing.write_text(f"# two structures and a missing one\n{pdbs / 's0.pdb'}\n\nmissing.cif\n{pdbs / 's1.pdb'}\n")
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    out = tmp_path / "out"
+    args = parser.parse_args(["design", str(model[1]), str(listing), "--out", str(out), "-n", "1", "-T", "0.1 0.3"])
+    assert args.func(args) == 0
+    printed = capsys.readouterr().out
+    assert "designed 4 sequences for 2 records" in printed and "skipped 1 records (missing_file 1)" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert (
+        summary["skipped"][0]["name"].endswith("missing.cif") and "structures.txt:4" in summary["skipped"][0]["message"]
+    )
+    assert sorted(p.name for p in out.iterdir()) == ["s0.B.fasta", "s1.B.fasta", "summary.json"]
+
+
+def test_nothing_to_design_is_an_error(tmp_path, model):
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    with pytest.raises(ValueError, match="at least one record"):
+        design_batch(DesignConfig(model=str(model[0]), structure=str(tmp_path / "empty.txt"), out=str(tmp_path / "o")))
+
+
+@pytest.mark.parametrize(
+    "value, expected", [("0.1", [0.1]), ("0.1,0.2", [0.1, 0.2]), ("0.1 0.2", [0.1, 0.2]), (0.3, [0.3])]
+)
+def test_parse_temperatures(value, expected):
+    assert parse_temperatures(value) == expected
+
+
+@pytest.mark.parametrize("value", ["0", "0.1,-1", "hot", ""])
+def test_bad_temperatures(value):
+    with pytest.raises(ValueError, match="DesignConfig.temperature"):
+        DesignConfig(model="m.pt", structure="s.pdb", out="o.fa", temperature=value)
