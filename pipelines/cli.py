@@ -30,9 +30,16 @@ class RunOptions:
 
 @dataclass
 class CompileOptions:
-    """Where `invfold compile` writes the pipeline, and the image its steps name."""
+    """Which pipeline `invfold compile` writes, where, and the image its steps name."""
 
-    out: str = option("pipelines/invfold_pipeline.yaml", "the YAML file to write")
+    out: str | None = option(
+        None, "the YAML file to write (default: pipelines/invfold_pipeline.yaml, or pipelines/design_pipeline.yaml)"
+    )
+    pipeline: str = option(
+        "train",
+        "train: prep, train, evaluate, register; design: designs from a registered model",
+        choices=("train", "design"),
+    )
     registry: str | None = option(None, "image registry prefix (default: registry.example.com/invfold, a placeholder)")
     tag: str | None = option(None, "image tag (default: the package version)")
 
@@ -151,8 +158,9 @@ def compile_command(args: argparse.Namespace) -> int:
 
     opts = from_args(CompileOptions, args)
     registry, tag = opts.registry or DEFAULT_REGISTRY, opts.tag or __version__
-    compile_pipeline(opts.out, registry, tag)
-    print(f"wrote {opts.out} (steps run in {runtime_image(registry, tag)})")
+    out = opts.out or f"pipelines/{'invfold' if opts.pipeline == 'train' else 'design'}_pipeline.yaml"
+    compile_pipeline(out, registry, tag, pipeline=opts.pipeline)
+    print(f"wrote {out} (steps run in {runtime_image(registry, tag)})")
     return 0
 
 

@@ -16,17 +16,24 @@ from invfold.errors import InvfoldError
 from invfold.runtime import DEFAULT_REGISTRY, runtime_image
 
 COMMITTED_YAML = Path(__file__).resolve().parent / "invfold_pipeline.yaml"
+COMMITTED_DESIGN_YAML = Path(__file__).resolve().parent / "design_pipeline.yaml"
 
 
-def compile_pipeline(out: str | os.PathLike, registry: str = DEFAULT_REGISTRY, tag: str = __version__) -> str:
-    """Write the pipeline YAML naming `registry`/invfold-runtime:`tag` in every step; returns the text."""
+def compile_pipeline(
+    out: str | os.PathLike, registry: str = DEFAULT_REGISTRY, tag: str = __version__, pipeline: str = "train"
+) -> str:
+    """Write the pipeline YAML (`pipeline`: "train", the training pipeline, or "design") naming
+    `registry`/invfold-runtime:`tag` in every step; returns the text."""
     from kfp import compiler
 
-    from .pipeline import invfold_pipeline
+    if pipeline == "design":
+        from .design_pipeline import design_pipeline as definition
+    else:
+        from .pipeline import invfold_pipeline as definition
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pipeline.yaml")
-        compiler.Compiler().compile(invfold_pipeline, path)
+        compiler.Compiler().compile(definition, path)
         text = Path(path).read_text()
     image, wanted = runtime_image(), runtime_image(registry, tag)
     if wanted != image:

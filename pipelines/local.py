@@ -220,3 +220,57 @@ def _mlflow_outcome(uri: str, experiment: str, since: float) -> tuple[str | None
     except Exception as err:  # noqa: BLE001 - only the summary depends on it
         log.warning("could not read the run back from MLflow: %s", err)
         return None, None, None
+
+
+@dataclass
+class LocalDesignRun:
+    """What a local design-pipeline run leaves behind."""
+
+    run_folder: str | None
+    tracking_uri: str
+    experiment: str
+    mlflow_run_id: str | None
+    wall_s: float
+    timings: list[dict] = field(default_factory=list)
+
+
+def run_design_local(params: dict, runs_dir: str = "runs", tracking_uri: str | None = None) -> LocalDesignRun:
+    """Run the design pipeline (pipelines/design_pipeline.py) with KFP's local runner: steps as
+    subprocesses of this Python, MLflow in the runs folder's SQLite file unless a tracking URI is
+    given (the registered model is read from there). Raises PipelineFailed when a step fails."""
+    from invfold.components.tracking import default_tracking_uri
+    from kfp import local
+
+    from .design_pipeline import design_pipeline
+
+    params = _coerce(design_pipeline, params)
+    runs = Path(runs_dir).absolute()
+    for sub in ("pipeline_root", "workspace", "tmp"):
+        (runs / sub).mkdir(parents=True, exist_ok=True)
+    uri = tracking_uri or params.get("mlflow_tracking_uri") or default_tracking_uri(runs)
+    params = {**params, "mlflow_tracking_uri": uri}
+    timings_file = runs / "tmp" / f"timings-{os.getpid()}-{int(time.time())}.jsonl"
+    os.environ[TIMINGS_ENV] = str(timings_file)
+    os.environ["TMPDIR"] = str(runs / "tmp")
+    local.init(
+        runner=local.SubprocessRunner(use_venv=False),
+        pipeline_root=str(runs / "pipeline_root"),
+        workspace_root=str(runs / "workspace"),
+        enable_caching=False,
+        raise_on_error=True,
+    )
+    before = set((runs / "pipeline_root").iterdir())
+    start = time.time()
+    experiment = params.get("mlflow_experiment") or _pipeline_default("mlflow_experiment")
+    try:
+        design_pipeline(**params)
+    except Exception as err:  # noqa: BLE001 - the local runner raises RuntimeError naming the failed task
+        run_id, _, _ = _mlflow_outcome(uri, experiment, start)
+        raise PipelineFailed(f"the design pipeline failed: {err} (MLflow run {run_id or 'not recorded'})") from err
+    finally:
+        _remove_task_temp_folders(runs / "tmp", start)
+    new = sorted(set((runs / "pipeline_root").iterdir()) - before, key=lambda p: p.stat().st_mtime)
+    run_id, _, _ = _mlflow_outcome(uri, experiment, start)
+    return LocalDesignRun(
+        str(new[-1]) if new else None, uri, experiment, run_id, time.time() - start, read_timings(timings_file)
+    )

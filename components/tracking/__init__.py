@@ -1,6 +1,7 @@
 """The one module that talks to MLflow (see tracker.py)."""
 
 from .tracker import (
+    fetch_registered_file,
     CHAMPION,
     DEFAULT_EXPERIMENT,
     MODEL_TRAINING_VIEW,
@@ -14,6 +15,7 @@ from .tracker import (
 )
 
 __all__ = [
+    "fetch_registered_file",
     "CHAMPION",
     "DEFAULT_EXPERIMENT",
     "MODEL_TRAINING_VIEW",

@@ -451,3 +451,31 @@ def _finite(value: Any) -> bool:
 def _is_connection_error(err: Exception) -> bool:
     text = f"{type(err).__name__} {err}".lower()
     return any(word in text for word in ("connection", "max retries", "timed out", "timeout", "refused"))
+
+
+def fetch_registered_file(tracking_uri: str, model_name: str, version: str, artifact_path: str, dst: str) -> dict:
+    """Download `artifact_path` (e.g. "model_pt/model.pt", as the register step logs it) of a
+    registered model version, given by number ("3") or alias ("champion"); returns
+    {"path", "version", "run_id"}. Unlike a Tracker, this fails loudly: a step that needs the
+    model cannot go on without it."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri:
+        raise TrackingError("no tracking URI given and MLFLOW_TRACKING_URI is not set: cannot find the model")
+    client = MlflowClient(uri)
+    what = f"registered model {model_name!r} {'version' if version.isdigit() else 'alias'} {version!r} at {uri}"
+    try:
+        found = (
+            client.get_model_version(model_name, version)
+            if version.isdigit()
+            else client.get_model_version_by_alias(model_name, version)
+        )
+    except MlflowException as err:
+        raise TrackingError(f"{what}: not found ({err.message.splitlines()[0]})") from None
+    try:
+        path = client.download_artifacts(found.run_id, artifact_path, dst)
+    except (MlflowException, OSError) as err:
+        raise TrackingError(f"{what}: its run {found.run_id} has no {artifact_path} ({err})") from None
+    return {"path": path, "version": str(found.version), "run_id": found.run_id}

@@ -110,3 +110,28 @@ def test_every_step_pod_carries_the_labels_the_network_policies_select():
     # Only the train step, which creates TrainJobs, may reach the Kubernetes API.
     assert roles.pop("exec-train-op") == "launcher"
     assert set(roles.values()) == {"step"}
+
+
+def test_committed_design_yaml_is_current_documented_and_fans_out(tmp_path):
+    from invfold.pipelines.compile import COMMITTED_DESIGN_YAML
+
+    fresh = compile_pipeline(tmp_path / "d.yaml", pipeline="design")
+    committed = COMMITTED_DESIGN_YAML.read_text()
+    assert list(yaml.safe_load_all(committed)) == list(yaml.safe_load_all(fresh)), (
+        "pipelines/design_pipeline.yaml is stale: run `invfold compile --pipeline design`"
+    )
+    docs = list(yaml.safe_load_all(committed))
+    spec = docs[0]
+    assert {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()} == {runtime_image()}
+    assert "pip install" not in committed and literal_credentials(committed) == []
+    parameters = spec["root"]["inputDefinitions"]["parameters"]
+    assert {"structures", "model_name", "model_version", "shards", "temperatures"} <= set(parameters)
+    assert [n for n, p in parameters.items() if len(p.get("description", "")) < 15] == []
+    tasks = spec["components"]["comp-exit-handler-1"]["dag"]["tasks"]
+    assert "parameterIterator" in tasks["for-loop-2"] or "iterator" in str(tasks["for-loop-2"])
+    outputs = spec["components"]["comp-gather-designs-op"]["outputDefinitions"]["artifacts"]
+    assert outputs["designs"]["artifactType"]["schemaTitle"] == "system.Dataset"
+    assert outputs["report"]["artifactType"]["schemaTitle"] == "system.Markdown"
+    platform = docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for name in spec["deploymentSpec"]["executors"]:
+        assert platform[name]["podMetadata"]["labels"]["invfold.dev/role"] == "step", name

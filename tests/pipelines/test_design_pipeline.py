@@ -1,0 +1,109 @@
+"""The design pipeline through KFP's local runner: a tiny model registered in a local MLflow
+store (as the register step records it), a few chains of the bundled sample plus one broken
+record, two shards in a ParallelFor -> gathered designs with scores, a Markdown report, one
+MLflow run with the artifacts, and the skipped record counted."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
+from invfold.components.tracking import default_tracking_uri
+from invfold.pipelines.local import PipelineFailed, run_design_local
+from mlflow import MlflowClient
+
+from invfold.data import SAMPLE_CHAIN_SET
+
+MODEL = "invfold-design-test"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("design-pipeline")
+    runs = root / "runs"
+    runs.mkdir()
+    uri = default_tracking_uri(runs)
+    torch.manual_seed(0)
+    model = InverseFoldingModel(ModelConfig.preset("tiny", decoding="autoregressive")).eval()
+    save_model(root / "model.pt", model)
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("register-test")
+    run = client.create_run(experiment, run_name="register")
+    client.log_artifact(run.info.run_id, str(root / "model.pt"), "model_pt")  # as register_step logs it
+    client.set_terminated(run.info.run_id)
+    client.create_registered_model(MODEL)
+    version = client.create_model_version(MODEL, f"runs:/{run.info.run_id}/model_pt", run.info.run_id)
+    client.set_registered_model_alias(MODEL, "champion", version.version)
+    lines = []
+    with gzip.open(SAMPLE_CHAIN_SET, "rt") as fh:
+        for line in fh:
+            if len(json.loads(line.replace("NaN", "null"))["seq"]) <= 80:
+                lines.append(line.strip())
+            if len(lines) == 3:
+                break
+    structures = root / "chains.jsonl"
+    structures.write_text("\n".join([lines[0], '{"name": "broken.A", "seq": "AC"}', *lines[1:]]) + "\n")
+    names = [json.loads(line.replace("NaN", "null"))["name"] for line in lines]
+    return {"runs": str(runs), "uri": uri, "structures": str(structures), "names": names}
+
+
+@pytest.fixture(scope="module")
+def design_run(setup):
+    params = {
+        "structures": setup["structures"],
+        "model_name": MODEL,
+        "model_version": "champion",
+        "shards": 2,
+        "temperatures": "0.1,0.3",
+        "num_sequences": 2,
+        "score_orders": 2,
+        "threads": 1,
+        "mlflow_experiment": "design-test",
+    }
+    return run_design_local(params, runs_dir=setup["runs"], tracking_uri=setup["uri"])
+
+
+def _output(run, task: str, name: str) -> Path:
+    found = sorted(Path(run.run_folder).glob(f"{task}*/**/{name}"))
+    assert found, f"no {name} under {task} in {run.run_folder}"
+    return found[-1]
+
+
+def test_designs_scores_report_and_skips_are_gathered(design_run, setup):
+    rows = [
+        json.loads(line) for line in _output(design_run, "gather-designs", "designs.jsonl").read_text().splitlines()
+    ]
+    assert sorted({r["name"] for r in rows}) == sorted(setup["names"])
+    assert len(rows) == 3 * 2 * 2  # structures x temperatures x sequences
+    assert all(r["score_nll"] > 0 and r["temperature"] in (0.1, 0.3) for r in rows)
+    summary = json.loads(_output(design_run, "gather-designs", "summary.json").read_text())
+    assert summary["shards"] == 2 and summary["structures_designed"] == 3
+    assert summary["skip_counts"] and sum(summary["skip_counts"].values()) == 1
+    assert summary["model"]["version"] == "1"
+    report = _output(design_run, "gather-designs", "report").read_text()
+    assert "# Designs" in report and "## Skipped" in report and "score_nll" in report
+    shard_outputs = sorted(Path(design_run.run_folder).glob("**/design-shard*/**/designs.jsonl"))
+    assert len(shard_outputs) == 2  # the ParallelFor ran one design step per shard
+
+
+def test_designs_are_recorded_in_one_mlflow_run(design_run, setup):
+    client = MlflowClient(setup["uri"])
+    experiment = client.get_experiment_by_name("design-test")
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.`invfold.step` = 'design'")
+    assert len(runs) == 1
+    run = runs[0]
+    assert run.data.metrics["designs"] == 12 and run.data.metrics["skipped"] == 1
+    assert "mean_score_nll" in run.data.metrics and run.data.params["model_version"] == "1"
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "designs")}
+    assert {"designs/designs.jsonl", "designs/summary.json"} <= artifacts
+    assert client.list_artifacts(run.info.run_id, "report")
+
+
+def test_an_unknown_alias_fails_naming_it(setup, tmp_path):
+    params = {"structures": setup["structures"], "model_name": MODEL, "model_version": "no-such-alias"}
+    with pytest.raises(PipelineFailed, match="design pipeline failed"):
+        run_design_local(params, runs_dir=str(tmp_path / "runs"), tracking_uri=setup["uri"])
