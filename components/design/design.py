@@ -20,6 +20,7 @@ from ..protein.alphabet import AA_TO_INDEX, ALPHABET
 from ..protein.batch import Batch, collate
 from ..protein.record import ChainRecord
 from .constraints import ConstraintFiles, load_constraints
+from .thread import structure_paths, write_structures
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,12 @@ class DesignConfig:
         None,
         'per-position omitted letters {entry: {chain: [[[positions], "LETTERS"], ...]}} (.json/.jsonl)',
         aliases=("--omit_AA_jsonl",),
+        metavar="FILE",
+    )
+    out_structure: str | None = option(
+        None,
+        "also write each design threaded onto the input backbone (N, CA, C, O; observed residues), one file "
+        "per design: designs.pdb -> designs_0.pdb, designs_1.pdb, ... (.cif for mmCIF)",
         metavar="FILE",
     )
     threads: int | None = option(None, "CPU threads")
@@ -244,8 +251,12 @@ def design(cfg: DesignConfig) -> list[Design]:
     backend = load_backend(cfg.model, cfg.threads)
     check_backend(backend, cfg)
     record = select_record(cfg.structure, cfg.name, cfg.chain)
+    if cfg.out_structure:
+        structure_paths(cfg.out_structure, cfg.num_sequences)  # a bad name fails before any sampling
     designs = design_record(backend, record, cfg)
     write_fasta(cfg.out, designs, cfg.temperature[0], os.path.basename(str(cfg.model)))
+    if cfg.out_structure:
+        write_structures(cfg.out_structure, record, [d.sequence for d in designs], cfg.structure)
     return designs
 
 

@@ -147,3 +147,25 @@ def test_everything_omitted_somewhere_is_refused(tmp_path, models):
     )
     with pytest.raises(ValueError, match="position 7 .*every letter omitted"):
         design(cfg)
+
+
+def test_ties_across_two_chains_of_a_complex(tmp_path, models):
+    """Homo-oligomer-like ties (make_tied_positions_dict.py shape) across chains A and D of the
+    sample's two-chain entry 1tii, designed as one complex record: tied pairs share a letter, and
+    the checkpoint and the ONNX graph agree."""
+    from invfold.components.design.design import design_record, load_backend
+
+    from tests.support.structures import sample_complex
+
+    record = sample_complex("1tii")
+    chains = record.chain_positions()
+    pairs = [(p, p) for p in range(1, 31) if record.mask[chains["A"][p - 1]] and record.mask[chains["D"][p - 1]]]
+    assert len(pairs) >= 20
+    ties = write(tmp_path / "tied.jsonl", {"1tii": [{"A": [a], "D": [d]} for a, d in pairs]})
+    cfg = DesignConfig(
+        model="unused", structure="unused", out="unused", num_sequences=2, temperature=1.0, seed=2, tied_positions=ties
+    )
+    designs = [[d.sequence for d in design_record(load_backend(str(m)), record, cfg)] for m in models]
+    assert designs[0] == designs[1]
+    for seq in designs[0]:
+        assert all(seq[chains["A"][a - 1]] == seq[chains["D"][d - 1]] for a, d in pairs)
