@@ -33,6 +33,13 @@ def run(args: argparse.Namespace) -> int:
     from .design import DesignConfig, design
 
     cfg = from_args(DesignConfig, args)
+    if is_batch(cfg) and cfg.out_structure:
+        from invfold.errors import ConfigError
+
+        raise ConfigError(
+            f"--out-structure {cfg.out_structure}: structures are written for one record (--out x.fasta with one "
+            "structure), not in batch mode"
+        )
     if is_batch(cfg):
         summary = design_batch(cfg)
         print(f"designed {summary.designs} sequences for {summary.designed} records in {summary.seconds:.1f} s")

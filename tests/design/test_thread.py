@@ -89,3 +89,17 @@ def test_a_wrong_suffix_is_refused_before_sampling(tmp_path, model):
     with pytest.raises(ValueError, match=r"x\.pdbx: expected a \.pdb or \.cif"):
         design(cfg)
     assert not (tmp_path / "d.fa").exists()
+
+
+def test_out_structure_in_batch_mode_is_refused(tmp_path):
+    import argparse
+
+    from invfold.components.design import cli
+
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    args = parser.parse_args(
+        ["design", "m.pt", str(SAMPLE_CHAIN_SET), "--out", str(tmp_path / "d/"), "--out-structure", "x.pdb"]
+    )
+    with pytest.raises(ValueError, match=r"--out-structure x\.pdb: .*not in batch mode"):
+        args.func(args)
