@@ -3,8 +3,9 @@ in -> the set split into shards, one design-and-score step per shard (dsl.Parall
 shards gathered into designs + scores (Dataset), a report (Markdown) and metrics, recorded in one
 MLflow run; inside an exit handler that closes the MLflow runs.
 
-Runs locally (`invfold run --pipeline design`... see pipelines/README.md: run_design_local) and
-on Kubeflow (`invfold compile --pipeline design` -> pipelines/design_pipeline.yaml)."""
+Runs locally through KFP's local runner (pipelines/local.py: run_design_local; no CLI command yet)
+and on Kubeflow (`invfold compile --pipeline design` -> pipelines/design_pipeline.yaml, uploaded
+through the UI or kfp.Client; `invfold submit` sends the training pipeline only)."""
 
 from invfold.components.design.component import (
     design_shard_op,
