@@ -35,8 +35,8 @@ class PrepConfig:
         list) overlaps a model's training data. The card's `split.external_overlap` gives, per
         dataset, members that are train chains there by name and members at identity_threshold
         or more to one (reported, never dropped: the list is someone else's benchmark).
-    complexes: read the chains of one entry (all protein chains of a PDB/mmCIF file; consecutive
-        chain-set lines "1abc.A", "1abc.B" with num_chains > 1) as one complex record named by the
+    complexes: read the chains of one entry (all protein chains of a PDB/mmCIF file; the
+        chain-set lines "1abc.A", "1abc.B" wherever they are) as one complex record named by the
         entry ("1abc"), the model conditioning on every chain (protein/complexes.py). The length
         filters apply to the whole complex. With a split file naming chains, a complex goes where
         its chains are named (chains named in different splits: dropped as `split_conflict`).

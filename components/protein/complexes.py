@@ -7,8 +7,7 @@ features (features.segment_ids) put every cross-chain pair in their "different c
 extra model input: a model trained on single chains reads complexes, and the ONNX graph is the same.
 
 Readers build complexes when asked (`complexes=True`): PDB/mmCIF -> all protein chains of a file;
-chain-set jsonl -> consecutive lines of one entry ("1abc.A", "1abc.B", num_chains > 1), as CATH's
-chain set lists them; ProteinMPNN's parse_multiple_chains.py lines are complexes as written.
+chain-set jsonl -> the lines of one entry ("1abc.A", "1abc.B") wherever they are in the file; ProteinMPNN's parse_multiple_chains.py lines are complexes as written.
 """
 
 from __future__ import annotations
@@ -109,28 +108,23 @@ def split_complex(record: ChainRecord) -> list[ChainRecord]:
 
 
 def group_chain_set(items: Iterable[ChainRecord | Skip]) -> Iterator[ChainRecord | Skip]:
-    """Chain-set records with consecutive lines of one entry (num_chains > 1, names "<entry>.<id>")
-    joined into one complex named "<entry>"; everything else (single chains, Skips, complexes
-    already) passes through in order. A group of one line stays that single-chain record."""
-    group: list[ChainRecord] = []
-
-    def flush() -> Iterator[ChainRecord]:
-        if len(group) == 1:
-            yield group[0]
-        elif group:
-            yield join_chains(entry_of(group[0].name), group, source=group[0].source)
-        group.clear()
-
+    """Chain-set records of one entry (names "<entry>.<id>") joined into one complex named
+    "<entry>", wherever in the file its lines are: real sets list an entry's chains apart, and a
+    docking set's receptor and ligand files each count only their own chains in num_chains.
+    Skips and complexes already made pass through at once; the rest comes at the end of the input,
+    in order of each entry's first line (so the reader holds the set's chains in memory). An entry
+    with one line stays that single-chain record; a chain id seen twice in one entry starts a new
+    group (prep drops the second as a duplicate name)."""
+    groups: dict[str, list[list[ChainRecord]]] = {}
     for item in items:
-        groupable = (
-            isinstance(item, ChainRecord) and item.chain_index is None and item.num_chains > 1 and "." in item.name
-        )
-        if group and (not groupable or entry_of(item.name) != entry_of(group[0].name)):
-            yield from flush()
-        if groupable:
-            if chain_id_of(item.name) in {chain_id_of(c.name) for c in group}:
-                yield from flush()  # a repeated chain id starts a new group (prep calls it a duplicate)
-            group.append(item)
-        else:
+        if not isinstance(item, ChainRecord) or item.chain_index is not None:
             yield item
-    yield from flush()
+            continue
+        entry = entry_of(item.name) if "." in item.name else item.name
+        runs = groups.setdefault(entry, [[]])
+        if chain_id_of(item.name) in {chain_id_of(c.name) for c in runs[-1]}:
+            runs.append([])
+        runs[-1].append(item)
+    for entry, runs in groups.items():
+        for group in runs:
+            yield group[0] if len(group) == 1 else join_chains(entry, group, source=group[0].source)

@@ -13,8 +13,9 @@ ProteinMPNN's helper_scripts/parse_multiple_chains.py lines are read too: `name`
 ({"N_chain_X", "CA_chain_X", "C_chain_X", "O_chain_X"}: L x [x, y, z]); a "-" (a residue the
 structure lacks) becomes the unknown letter X. Such a line is one complex record (complexes.py),
 chains in the line's key order; with complexes=False its chains are yielded one by one
-("<name>.X"). With complexes=True, consecutive CATH-style lines of one entry ("1abc.A", "1abc.B",
-num_chains > 1) are joined into one complex record named "1abc" (complexes.group_chain_set).
+("<name>.X"). With complexes=True, the CATH-style lines of one entry ("1abc.A", "1abc.B"),
+wherever they are in the file, are joined into one complex record named "1abc"
+(complexes.group_chain_set).
 
 Policy (see errors.py): a missing, empty or corrupt-gzip file raises InputError; a bad line is a
 Skip (reasons: invalid_json, not_an_object, missing_field, wrong_type, wrong_shape,

@@ -134,3 +134,24 @@ def test_structure_file_as_one_complex(tmp_path, suffix):
     assert jump == CHAIN_OFFSET
     # a folder of structure files: one complex per file
     assert [r.name for r in read_protein_set(str(tmp_path), complexes=True)] == ["6WG6"]
+
+
+def test_lines_of_one_entry_apart_in_the_file_make_one_complex(tmp_path):
+    """Real chain sets list an entry's chains apart (the shared real set does); grouping only
+    neighbouring lines made several records with the entry's name, which prep dropped as duplicates."""
+    import gzip
+
+    lines = gzip.open(SAMPLE, "rt").read().splitlines()
+    moved = [line for line in lines if json.loads(line)["name"] in ("1BD2.A", "3KPR.E")]
+    rest = [line for line in lines if line not in moved]
+    path = tmp_path / "apart.jsonl"
+    path.write_text("\n".join(moved[:1] + rest + moved[1:]) + "\n")
+    grouped = [r for r in read_chain_set(path, complexes=True) if isinstance(r, ChainRecord)]
+    names = [r.name for r in grouped]
+    assert len(names) == len(set(names))
+    by_name = {r.name: r for r in grouped}
+    assert set(by_name["1BD2"].chain_names) == set(ENTRIES["1BD2"])
+    assert set(by_name["3KPR"].chain_names) == set(ENTRIES["3KPR"])
+    in_order = {r.name: r for r in read_chain_set(SAMPLE, complexes=True) if isinstance(r, ChainRecord)}
+    assert set(by_name) == set(in_order)
+    assert sum(len(r) for r in grouped) == sum(len(r) for r in in_order.values())
