@@ -7,7 +7,8 @@ features (features.segment_ids) put every cross-chain pair in their "different c
 extra model input: a model trained on single chains reads complexes, and the ONNX graph is the same.
 
 Readers build complexes when asked (`complexes=True`): PDB/mmCIF -> all protein chains of a file;
-chain-set jsonl -> the lines of one entry ("1abc.A", "1abc.B") wherever they are in the file; ProteinMPNN's parse_multiple_chains.py lines are complexes as written.
+chain-set jsonl -> the lines of one entry ("1abc.A", "1abc.B") wherever they are in the file;
+ProteinMPNN's parse_multiple_chains.py lines are complexes as written.
 """
 
 from __future__ import annotations
