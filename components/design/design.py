@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from invfold.errors import ConfigError
@@ -21,6 +22,8 @@ from ..protein.batch import Batch, collate
 from ..protein.record import ChainRecord
 from .constraints import ConstraintFiles, load_constraints
 from .thread import structure_paths, write_structures
+from . import positions
+from .fasta import CHAIN_SEPARATOR
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +34,18 @@ class DesignConfig:
     structure: a PDB/mmCIF file, a chain-set jsonl, or any protein set read_protein_set accepts;
     name / chain pick one record when it holds several (chain matches the part after the last
     "." of the record name, e.g. "A" in "1abc.A").
+    design_chains: chains to design, e.g. "A,B": the structure is read as a complex (all protein
+        chains of a PDB/mmCIF file, the lines of one entry of a chain set; `name` then picks the
+        entry, e.g. "1abc") and the model sees every chain; the other chains are fixed context:
+        their structure and native sequence condition the design (an autoregressive model
+        decodes them first; a one-shot model does not read sequence, so it conditions on their
+        structure only, and they keep their native letters either way). Not with `chain`.
+    fixed_positions: 1-based sequence positions kept native, e.g. "1-10,15" (in a complex:
+        positions in the chains concatenated in record order).
     out: x.fasta designs one record; a folder or x.jsonl designs every record of `structure`
     (also a folder of structures or a text list of paths; see batch.py), name / chain filtering.
     temperature: one or several ("0.1,0.2", as ProteinMPNN's --sampling_temp "0.1 0.2"), each
     with num_sequences samples.
-    fixed_positions: 1-based sequence positions kept native, e.g. "1-10,15".
     excluded: letters never designed (e.g. "C").
     fixed_positions_json, tied_positions, bias_aa, bias_by_res, omit_aa: ProteinMPNN's JSON inputs
     (constraints.py), keyed by the entry name, 1-based positions per chain.
@@ -48,7 +58,13 @@ class DesignConfig:
         "(every design of every structure) for a batch"
     )
     name: str | None = option(None, "record name to design (e.g. 1abc.A)")
-    chain: str | None = option(None, "chain id to design (e.g. A)")
+    chain: str | None = option(None, "chain id to design alone (e.g. A), as a single-chain record")
+    design_chains: str = option(
+        "",
+        "chains of a complex to design, e.g. A,B: every chain is read and the others are kept as fixed "
+        "context (structure and native sequence); default: no complex, one chain",
+        metavar="CHAINS",
+    )
     num_sequences: int = option(4, "sequences to sample per temperature", aliases=("-n",))
     temperature: str | float | list[float] = option(
         "0.1",
@@ -117,6 +133,11 @@ class DesignConfig:
             raise ConfigError("DesignConfig.excluded: all 20 amino acids are excluded")
         if isinstance(self.fixed_positions, str):
             self.fixed_positions = parse_positions(self.fixed_positions)
+        if self.design_chains and self.chain is not None:
+            raise ConfigError(
+                "DesignConfig: --chain picks one chain as a single-chain record; --design-chains reads the whole "
+                "complex and designs some of its chains: give one of them"
+            )
 
 
 @dataclass
@@ -128,6 +149,9 @@ class Design:
     mean_nll: float
     recovery: float
     temperature: float | None = None  # None: the one given to write_fasta
+    chain_lengths: tuple[int, ...] | None = None  # a complex: residues per chain ("/" between them in FASTA)
+    designed_chains: tuple[str, ...] = ()  # a complex: the chains designed
+    fixed_chains: tuple[str, ...] = ()  # a complex: the chains kept as context
 
 
 def parse_temperatures(value: str | float | list[float]) -> list[float]:
@@ -158,13 +182,17 @@ def parse_positions(text: str) -> list[int]:
     return sorted(set(positions))
 
 
-def select_record(structure: str, name: str | None, chain: str | None) -> ChainRecord:
+def select_record(structure: str, name: str | None, chain: str | None, complexes: bool = False) -> ChainRecord:
+    """The one record of `structure` that name/chain pick. complexes: entries read as complexes;
+    name then picks the entry ("1abc") or, as the same record, one of its chains ("1abc.B")."""
     from ..protein.sources import read_protein_set
 
-    records = [r for r in read_protein_set(structure) if isinstance(r, ChainRecord)]
-    picked = [
-        r for r in records if (name is None or r.name == name) and (chain is None or r.name.rsplit(".", 1)[-1] == chain)
-    ]
+    records = [r for r in read_protein_set(structure, complexes=complexes) if isinstance(r, ChainRecord)]
+
+    def named(r: ChainRecord) -> bool:
+        return name is None or r.name == name or name in {f"{r.name}.{c}" for c in r.chain_names}
+
+    picked = [r for r in records if named(r) and (chain is None or r.name.rsplit(".", 1)[-1] == chain)]
     if len(picked) == 1:
         return picked[0]
     names = ", ".join(r.name for r in records[:20]) + (" ..." if len(records) > 20 else "")
@@ -250,7 +278,7 @@ def design(cfg: DesignConfig) -> list[Design]:
     as FASTA to cfg.out (batch.design_batch designs many records)."""
     backend = load_backend(cfg.model, cfg.threads)
     check_backend(backend, cfg)
-    record = select_record(cfg.structure, cfg.name, cfg.chain)
+    record = select_record(cfg.structure, cfg.name, cfg.chain, complexes=bool(cfg.design_chains))
     if cfg.out_structure:
         structure_paths(cfg.out_structure, cfg.num_sequences)  # a bad name fails before any sampling
     designs = design_record(backend, record, cfg)
@@ -291,7 +319,9 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
     Sample i uses seed cfg.seed + i (its own decoding order and letter uniforms, drawn by
     model.sampling_noise), so a sample is reproducible alone and the two backends draw the same
     randomness. Unobserved residues (no backbone) and fixed positions keep the native letter; an
-    unknown native (X) with a backbone is designed.
+    unknown native (X) with a backbone is designed. With cfg.design_chains, the residues of the
+    other chains are fixed too (context, decoded first); an X with a backbone in a context chain
+    keeps its X and is decoded last, so no designed residue reads a letter for it.
     mean_nll: mean -log p(letter) at T = 1 over designed positions (teacher-forced, in the
     sample's decoding order); recovery: fraction of designed positions with a known native letter
     that equal it.
@@ -329,6 +359,11 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
             f"fixed positions {[i + 1 for i in unknown[:5]]} of {record.name} have no known native letter to keep"
         )
     fixed_one |= user_fixed
+    chains = positions.chain_positions(record)
+    designed_chains = positions.selected_chains(chains, cfg.design_chains, "DesignConfig.design_chains")
+    in_context = torch.from_numpy(~np.isin(positions.chain_of(chains, length), designed_chains))
+    context_unknown = in_context & ~native_known & ~fixed_one  # X with a backbone in a context chain
+    fixed_one |= in_context & ~context_unknown
     fixed = fixed_one.expand(n, length).contiguous()
     groups = constraints.groups(b.structure_mask[0] > 0, temperature)
     open_letters = torch.isfinite(groups.bias + letter_bias(cfg.excluded)).any(-1)
@@ -346,35 +381,69 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
     order = torch.cat([o for o, _ in noise]) if backend.cfg.autoregressive else None
     if order is not None:
         order = tied_order(order, groups)[0]  # tied members share their group's turn (scored so too)
+        order = order + 2.0 * context_unknown.to(order.dtype)  # after every designed residue
     uniforms = torch.cat([u for _, u in noise])
     S = backend.sample(b, temperature, cfg.excluded, fixed, b.S, order, uniforms, groups)
     logp = torch.log_softmax(backend.logits(b, S, order).float(), dim=-1)
     nll = -logp.gather(-1, S.unsqueeze(-1)).squeeze(-1)
-    designed = ~fixed
+    designed = ~fixed & ~context_unknown
     if not designed[0].any():
         log.warning("%s: every position is fixed or unobserved; nothing is designed", record.name)
     scored = designed if designed[0].any() else b.structure_mask > 0
     mean_nll = (nll * scored).sum(1) / scored.sum(1).clamp(min=1)
     compared = scored & native_known  # recovery needs a known native letter
     recovery = ((S == b.S) & compared).sum(1) / compared.sum(1).clamp(min=1)
+    complex_info = {}
+    if record.is_complex:
+        complex_info = dict(
+            chain_lengths=tuple(len(index) for index in chains.values()),
+            designed_chains=tuple(designed_chains),
+            fixed_chains=tuple(c for c in chains if c not in designed_chains),
+        )
     designs = []
     for i in range(n):
         letters = [
             ALPHABET[int(s)] if d else native for s, d, native in zip(S[i], designed[i], record.seq, strict=True)
         ]
         designs.append(
-            Design(record.name, i, cfg.seed + i, "".join(letters), float(mean_nll[i]), float(recovery[i]), temperature)
+            Design(
+                record.name,
+                i,
+                cfg.seed + i,
+                "".join(letters),
+                float(mean_nll[i]),
+                float(recovery[i]),
+                temperature,
+                **complex_info,
+            )
         )
     return designs
 
 
 def write_fasta(path: str | os.PathLike, designs: list[Design], temperature: float, model: str) -> None:
+    """One header and sequence per design; a complex's chains separated by "/" (as ProteinMPNN
+    writes them, though ProteinMPNN writes the designed chains only: here every chain, so the
+    file scores as is with `invfold score`), its header ending in designed_chains=... fixed_chains=..."""
     lines = []
     for d in designs:
+        chains = ""
+        if d.chain_lengths is not None:
+            chains = f" designed_chains={','.join(d.designed_chains)} fixed_chains={','.join(d.fixed_chains) or '-'}"
         lines.append(
             f">{d.name} sample={d.index} T={temperature if d.temperature is None else d.temperature:g} seed={d.seed} "
-            f"mean_nll={d.mean_nll:.4f} recovery={d.recovery:.4f} model={model}"
+            f"mean_nll={d.mean_nll:.4f} recovery={d.recovery:.4f} model={model}{chains}"
         )
-        lines.append(d.sequence)
+        lines.append(with_chain_breaks(d.sequence, d.chain_lengths))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text("\n".join(lines) + "\n")
+
+
+def with_chain_breaks(sequence: str, chain_lengths: tuple[int, ...] | None) -> str:
+    """ "ABCDE", (3, 2) -> "ABC/DE" (CHAIN_SEPARATOR between chains); unchanged without lengths."""
+    if not chain_lengths:
+        return sequence
+    parts, start = [], 0
+    for n in chain_lengths:
+        parts.append(sequence[start : start + n])
+        start += n
+    return CHAIN_SEPARATOR.join(parts)

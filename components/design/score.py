@@ -105,7 +105,7 @@ def score(cfg: ScoreConfig) -> list[Score]:
     backend = OnnxBackend(cfg.model, cfg.threads) if str(cfg.model).endswith(".onnx") else TorchBackend(cfg.model)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    record = select_record(cfg.structure, cfg.name, cfg.chain)
+    record = select_record(cfg.structure, cfg.name, cfg.chain, complexes=bool(cfg.score_chains))
     chains = chain_positions(record)
     scored_chains = selected_chains(chains, cfg.score_chains, "ScoreConfig.score_chains")
     in_scored = torch.from_numpy(np.isin(chain_of(chains, len(record)), scored_chains).astype(bool))

@@ -1,0 +1,152 @@
+"""Designing and scoring chains of a real complex (1tii of the bundled sample: chains A, D) with the
+other chains as fixed context; a checkpoint and its ONNX export design the same sequences."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+import torch
+from invfold.components.design import DesignConfig, cli, design, load_backend
+from invfold.components.design.design import select_record
+from invfold.components.design.score import ScoreConfig, score
+from invfold.components.export import write_onnx
+from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
+from invfold.components.model.network import random_decoding_order
+from invfold.components.protein.batch import collate
+from invfold.errors import ConfigError
+
+from tests.support.structures import SAMPLE, sample_complex, write_sample_complex
+
+ENTRY = "1tii"  # chain A 187 residues, chain D 98
+
+
+@pytest.fixture(scope="module")
+def pdb(tmp_path_factory):
+    return write_sample_complex(tmp_path_factory.mktemp("complex") / f"{ENTRY}.pdb", ENTRY)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("models")
+    paths = {}
+    for decoding in ("one_shot", "autoregressive"):
+        torch.manual_seed(1)
+        model = InverseFoldingModel(ModelConfig.preset("tiny", decoding=decoding)).eval()
+        save_model(folder / f"{decoding}.pt", model)
+        write_onnx(model, folder / f"{decoding}.onnx")
+        paths[decoding] = (folder / f"{decoding}.pt", folder / f"{decoding}.onnx")
+    return paths
+
+
+def _fasta(path):
+    lines = path.read_text().splitlines()
+    return list(zip(lines[::2], lines[1::2], strict=True))
+
+
+@pytest.mark.parametrize("decoding", ["autoregressive", "one_shot"])
+def test_design_chains_keep_context_native_and_backends_agree(tmp_path, pdb, models, decoding):
+    record = select_record(str(pdb), None, None, complexes=True)
+    assert record.name == ENTRY and record.chain_names == ("A", "D")
+    chains = record.chain_positions()
+    outputs = []
+    for kind, path in zip(("pt", "onnx"), models[decoding], strict=True):
+        out = tmp_path / f"{kind}.fasta"
+        cfg = DesignConfig(model=str(path), structure=str(pdb), out=str(out), design_chains="D", num_sequences=3)
+        outputs.append((design(cfg), _fasta(out)))
+    (pt, pt_fasta), (onnx, onnx_fasta) = outputs
+    assert [d.sequence for d in pt] == [d.sequence for d in onnx]
+    assert [d.mean_nll for d in pt] == pytest.approx([d.mean_nll for d in onnx], abs=1e-4)
+    for d, (header, seq) in zip(pt, pt_fasta, strict=True):
+        assert d.designed_chains == ("D",) and d.fixed_chains == ("A",)
+        assert header.startswith(f">{ENTRY} ") and header.endswith("designed_chains=D fixed_chains=A")
+        first, second = seq.split("/")
+        assert (len(first), len(second)) == (len(chains["A"]), len(chains["D"]))
+        letters = np.array(list(d.sequence))
+        native = np.array(list(record.seq))
+        assert (letters[chains["A"]] == native[chains["A"]]).all()  # context keeps its native letters
+        designed = chains["D"][record.mask[chains["D"]]]
+        assert (letters[designed] != native[designed]).any()  # the designed chain is designed
+    assert [seq for _, seq in pt_fasta] == [seq for _, seq in onnx_fasta]
+
+
+def test_designed_chain_logits_depend_on_the_context_sequence(pdb, models):
+    """Autoregressive: decoding the context chain first, the designed chain's logits change with the
+    context's letters (the model conditions on them); a one-shot model reads structure only."""
+    record = select_record(str(pdb), None, None, complexes=True)
+    chains = record.chain_positions()
+    b = collate([record])
+    context = torch.zeros(len(record), dtype=torch.bool)
+    context[chains["A"]] = True
+    mutated = b.S.clone()
+    mutated[0, chains["A"]] = (mutated[0, chains["A"]] + 7) % 20
+    d = torch.from_numpy(chains["D"][record.mask[chains["D"]]])
+    for decoding, expect_change in (("autoregressive", True), ("one_shot", False)):
+        for path in models[decoding]:
+            backend = load_backend(str(path))
+            order = random_decoding_order(context[None], torch.Generator().manual_seed(0))
+            native = backend.logits(b, b.S, order if backend.cfg.autoregressive else None)[0, d]
+            other = backend.logits(b, mutated, order if backend.cfg.autoregressive else None)[0, d]
+            changed = (native - other).abs().max().item()
+            assert (changed > 1e-3) == expect_change, (decoding, path.suffix, changed)
+
+
+def test_context_chain_changes_the_design(tmp_path, pdb, models):
+    """Same seed, designed chain D alone (as a single chain) vs in the complex: different designs."""
+    pt = models["autoregressive"][0]
+    alone = design(DesignConfig(model=str(pt), structure=str(pdb), out=str(tmp_path / "a.fa"), chain="D"))
+    together = design(DesignConfig(model=str(pt), structure=str(pdb), out=str(tmp_path / "b.fa"), design_chains="D"))
+    d = sample_complex(ENTRY).chain_positions()["D"]
+    assert len(alone[0].sequence) == len(d)
+    assert [x.sequence for x in alone] != ["".join(y.sequence[i] for i in d) for y in together]
+
+
+def test_design_all_chains_and_score_the_designs(tmp_path, pdb, models):
+    pt, onnx = models["autoregressive"]
+    out = tmp_path / "all.fasta"
+    designs = design(DesignConfig(model=str(pt), structure=str(pdb), out=str(out), design_chains="A,D"))
+    assert designs[0].fixed_chains == () and _fasta(out)[0][0].endswith("designed_chains=A,D fixed_chains=-")
+    # the FASTA with "/" between chains scores as is; scoring chain D with A as context
+    scores = score(
+        ScoreConfig(model=str(onnx), structure=str(pdb), out=str(tmp_path / "s.csv"), fasta=str(out), score_chains="D")
+    )
+    assert len(scores) == len(designs) and all(s.structure == ENTRY for s in scores)
+    d = set(sample_complex(ENTRY).chain_positions()["D"].tolist())
+    assert all(v is None for s in scores for i, v in enumerate(s.per_residue) if i not in d)
+
+
+def test_chain_set_entry_and_errors(tmp_path, models):
+    pt = models["autoregressive"][0]
+    # a chain-set entry of several lines is one complex when design chains are given; --name picks
+    # the entry or one of its chains
+    for name in (ENTRY, f"{ENTRY}.A"):
+        (d,) = design(
+            DesignConfig(
+                model=str(pt),
+                structure=str(SAMPLE),
+                out=str(tmp_path / "x.fa"),
+                name=name,
+                design_chains="A",
+                num_sequences=1,
+            )
+        )
+        assert d.name == ENTRY and d.chain_lengths == (187, 98)
+    with pytest.raises(ConfigError, match=r"chains \['Z'\] are not in the structure \(chains: A, D\)"):
+        design(
+            DesignConfig(
+                model=str(pt), structure=str(SAMPLE), out=str(tmp_path / "x.fa"), name=ENTRY, design_chains="Z"
+            )
+        )
+    with pytest.raises(ConfigError, match="give one of them"):
+        DesignConfig(model=str(pt), structure=str(SAMPLE), out="x.fa", chain="A", design_chains="A")
+
+
+def test_cli_design_chains(tmp_path, pdb, models):
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    out = tmp_path / "cli.fasta"
+    onnx = models["autoregressive"][1]
+    args = parser.parse_args(["design", str(onnx), str(pdb), "--out", str(out), "-n", "2", "--design-chains", "A"])
+    assert args.func(args) == 0
+    assert [h.endswith("designed_chains=A fixed_chains=D") for h, _ in _fasta(out)] == [True, True]
