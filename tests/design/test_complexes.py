@@ -71,9 +71,19 @@ def test_design_chains_keep_context_native_and_backends_agree(tmp_path, pdb, mod
     assert [seq for _, seq in pt_fasta] == [seq for _, seq in onnx_fasta]
 
 
-def test_designed_chain_logits_depend_on_the_context_sequence(pdb, models):
+def test_designed_chain_logits_depend_on_the_context_sequence(tmp_path, pdb):
     """Autoregressive: decoding the context chain first, the designed chain's logits change with the
-    context's letters (the model conditions on them); a one-shot model reads structure only."""
+    context's letters (the model conditions on them); a one-shot model reads structure only. 1tii's
+    chains are >= 10 A apart (CA), so the model needs ProteinMPNN's k = 48 neighbours to see across."""
+    models = {}
+    for decoding in ("one_shot", "autoregressive"):
+        torch.manual_seed(1)
+        model = InverseFoldingModel(
+            ModelConfig(**{**vars(ModelConfig.preset("tiny", decoding=decoding)), "k_neighbors": 48})
+        ).eval()
+        save_model(tmp_path / f"{decoding}.pt", model)
+        write_onnx(model, tmp_path / f"{decoding}.onnx")
+        models[decoding] = (tmp_path / f"{decoding}.pt", tmp_path / f"{decoding}.onnx")
     record = select_record(str(pdb), None, None, complexes=True)
     chains = record.chain_positions()
     b = collate([record])
