@@ -49,6 +49,7 @@ def _labelled(task, mlflow_secret, role: str = "step"):
 def invfold_pipeline(
     data_uri: str,
     split_file: str = "",
+    complexes: bool = False,
     strategy: str = d.STRATEGY,
     nodes: int = 1,
     procs_per_node: int = d.PROCS_PER_NODE,
@@ -86,6 +87,7 @@ def invfold_pipeline(
     Args:
         data_uri: Protein set: a CATH-style chain_set.jsonl[.gz], a TS50-style JSON list, or a folder of PDB/mmCIF files (path or s3://, gs://, https:// URI).
         split_file: chain_set_splits.json with train/validation/test names; empty to let prep make a cluster-disjoint split.
+        complexes: Read the chains of one entry (a PDB/mmCIF file, chain-set lines 1abc.A, 1abc.B) as one multi-chain record, so the model trains on complexes.
         strategy: Distributed training strategy: ddp, horovod or deepspeed.
         nodes: Training nodes (TrainJob numNodes on a cluster).
         procs_per_node: Training processes per node (one per GPU on GPU nodes).
@@ -125,7 +127,7 @@ def invfold_pipeline(
     with dsl.ExitHandler(finish, name="invfold-run"):
         fingerprint = fingerprint_op(data_uri=data_uri, split_file=split_file, pipeline_run_name=RUN_NAME, **tracking)
         _labelled(fingerprint.set_caching_options(False).set_display_name("fingerprint"), mlflow_secret)
-        prep = prep_op(data_uri=data_uri, split_file=split_file, data_digest=fingerprint.output)
+        prep = prep_op(data_uri=data_uri, split_file=split_file, complexes=complexes, data_digest=fingerprint.output)
         _labelled(prep.set_display_name("prep"), mlflow_secret)
         train = train_op(
             prepared=prep.outputs["prepared"],

@@ -10,16 +10,21 @@ from kfp.dsl import Dataset, Markdown, Output
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def prep_op(data_uri: str, split_file: str, data_digest: str, prepared: Output[Dataset], card: Output[Markdown]):
+def prep_op(
+    data_uri: str, split_file: str, complexes: bool, data_digest: str, prepared: Output[Dataset], card: Output[Markdown]
+):
     """Validate, filter, split and shard the protein set; write the dataset card.
 
     Args:
         data_uri: The protein set: chain_set.jsonl[.gz], a TS50 JSON list or a folder of PDB/mmCIF files (path or URI).
         split_file: chain_set_splits.json-style file ('' to let prep make a cluster-disjoint split).
+        complexes: The chains of one entry as one multi-chain record.
         data_digest: Fingerprint of the input bytes; only here so the cache follows the data.
         prepared: The prepared data (Arrow files, index, card).
         card: The dataset card.
     """
     from invfold.components.prep.step import prep_step
 
-    prepared.metadata.update(prep_step(data_uri, split_file, data_digest, prepared.path, card.path))
+    prepared.metadata.update(
+        prep_step(data_uri, split_file, data_digest, prepared.path, card.path, complexes=complexes)
+    )

@@ -12,14 +12,18 @@ import time
 from invfold.runtime import record_timing
 
 
-def prep_step(data_uri: str, split_file: str, data_digest: str, prepared_path: str, card_path: str) -> dict:
+def prep_step(
+    data_uri: str, split_file: str, data_digest: str, prepared_path: str, card_path: str, complexes: bool = False
+) -> dict:
     """Prep into prepared_path, copy its card to card_path; returns the artifact metadata."""
     from invfold.components.prep.config import PrepConfig
     from invfold.components.prep.run import run_prep
     from invfold.components.prep.shards import open_prepared
 
     start = time.perf_counter()
-    result = run_prep(PrepConfig(input=data_uri, output=prepared_path, split_file=split_file or None))
+    result = run_prep(
+        PrepConfig(input=data_uri, output=prepared_path, split_file=split_file or None, complexes=complexes)
+    )
     shutil.copyfile(open_prepared(prepared_path).root / "card.md", card_path)
     seconds = time.perf_counter() - start
     record_timing("prep", seconds, digest=result.digest[:19])

@@ -93,3 +93,15 @@ def test_split_file_naming_chains_places_complexes(tmp_path):
     # the sample's split file names 1tii.A train and 1tii.D validation: that complex cannot be placed
     assert "1tii" not in rows and result.card["dropped"]["split_conflict"] >= 1
     assert result.card["split"]["absent_from_set"] == {"train": 0, "validation": 0, "test": 0}
+
+
+def test_pipeline_prep_step_passes_complexes(tmp_path):
+    """The pipeline's `complexes` parameter reaches prep (pipelines/pipeline.py -> prep_op -> prep_step)."""
+    from invfold.components.prep.step import prep_step
+
+    out, card = tmp_path / "prepared", tmp_path / "card.md"
+    meta = prep_step(str(SAMPLE), str(SAMPLE_SPLITS), "sha256:test", str(out), str(card), complexes=True)
+    rows = _rows(open_prepared(out))
+    made = [r for _, r in rows.values() if r.is_complex]
+    assert made and not any(f"{r.name}.{c}" in rows for r in made for c in r.chain_names)
+    assert sum(meta["datasets"].values()) == len(rows) and card.read_text().strip()
