@@ -53,9 +53,9 @@ class StepClock:
         return np.array([*measured, other], dtype=np.float64)
 
     def restart(self) -> None:
-        """Forget the time since the last lap (validation, checkpoints: not training time)."""
-        self._spent = dict.fromkeys(PHASES, 0.0)
-        self._lap_start = time.perf_counter()
+        """Forget the unclaimed time since the last lap (validation, checkpoints: not training
+        time); keep the phases measured in it (a step's waits that end after its lap)."""
+        self._lap_start = time.perf_counter() - sum(self._spent.values())
 
 
 def summarize(per_rank: np.ndarray, steps: int) -> dict[str, float]:

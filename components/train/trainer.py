@@ -97,11 +97,20 @@ def sequence_loss(logits: torch.Tensor, S: torch.Tensor, mask: torch.Tensor, smo
     return loss, sums
 
 
-def _agree(strategy, info: DistInfo, flags: list[int], sums: torch.Tensor, times: np.ndarray):
+def _grads_finite(strategy, clock: StepClock) -> bool:
+    """This rank's gradients are finite; Horovod waits for its exchange here (moved to sync)."""
+    with clock.phase("compute_s"):
+        finite = strategy.local_grads_finite()
+    clock.move(strategy.sync_seconds(), "compute_s", "sync_s")
+    return finite
+
+
+def _start_agreement(strategy, info: DistInfo, flags: list[int], sums: torch.Tensor, times: np.ndarray):
     """The loop's one collective per step besides the gradient exchange: every rank puts its stop
     flags, loss sums and phase times in its own row of a [world, fields] matrix, and one SUM
-    all-reduce gives every rank every row. Returns every rank's row split in three: [world, flags],
-    [world, STAT_FIELDS] loss sums, [world, phases] times."""
+    all-reduce gives every rank every row. Returns the function that waits for it and returns
+    every rank's row split in three: [world, flags], [world, STAT_FIELDS] loss sums, [world, phases]
+    times."""
     width = len(flags) + len(STAT_FIELDS) + len(PHASES)
     row = torch.cat(
         [
@@ -112,9 +121,14 @@ def _agree(strategy, info: DistInfo, flags: list[int], sums: torch.Tensor, times
     )
     table = torch.zeros(info.world_size, width, dtype=torch.float64)
     table[info.rank] = row
-    table = strategy.all_reduce(table, "sum").numpy()
+    wait = strategy.start_all_reduce_sum(table)
     stats_end = len(flags) + len(STAT_FIELDS)
-    return table[:, : len(flags)], table[:, len(flags) : stats_end], table[:, stats_end:]
+
+    def result():
+        agreed = wait().numpy()
+        return agreed[:, : len(flags)], agreed[:, len(flags) : stats_end], agreed[:, stats_end:]
+
+    return result
 
 
 class _Window:
@@ -304,16 +318,27 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
                     loss, micro_sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
                     strategy.backward(loss)
                 sums += micro_sums
-            with clock.phase("compute_s"):  # Horovod waits for its all-reduce here: moved to sync_s below
-                grads_finite = strategy.local_grads_finite()
-            clock.move(strategy.sync_seconds(), "compute_s", "sync_s")
+            # Replicated gradients are judged after the exchange, alike on every rank, so the
+            # agreement can start first (Horovod sends it in the gradients' cycle); ZeRO's
+            # partitions are judged before it and put to the vote.
+            vote = not strategy.replicated_grads
+            if vote:
+                grads_finite = _grads_finite(strategy, clock)
+            else:  # DDP waited inside backward: book it before this step's lap
+                clock.move(strategy.sync_seconds(), "compute_s", "sync_s")
             flags = [
                 STOP_PREEMPTED if preemption.requested else 0,
                 STOP_TIME_BUDGET if _over_budget(cfg, start, cpu_start) else 0,
-                0 if grads_finite else 1,
+                0 if not vote or grads_finite else 1,
             ]
             with clock.phase("sync_s"):
-                rank_flags, rank_stats, step_times = _agree(strategy, info, flags, sums, clock.lap())
+                agreement = _start_agreement(strategy, info, flags, sums, clock.lap())
+            if not vote:
+                grads_finite = _grads_finite(strategy, clock)
+            with clock.phase("sync_s"):
+                rank_flags, rank_stats, step_times = agreement()
+            if not grads_finite:
+                rank_flags[:, 2] = np.maximum(rank_flags[:, 2], 1)
             stop = int(rank_flags[:, :2].max())
             nonfinite_ranks = int(((rank_flags[:, 2] > 0) | ~np.isfinite(rank_stats).all(axis=1)).sum())
             if nonfinite_ranks:

@@ -67,6 +67,10 @@ class TorchCollectives:
 
 
 class Strategy(ABC):
+    # True where every rank holds the same all-reduced gradients after the exchange, so every
+    # rank judges their finiteness alike without a vote (DDP, Horovod; not ZeRO's partitions)
+    replicated_grads = False
+
     def __init__(self, cfg: TrainConfig, info: DistInfo):
         self.cfg, self.info = cfg, info
 
@@ -113,6 +117,13 @@ class Strategy(ABC):
     @abstractmethod
     def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """op "sum" or "max"; returns the reduced tensor (same on every rank)."""
+
+    def start_all_reduce_sum(self, tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
+        """Start a SUM all-reduce and return the function that waits for its result. Horovod
+        starts it in the background, so it joins the gradients' pending exchange; elsewhere it
+        runs now."""
+        reduced = self.all_reduce(tensor, "sum")
+        return lambda: reduced
 
     @abstractmethod
     def all_gather_object(self, obj) -> list: ...

@@ -12,6 +12,8 @@ from .base import SchedulerFactory, TorchCollectives, TorchStateStrategy, make_o
 
 
 class DDPStrategy(TorchCollectives, TorchStateStrategy):
+    replicated_grads = True
+
     def wrap(self, model: torch.nn.Module, scheduler_factory: SchedulerFactory) -> None:
         model = model.to(self.info.device)
         device_ids = [self.info.device.index] if self.info.device.type == "cuda" else None
