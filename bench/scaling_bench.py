@@ -82,6 +82,7 @@ def run_job(strategy: str, nproc: int, preset: str, args, data: str, out: Path, 
         max_steps=args.steps,
         threads=args.threads,
         validate_every=0,
+        validation_dataset=None,  # throughput only: no validation pass at the end
         checkpoint_every=0,
         log_every=1,
         resume=False,
