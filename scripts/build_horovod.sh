@@ -2,13 +2,14 @@
 # Horovod 0.28.1 for torch 2.13, built from source with the two fixes it needs:
 # a CMake policy floor for its bundled Gloo, and C++17 everywhere (torch 2.x headers require it,
 # Horovod forces C++14; a compiler wrapper rewrites the flag so Gloo and the extension link).
-# The wheel is cached in .cache/wheels, keyed by Python and torch version.
+# The wheel is cached outside the clone (scripts/cache.sh), keyed by Python and torch version
+# (PyPI's torch reports itself as 2.13.0+cu130: the CUDA build, which also runs on CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/cache.sh
 PY=${PYTHON:-python3}
 if "$PY" -c "import horovod.torch" 2>/dev/null; then exit 0; fi
-key=$("$PY" -c "import sys, torch; print(f'py{sys.version_info.major}{sys.version_info.minor}-torch{torch.__version__}')")
-cache=".cache/wheels/horovod-$key"
+cache=$(horovod_wheel_dir "$PY")
 mkdir -p "$cache"
 if ! ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
   echo "==> building Horovod 0.28.1 from source (about 4-5 minutes on 2 cores)"

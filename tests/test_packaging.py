@@ -71,3 +71,58 @@ def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and "make run" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints" / "ci.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if "==" in line:
+            name, version = line.split("==")
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    return pins
+
+
+def test_constraints_pin_torch_and_every_library_it_imports_with():
+    """PyPI's torch is the CUDA build: it imports only with its nvidia-*/cuda-* libraries, so a torch
+    bump that leaves one of them unpinned would resolve a different set on the next fresh machine."""
+    from importlib.metadata import requires, version
+
+    from packaging.requirements import Requirement
+
+    pins = _pins()
+    assert pins["torch"] == version("torch").split("+")[0], "the venv's torch is not the pinned one"
+    needed = [Requirement(r) for r in requires("torch") or []]
+    needed = [r for r in needed if r.marker is None or r.marker.evaluate({"extra": ""})]
+    binary = [r.name.lower() for r in needed if r.name.lower().startswith(("nvidia-", "cuda-", "triton"))]
+    assert binary, "torch declares no CUDA libraries: is this still PyPI's build?"
+    for name in binary:
+        assert name in pins, f"constraints/ci.txt does not pin {name}, which torch {pins['torch']} requires"
+        assert pins[name] == version(name), f"{name}: pinned {pins[name]}, installed {version(name)}"
+
+
+@pytest.mark.parametrize(
+    ("go_script", "expected"),
+    [
+        (None, "no `go` is on PATH"),
+        ("echo go1.25.4", "found go1.25.4"),
+    ],
+)
+def test_test_setup_stops_first_without_the_go_toolchain(tmp_path, go_script, expected):
+    """`make test` must stop at once with a clear line on a machine whose Go is missing or too old."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if go_script:
+        (bin_dir / "go").write_text(f"#!/bin/sh\n{go_script}\n")
+        (bin_dir / "go").chmod(0o755)
+    path = ":".join([str(bin_dir), "/usr/bin", "/bin"])
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "setup.sh"), "test"],
+        capture_output=True,
+        text=True,
+        env={"PATH": path, "HOME": str(tmp_path), "VENV": str(tmp_path / "venv")},
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert expected in proc.stderr and "Go 1.26.0 or newer" in proc.stderr
+    assert not (tmp_path / "venv").exists(), "set-up went on past the failed Go check"

@@ -26,7 +26,7 @@ def docker_engine():
 
 @pytest.fixture(scope="session")
 def cpu_images(docker_engine):
-    """The CPU variants of every image, built once per content of their inputs (cached in .cache)."""
+    """The CPU variants of every image, built once per content of their inputs (kept in the build cache)."""
     from tests.deploy.docker_engine import build_cpu_images
 
     return build_cpu_images(docker_engine)

@@ -1,8 +1,9 @@
 """A Docker engine for the image tests, and the CPU images built once per content of their inputs.
 
-The engine is Debian's docker.io, started here with its state under .cache/docker (short paths:
-unix sockets have a 108-byte limit). Images are tagged with a hash of everything that goes into
-them, so a re-run with unchanged sources builds nothing."""
+The engine is Debian's docker.io, started here with its state in the build cache outside the clone
+(scripts/cache.sh), so another clone or CI run on this machine reuses its images and BuildKit layers.
+Images are tagged with a hash of everything that goes into them, so a re-run with unchanged sources
+builds nothing."""
 
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.tools import REPO, run
+from tests.deploy.tools import BUILD_CACHE, REPO, run
 
 DOCKER = "/usr/bin/docker"  # the Debian client: BuildKit (RUN --mount) works with it
-STATE = REPO / ".cache" / "docker"
+STATE = BUILD_CACHE / "docker"  # short: unix sockets have a 108-byte limit
 SETUP_HINT = "install the engine with `bash scripts/setup.sh test` (apt: docker.io debootstrap)"
 # The inputs of the images: a change to any of them gives new tags and a rebuild.
 IMAGE_INPUTS = (
@@ -96,7 +97,7 @@ def start_engine():
 
 def inputs_digest() -> str:
     digest = hashlib.sha256()
-    horovod = sorted((REPO / ".cache" / "wheels").glob("horovod-*/horovod-*.whl"))
+    horovod = sorted((BUILD_CACHE / "wheels").glob("horovod-*/horovod-*.whl"))
     paths = []
     for name in IMAGE_INPUTS:
         root = REPO / name
@@ -106,7 +107,7 @@ def inputs_digest() -> str:
             else sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
         )
     for path in paths + horovod:
-        digest.update(str(path.relative_to(REPO)).encode())
+        digest.update(str(path.relative_to(REPO) if path.is_relative_to(REPO) else path.name).encode())
         digest.update(path.read_bytes() if path.stat().st_size < 50_000_000 else str(path.stat().st_size).encode())
     return digest.hexdigest()[:12]
 
