@@ -14,7 +14,7 @@ from invfold.components.model.config import PRESETS
 from invfold.errors import ConfigError
 from invfold.options import check_choices, config_from_dict, option
 
-from .sampler import BALANCE_MODES
+from invfold.components.protein.sampler import BALANCE_MODES
 from .strategies import STRATEGIES
 
 # model fields a fine-tuning run may change; the rest must match the initial weights

@@ -43,7 +43,7 @@ from invfold.components.protein.batch import collate
 from . import checkpoint as ckpt
 from .config import TrainConfig
 from .distributed import DistInfo
-from .sampler import TokenBudgetSampler
+from invfold.components.protein.sampler import TokenBudgetSampler
 from .strategies import make_strategy
 from .timing import PHASES, StepClock, summarize
 

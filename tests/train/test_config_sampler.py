@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from invfold.components.train.config import TrainConfig
-from invfold.components.train.sampler import TokenBudgetSampler
+from invfold.components.protein.sampler import TokenBudgetSampler
 
 BASE = dict(data="prepared", out="out", max_steps=10)
 

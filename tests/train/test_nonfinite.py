@@ -18,7 +18,7 @@ from invfold.components.model.io import NonFiniteWeightsError, load_model, save_
 from invfold.components.model.network import InverseFoldingModel
 from invfold.components.prep.shards import DatasetWriter, ShardedDataset, dataset_file, open_prepared
 from invfold.components.train import checkpoint as ckpt
-from invfold.components.train.sampler import TokenBudgetSampler
+from invfold.components.protein.sampler import TokenBudgetSampler
 
 from tests.support.training import read_metrics, run_job, summary, tiny_config
 from .test_strategies import STRATEGIES
