@@ -11,7 +11,7 @@ from invfold.components.launch.trainjob import SECRET_KEYS
 from invfold.components.prep.component import prep_op
 from invfold.components.register.component import compare_op, register_op
 from invfold.components.tracking.component import finish_tracking_op
-from invfold.components.train.component import train_op
+from invfold.components.launch.component import train_op
 from kfp import dsl, kubernetes
 
 from . import defaults as d

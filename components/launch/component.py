@@ -85,7 +85,7 @@ def train_op(
         metrics: Final training figures.
         task_config: Node selector and tolerations passed through to the TrainJob.
     """
-    from invfold.components.train.step import train_step
+    from invfold.components.launch.step import train_step
 
     out = train_step(
         prepared_path=prepared.path,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from invfold.components.launch.trainjob import WORKSPACE_MOUNT
 from invfold.components.train.config import TrainConfig
-from invfold.components.train.step import checkpoint_location
+from invfold.components.launch.step import checkpoint_location
 
 RUN = "run-7f3a"
 
