@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from invfold.errors import ConfigError, InvfoldError
-
 from invfold.runtime import TIMINGS_ENV
 
 log = logging.getLogger(__name__)
@@ -85,12 +84,12 @@ def run_local(
     Console) shows one line per step and a training bar, and with `verbose` the whole output
     live. Raises PipelineFailed when a step fails (the exit handler has then marked the MLflow
     runs FAILED)."""
-    from invfold.components.tracking import default_tracking_uri
     from kfp import local
     from rich.console import Console
 
-    from .console import StepConsole, TrainLimit
-    from .pipeline import invfold_pipeline
+    from invfold.components.tracking import default_tracking_uri
+    from invfold.pipelines.console import StepConsole, TrainLimit
+    from invfold.pipelines.pipeline import invfold_pipeline
 
     params = _coerce(invfold_pipeline, params)
     runs = Path(runs_dir).absolute()
@@ -167,7 +166,7 @@ def _coerce(pipeline, params: dict) -> dict:
 
 
 def _pipeline_default(name: str):
-    from . import defaults
+    from invfold.pipelines import defaults
 
     return {
         "mlflow_experiment": defaults.EXPERIMENT,
@@ -238,10 +237,10 @@ def run_design_local(params: dict, runs_dir: str = "runs", tracking_uri: str | N
     """Run the design pipeline (pipelines/design_pipeline.py) with KFP's local runner: steps as
     subprocesses of this Python, MLflow in the runs folder's SQLite file unless a tracking URI is
     given (the registered model is read from there). Raises PipelineFailed when a step fails."""
-    from invfold.components.tracking import default_tracking_uri
     from kfp import local
 
-    from .design_pipeline import design_pipeline
+    from invfold.components.tracking import default_tracking_uri
+    from invfold.pipelines.design_pipeline import design_pipeline
 
     params = _coerce(design_pipeline, params)
     runs = Path(runs_dir).absolute()

@@ -40,7 +40,7 @@ def pipeline_parameters() -> dict[str, dict]:
     """name -> the compiled pipeline's definition (parameterType, description, defaultValue)."""
     import yaml
 
-    from .compile import COMMITTED_YAML
+    from invfold.pipelines.compile import COMMITTED_YAML
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with open(COMMITTED_YAML) as fh:
@@ -88,7 +88,7 @@ def add_pipeline_options(parser: argparse.ArgumentParser, command: str) -> None:
 def given_parameters(args: argparse.Namespace) -> dict:
     """The pipeline parameters set on the command line; with --init-from (fine-tuning) and no
     --lr / --warmup-steps, the fine-tuning recipe's lower peak and shorter warm-up."""
-    from . import defaults
+    from invfold.pipelines import defaults
 
     params = {n: getattr(args, n) for n in pipeline_parameters() if getattr(args, n, None) is not None}
     if params.get("init_from"):

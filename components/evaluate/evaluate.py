@@ -22,15 +22,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from invfold.components.evaluate.metrics import DatasetScores, sample_designs, score_dataset
+from invfold.components.evaluate.structure_classes import BURIAL, SECONDARY, burial_classes, secondary_structure
 from invfold.components.model.io import load_model_or_published
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA
-
 from invfold.errors import ConfigError, InputError
 from invfold.options import option
-
-from .metrics import DatasetScores, sample_designs, score_dataset
-from .structure_classes import BURIAL, SECONDARY, burial_classes, secondary_structure
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
+
 from invfold.components.model.network import unknown_last
 from invfold.components.protein.alphabet import NUM_AA
 from invfold.components.protein.batch import Batch, collate

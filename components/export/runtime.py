@@ -74,9 +74,8 @@ def feeds(X, S, mask, residue_index, decoding_order) -> dict[str, np.ndarray]:
 
 def model_config_of(sess):
     """The ModelConfig stored in an exported graph's metadata."""
+    from invfold.components.model.config import ModelConfig
     from invfold.errors import InputError
-
-    from ..model.config import ModelConfig
 
     props = sess.get_modelmeta().custom_metadata_map
     if META_CONFIG not in props:

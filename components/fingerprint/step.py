@@ -14,7 +14,6 @@ import time
 from invfold.errors import InputError
 from invfold.runtime import record_timing
 
-
 CHUNK = 4 * 2**20
 
 

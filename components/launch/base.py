@@ -74,10 +74,10 @@ def select_launcher(env: Mapping[str, str] = os.environ, **cluster_options) -> L
     """The Kubernetes backend inside a pod, local processes elsewhere. cluster_options go to
     ClusterOptions (ignored locally)."""
     if on_kubernetes(env):
-        from .kubernetes import KubernetesLauncher
-        from .trainjob import ClusterOptions
+        from invfold.components.launch.kubernetes import KubernetesLauncher
+        from invfold.components.launch.trainjob import ClusterOptions
 
         return KubernetesLauncher(ClusterOptions(**cluster_options))
-    from .local import LocalLauncher
+    from invfold.components.launch.local import LocalLauncher
 
     return LocalLauncher()

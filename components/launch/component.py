@@ -5,9 +5,10 @@ TrainJob (components/launch), with the node selector and tolerations of the task
 (dsl.TaskConfig) to the TrainJob's runtimePatches. Checkpoints live under a location keyed by
 the KFP run id, so a retried step resumes from the last complete checkpoint."""
 
-from invfold.runtime import runtime_image
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
+
+from invfold.runtime import runtime_image
 
 
 @dsl.component(

@@ -16,10 +16,9 @@ import threading
 import time
 from collections.abc import Callable
 
+from invfold.components.launch import schema, trainjob
+from invfold.components.launch.base import Launcher, LaunchError, LaunchResult, Resources
 from invfold.components.train.config import TrainConfig
-
-from . import schema, trainjob
-from .base import Launcher, LaunchError, LaunchResult, Resources
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ import time
 from invfold.errors import ConfigError
 from invfold.runtime import record_timing
 
-
 SUMMARY_METRICS = ("step", "epoch", "elapsed_s", "residues", "residues_per_s")
 
 

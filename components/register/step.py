@@ -15,9 +15,8 @@ import os
 import tempfile
 import time
 
+from invfold.components.register.decision import METRIC, Champion, Comparison, Evaluation, StartingPoint, decide
 from invfold.runtime import record_timing
-
-from .decision import METRIC, Champion, Comparison, Evaluation, StartingPoint, decide
 
 TAG_RECOVERY = "invfold.validation_recovery"  # what champions are compared on
 TAG_TEST_RECOVERY = "invfold.test_recovery"  # for reporting only
@@ -97,6 +96,7 @@ def compare_step(
 def input_example(prepared_path: str) -> dict:
     """The model's ONNX inputs for the shortest test chain (a real protein)."""
     import torch
+
     from invfold.components.export.runtime import feeds
     from invfold.components.prep.shards import open_prepared
     from invfold.components.protein.batch import collate

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from invfold.components.model.config import PRESETS
+from invfold.components.protein.sampler import BALANCE_MODES
+from invfold.components.train.strategies import STRATEGIES
 from invfold.errors import ConfigError
 from invfold.options import check_choices, config_from_dict, option
-
-from invfold.components.protein.sampler import BALANCE_MODES
-from .strategies import STRATEGIES
 
 # model fields a fine-tuning run may change; the rest must match the initial weights
 FINE_TUNE_OVERRIDES = ("dropout", "activation_checkpointing")

@@ -18,8 +18,14 @@ import time
 
 import torch
 
-from .. import checkpoint as ckpt
-from .base import SchedulerFactory, Strategy, TorchCollectives, make_optimizer, params_digest
+from invfold.components.train import checkpoint as ckpt
+from invfold.components.train.strategies.base import (
+    SchedulerFactory,
+    Strategy,
+    TorchCollectives,
+    make_optimizer,
+    params_digest,
+)
 
 NEVER_PRINT = 2**31 - 1
 
