@@ -9,8 +9,13 @@ of parameters whose step input has another name."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import typing
 from functools import cache
+
+# The imports inside functions below keep `invfold --help` fast: pipelines/cli.py imports this
+# module to build its parser.
 
 # pipeline parameter -> the step input it becomes, where the two names differ. The pipeline's
 # parameters share one flat form in the Kubeflow UI beside KFP's own (experiment, run name), so
@@ -50,9 +55,6 @@ def pipeline_parameters() -> dict[str, dict]:
 
 def _choices(name: str) -> tuple | None:
     """The choices of the config field the parameter sets, if it has any."""
-    import dataclasses
-    import typing
-
     from invfold.components.train.config import TrainConfig
     from invfold.options import choices_of
 

@@ -14,6 +14,7 @@ report.md and report.html (plots embedded, so the file stands alone in the Kubef
 from __future__ import annotations
 
 import base64
+import html
 import json
 import logging
 import os
@@ -397,8 +398,6 @@ def _reports(out: str, metrics: dict, plots: dict[str, str]) -> None:
     markdown = "\n".join(lines)
     with open(os.path.join(out, "report.md"), "w") as fh:
         fh.write(markdown)
-
-    import html
 
     body = []
     for line in lines:

@@ -73,6 +73,7 @@ def on_kubernetes(env: Mapping[str, str] = os.environ) -> bool:
 def select_launcher(env: Mapping[str, str] = os.environ, **cluster_options) -> Launcher:
     """The Kubernetes backend inside a pod, local processes elsewhere. cluster_options go to
     ClusterOptions (ignored locally)."""
+    # Imported here: both backends subclass Launcher from this module.
     if on_kubernetes(env):
         from invfold.components.launch.kubernetes import KubernetesLauncher
         from invfold.components.launch.trainjob import ClusterOptions

@@ -12,6 +12,7 @@ import os
 import torch
 
 from invfold import storage
+from invfold.components.model import published
 from invfold.components.model.config import ModelConfig
 from invfold.components.model.network import InverseFoldingModel
 from invfold.errors import InputError, InvfoldError
@@ -103,7 +104,6 @@ def load_model(path: str | os.PathLike, map_location: str = "cpu") -> InverseFol
 
 def load_model_or_published(spec: str | os.PathLike, map_location: str = "cpu") -> InverseFoldingModel:
     """A model file (path or URI) or a published name such as "proteinmpnn:v_48_020"."""
-    from invfold.components.model import published
 
     if published.is_published_name(str(spec)):
         return published.load_published(str(spec))[0].to(map_location)

@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import random
 import signal
 import time
 from dataclasses import dataclass
@@ -224,7 +225,6 @@ class _Position:
 
 
 def _seed_everything(seed: int) -> None:
-    import random
 
     random.seed(seed)
     np.random.seed(seed % 2**32)

@@ -18,6 +18,7 @@ import time
 
 import torch
 
+from invfold.components.model.network import InverseFoldingModel
 from invfold.components.train import checkpoint as ckpt
 from invfold.components.train.strategies.base import (
     SchedulerFactory,
@@ -146,7 +147,6 @@ class DeepSpeedStrategy(TorchCollectives, Strategy):
     def eval_module(self) -> torch.nn.Module:
         with self._gathered():
             state = {k: v.detach().clone().float() for k, v in self.module.state_dict().items()}
-        from invfold.components.model.network import InverseFoldingModel
 
         model = InverseFoldingModel(copy.deepcopy(self.module.cfg)).to(self.info.device)
         model.load_state_dict(state)
