@@ -9,6 +9,7 @@ test:
 	bash scripts/setup.sh test
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
+	bash scripts/lint_imports.sh
 	.venv/bin/python -m pytest -q --durations=25
 
 images:

@@ -27,7 +27,7 @@ import numpy as np
 
 
 def efficiency(lengths: np.ndarray, world: int, budget: int, balance: str, epochs: int) -> float:
-    from invfold.components.train.sampler import TokenBudgetSampler
+    from invfold.components.protein.sampler import TokenBudgetSampler
 
     means, maxima = 0.0, 0.0
     for epoch in range(epochs):

@@ -41,6 +41,7 @@ def pick_complex(path: str, entry: str, chains: list[str]):
 
 def load_model(spec: str | None):
     import torch
+
     from invfold.components.model import InverseFoldingModel, ModelConfig
     from invfold.components.model import load_model as load_checkpoint
 
@@ -71,6 +72,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import torch
+
     from invfold.components.design import DesignConfig, design_record, load_backend
     from invfold.components.export import write_onnx
     from invfold.components.export.onnx_export import bundled_sample

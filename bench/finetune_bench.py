@@ -29,6 +29,7 @@ import tempfile
 import time
 
 import torch
+
 from invfold.components.evaluate.metrics import score_dataset
 from invfold.components.model.io import load_model
 from invfold.components.model.published import load_published

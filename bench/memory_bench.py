@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 import psutil
+
 from invfold.components.model.config import ModelConfig
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.launch import ENTRYPOINT

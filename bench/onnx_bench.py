@@ -42,6 +42,7 @@ def pick_chains(path: str, count: int, lo: int, hi: int):
 
 def bench_model(label, model, records, threads: int, repeats: int) -> dict:
     import torch
+
     from invfold.components.export import write_onnx
     from invfold.components.export.runtime import feeds, session
     from invfold.components.protein.batch import collate
@@ -113,6 +114,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     import torch
+
     from invfold.components.export.onnx_export import bundled_sample
     from invfold.components.model import InverseFoldingModel, ModelConfig, load_model
 

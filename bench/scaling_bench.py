@@ -41,7 +41,6 @@ LABELS = {"ddp": "ddp", "horovod": "horovod (gloo)", "deepspeed": "deepspeed ZeR
 def prepare_sample(root: Path) -> str:
     from invfold.components.prep.config import PrepConfig
     from invfold.components.prep.run import run_prep
-
     from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
     out = root / "prepared"

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
+
 from invfold.components.train.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -291,6 +292,7 @@ def evaluate_reference(job: ReferenceJob, model, test_set) -> dict:
 def reference_child(config_path: str) -> int:
     """Entry of the reference child process (see run_reference)."""
     import torch
+
     from invfold.components.prep.shards import open_prepared
 
     job = ReferenceJob.from_json(config_path)

@@ -11,8 +11,7 @@ import sys
 from dataclasses import dataclass
 
 from invfold.options import add_command, from_args, option
-
-from .parameters import add_pipeline_options, given_parameters
+from invfold.pipelines.parameters import add_pipeline_options, given_parameters
 
 
 @dataclass
@@ -94,8 +93,7 @@ def add_parser(subparsers) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
-
-    from .local import run_local
+    from invfold.pipelines.local import run_local
 
     opts = from_args(RunOptions, args)
     params = given_parameters(args)
@@ -152,8 +150,7 @@ def summary_table(result) -> object:
 
 def compile_command(args: argparse.Namespace) -> int:
     from invfold import __version__
-
-    from .compile import compile_pipeline
+    from invfold.pipelines.compile import compile_pipeline
     from invfold.runtime import DEFAULT_REGISTRY, runtime_image
 
     opts = from_args(CompileOptions, args)
@@ -168,8 +165,7 @@ def submit_command(args: argparse.Namespace) -> int:
     import os
 
     from invfold.errors import ConfigError
-
-    from .compile import submit
+    from invfold.pipelines.compile import submit
 
     params = given_parameters(args)
     opts = from_args(SubmitOptions, args)

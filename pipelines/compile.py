@@ -12,7 +12,6 @@ import yaml
 
 from invfold import __version__
 from invfold.errors import InvfoldError
-
 from invfold.runtime import DEFAULT_REGISTRY, runtime_image
 
 COMMITTED_YAML = Path(__file__).resolve().parent / "invfold_pipeline.yaml"
@@ -27,9 +26,9 @@ def compile_pipeline(
     from kfp import compiler
 
     if pipeline == "design":
-        from .design_pipeline import design_pipeline as definition
+        from invfold.pipelines.design_pipeline import design_pipeline as definition
     else:
-        from .pipeline import invfold_pipeline as definition
+        from invfold.pipelines.pipeline import invfold_pipeline as definition
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "pipeline.yaml")

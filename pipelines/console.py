@@ -190,7 +190,8 @@ class StepConsole:
 
     def _key_figures(self, step: str) -> str:
         """The figures the step recorded with its timing (settings.record_timing)."""
-        from .local import read_timings
+        # Imported here: pipelines/local.py imports this module.
+        from invfold.pipelines.local import read_timings
 
         records = [r for r in read_timings(self.timings_file) if r["step"] == step] if self.timings_file else []
         figures = records[-1].get("figures", {}) if records else {}

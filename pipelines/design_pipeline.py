@@ -7,6 +7,8 @@ Runs locally through KFP's local runner (pipelines/local.py: run_design_local; n
 and on Kubeflow (`invfold compile --pipeline design` -> pipelines/design_pipeline.yaml, uploaded
 through the UI or kfp.Client; `invfold submit` sends the training pipeline only)."""
 
+from kfp import dsl
+
 from invfold.components.design.component import (
     design_shard_op,
     fetch_model_op,
@@ -14,10 +16,8 @@ from invfold.components.design.component import (
     plan_shards_op,
 )
 from invfold.components.tracking.component import finish_tracking_op
-from kfp import dsl
-
-from . import defaults as d
-from .pipeline import RUN_ID, _labelled
+from invfold.pipelines import defaults as d
+from invfold.pipelines.pipeline import RUN_ID, _labelled
 
 DESIGN_PIPELINE_NAME = "invfold-design"
 

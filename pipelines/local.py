@@ -9,13 +9,18 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from invfold.components.tracking import MODEL_TRAINING_VIEW, default_tracking_uri, reachable
 from invfold.errors import ConfigError, InvfoldError
-
+from invfold.pipelines import defaults
+from invfold.pipelines.console import StepConsole, TrainLimit
+from invfold.pipelines.design_pipeline import design_pipeline
+from invfold.pipelines.pipeline import invfold_pipeline
 from invfold.runtime import TIMINGS_ENV
 
 log = logging.getLogger(__name__)
@@ -50,7 +55,6 @@ class LocalRun:
     def ui_command(self) -> str:
         """How to see the run: the UI command and the experiment's page in its model-training
         view (MLflow 3 otherwise opens on its GenAI overview)."""
-        from invfold.components.tracking import MODEL_TRAINING_VIEW
 
         page = f"#/experiments/{self.experiment_id}?{MODEL_TRAINING_VIEW}" if self.experiment_id else ""
         if self.tracking_uri.startswith("sqlite:"):
@@ -85,12 +89,8 @@ def run_local(
     Console) shows one line per step and a training bar, and with `verbose` the whole output
     live. Raises PipelineFailed when a step fails (the exit handler has then marked the MLflow
     runs FAILED)."""
-    from invfold.components.tracking import default_tracking_uri
     from kfp import local
     from rich.console import Console
-
-    from .console import StepConsole, TrainLimit
-    from .pipeline import invfold_pipeline
 
     params = _coerce(invfold_pipeline, params)
     runs = Path(runs_dir).absolute()
@@ -167,7 +167,6 @@ def _coerce(pipeline, params: dict) -> dict:
 
 
 def _pipeline_default(name: str):
-    from . import defaults
 
     return {
         "mlflow_experiment": defaults.EXPERIMENT,
@@ -178,7 +177,6 @@ def _pipeline_default(name: str):
 
 def _remove_task_temp_folders(tmp: Path, since: float) -> None:
     """The local runner leaves each task's `mktemp -d` folder (its component source) behind."""
-    import shutil
 
     for folder in tmp.glob("tmp.*"):
         if folder.is_dir() and folder.stat().st_mtime >= since - 1:
@@ -194,7 +192,6 @@ def read_timings(path: Path) -> list[dict]:
 
 def _mlflow_outcome(uri: str, experiment: str, since: float) -> tuple[str | None, str | None, str | None]:
     """The parent run this pipeline run created, the model version it registered, the experiment."""
-    from invfold.components.tracking import reachable
 
     if not reachable(uri)[0]:
         return None, None, None
@@ -238,10 +235,7 @@ def run_design_local(params: dict, runs_dir: str = "runs", tracking_uri: str | N
     """Run the design pipeline (pipelines/design_pipeline.py) with KFP's local runner: steps as
     subprocesses of this Python, MLflow in the runs folder's SQLite file unless a tracking URI is
     given (the registered model is read from there). Raises PipelineFailed when a step fails."""
-    from invfold.components.tracking import default_tracking_uri
     from kfp import local
-
-    from .design_pipeline import design_pipeline
 
     params = _coerce(design_pipeline, params)
     runs = Path(runs_dir).absolute()

@@ -9,8 +9,13 @@ of parameters whose step input has another name."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import typing
 from functools import cache
+
+# The imports inside functions below keep `invfold --help` fast: pipelines/cli.py imports this
+# module to build its parser.
 
 # pipeline parameter -> the step input it becomes, where the two names differ. The pipeline's
 # parameters share one flat form in the Kubeflow UI beside KFP's own (experiment, run name), so
@@ -40,7 +45,7 @@ def pipeline_parameters() -> dict[str, dict]:
     """name -> the compiled pipeline's definition (parameterType, description, defaultValue)."""
     import yaml
 
-    from .compile import COMMITTED_YAML
+    from invfold.pipelines.compile import COMMITTED_YAML
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with open(COMMITTED_YAML) as fh:
@@ -50,9 +55,6 @@ def pipeline_parameters() -> dict[str, dict]:
 
 def _choices(name: str) -> tuple | None:
     """The choices of the config field the parameter sets, if it has any."""
-    import dataclasses
-    import typing
-
     from invfold.components.train.config import TrainConfig
     from invfold.options import choices_of
 
@@ -88,7 +90,7 @@ def add_pipeline_options(parser: argparse.ArgumentParser, command: str) -> None:
 def given_parameters(args: argparse.Namespace) -> dict:
     """The pipeline parameters set on the command line; with --init-from (fine-tuning) and no
     --lr / --warmup-steps, the fine-tuning recipe's lower peak and shorter warm-up."""
-    from . import defaults
+    from invfold.pipelines import defaults
 
     params = {n: getattr(args, n) for n in pipeline_parameters() if getattr(args, n, None) is not None}
     if params.get("init_from"):

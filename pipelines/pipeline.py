@@ -5,16 +5,16 @@ The same definition runs locally (`invfold run`, KFP's local runner: images igno
 as local processes) and on Kubeflow (`invfold compile` / `invfold submit`: every step in the
 runtime image, training as a Kubeflow Trainer TrainJob)."""
 
+from kfp import dsl, kubernetes
+
 from invfold.components.evaluate.component import evaluate_op
 from invfold.components.fingerprint.component import fingerprint_op
+from invfold.components.launch.component import train_op
 from invfold.components.launch.trainjob import SECRET_KEYS
 from invfold.components.prep.component import prep_op
 from invfold.components.register.component import compare_op, register_op
 from invfold.components.tracking.component import finish_tracking_op
-from invfold.components.train.component import train_op
-from kfp import dsl, kubernetes
-
-from . import defaults as d
+from invfold.pipelines import defaults as d
 
 PIPELINE_NAME = "invfold"
 RUN_ID = dsl.PIPELINE_JOB_ID_PLACEHOLDER

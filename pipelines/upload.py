@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 
 import yaml
 
-from .compile import SubmitError, kfp_errors
+from invfold.pipelines.compile import SubmitError, kfp_errors
 
 ENV = {
     "host": "KFP_HOST",

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from invfold.components.protein.errors import InputError, Skip
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.structure import STRUCTURE_PATTERNS, read_structures

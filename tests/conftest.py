@@ -117,7 +117,6 @@ def sample_prepared(tmp_path_factory) -> str:
     """The bundled sample, prepared once per session (read-only for the tests that use it)."""
     from invfold.components.prep.config import PrepConfig
     from invfold.components.prep.run import run_prep
-
     from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
     out = tmp_path_factory.mktemp("sample") / "prepared"

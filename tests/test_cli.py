@@ -5,6 +5,7 @@ traceback; every error the project raises on purpose is an InvfoldError."""
 from __future__ import annotations
 
 import pytest
+
 from invfold.cli import main
 from invfold.components.export.onnx_export import ParityError
 from invfold.components.launch.base import LaunchError

@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 
 import pytest
+
 from invfold.cli import build_parser
 from invfold.components.design.design import DesignConfig
 from invfold.components.design.score import ScoreConfig

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import pytest
+
 from invfold.errors import ConfigError
 from invfold.options import add_options, check_choices, from_args, option
 

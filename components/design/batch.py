@@ -22,11 +22,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from invfold import storage
+from invfold.components.design.design import (
+    Design,
+    DesignConfig,
+    check_backend,
+    design_record,
+    load_backend,
+    write_fasta,
+)
+from invfold.components.design.score import ScoreConfig, score_sequence
+from invfold.components.protein.errors import Skip
+from invfold.components.protein.record import ChainRecord
+from invfold.components.protein.sources import read_protein_set
 from invfold.errors import InputError, InvfoldError
-
-from ..protein.errors import Skip
-from ..protein.record import ChainRecord
-from .design import Design, DesignConfig, check_backend, design_record, load_backend, write_fasta
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +87,6 @@ def is_structure_list(path: str) -> bool:
 def read_structures(structures: str) -> Iterator[ChainRecord | Skip]:
     """Every record (or Skip) of a folder, a chain set, a structure file, or a list of paths; a
     structure file that cannot be read at all becomes a Skip naming it, not an error."""
-    from ..protein.sources import read_protein_set
 
     if not is_structure_list(structures):
         yield from read_protein_set(structures)
@@ -172,8 +179,6 @@ def score_designs(backend, record: ChainRecord, designs: list[Design], orders: i
     """sample index -> mean NLL of the design over `orders` random decoding orders (every chain
     scored; `invfold score`'s computation, order k drawn from seed + k)."""
     import torch
-
-    from .score import ScoreConfig, score_sequence
 
     scfg = ScoreConfig(model="", structure=record.name, out="", num_orders=orders, seed=seed)
     everything = torch.ones(len(record), dtype=torch.bool)

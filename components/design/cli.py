@@ -7,9 +7,8 @@ import argparse
 
 
 def add_parser(subparsers) -> None:
+    from invfold.components.design.design import DesignConfig
     from invfold.options import add_command
-
-    from .design import DesignConfig
 
     add_command(
         subparsers,
@@ -27,10 +26,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfold.components.design.batch import design_batch, is_batch
+    from invfold.components.design.design import DesignConfig, design
     from invfold.options import from_args
-
-    from .batch import design_batch, is_batch
-    from .design import DesignConfig, design
 
     cfg = from_args(DesignConfig, args)
     if is_batch(cfg) and cfg.out_structure:

@@ -3,9 +3,10 @@ shards of a structure set, design and score one shard, gather designs + scores +
 
 from typing import List
 
-from invfold.runtime import runtime_image
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Markdown, Metrics, Model, Output
+
+from invfold.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)

@@ -26,12 +26,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from invfold.components.design import positions as pos
+from invfold.components.model.sampling import Groups
+from invfold.components.protein.alphabet import ALPHABET, NUM_AA
+from invfold.components.protein.record import ChainRecord
 from invfold.errors import ConfigError
-
-from ..model.sampling import Groups
-from ..protein.alphabet import ALPHABET, NUM_AA
-from ..protein.record import ChainRecord
-from . import positions as pos
 
 MPNN_ALPHABET = "ACDEFGHIKLMNPQRSTVWYX"  # ProteinMPNN's column order: ours plus X
 

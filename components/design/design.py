@@ -14,16 +14,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from invfold.components.design import positions
+from invfold.components.design.constraints import ConstraintFiles, load_constraints
+from invfold.components.design.fasta import CHAIN_SEPARATOR
+from invfold.components.design.thread import structure_paths, write_structures
+from invfold.components.export import runtime
+from invfold.components.model.io import load_model
+from invfold.components.model.network import sample_one_shot, sampling_noise
+from invfold.components.model.sampling import Groups, letter_bias, pick_group_letters, tied_order
+from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET
+from invfold.components.protein.batch import Batch, collate
+from invfold.components.protein.record import ChainRecord
+from invfold.components.protein.sources import read_protein_set
 from invfold.errors import ConfigError
 from invfold.options import option
-
-from ..protein.alphabet import AA_TO_INDEX, ALPHABET
-from ..protein.batch import Batch, collate
-from ..protein.record import ChainRecord
-from .constraints import ConstraintFiles, load_constraints
-from .thread import structure_paths, write_structures
-from . import positions
-from .fasta import CHAIN_SEPARATOR
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +189,6 @@ def parse_positions(text: str) -> list[int]:
 def select_record(structure: str, name: str | None, chain: str | None, complexes: bool = False) -> ChainRecord:
     """The one record of `structure` that name/chain pick. complexes: entries read as complexes;
     name then picks the entry ("1abc") or, as the same record, one of its chains ("1abc.B")."""
-    from ..protein.sources import read_protein_set
 
     records = [r for r in read_protein_set(structure, complexes=complexes) if isinstance(r, ChainRecord)]
 
@@ -204,7 +207,6 @@ def select_record(structure: str, name: str | None, chain: str | None, complexes
 
 class TorchBackend:
     def __init__(self, path: str):
-        from ..model.io import load_model
 
         self.model = load_model(path)
         self.cfg = self.model.cfg
@@ -233,7 +235,6 @@ class OnnxBackend:
     per decoding step (all samples batched), reading the logits of the position decoded next."""
 
     def __init__(self, path: str, threads: int | None):
-        from ..export import runtime
 
         self.runtime = runtime
         self.session = runtime.session(path, threads)
@@ -245,8 +246,6 @@ class OnnxBackend:
         return torch.from_numpy(out)
 
     def sample(self, b: Batch, temperature, excluded, fixed_mask, fixed_S, order, uniforms, groups=None):
-        from ..model.network import sample_one_shot
-        from ..model.sampling import Groups, letter_bias, pick_group_letters, tied_order
 
         groups = Groups.singletons(b.S.shape[1]) if groups is None else groups
         groups = Groups(groups.members, groups.weights, groups.bias + letter_bias(excluded))
@@ -326,8 +325,6 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
     sample's decoding order); recovery: fraction of designed positions with a known native letter
     that equal it.
     """
-    from ..model.network import sampling_noise
-    from ..model.sampling import letter_bias, tied_order
 
     length = len(record)
     bad = [p for p in cfg.fixed_positions if p > length]

@@ -6,9 +6,8 @@ import os
 from dataclasses import dataclass
 
 from invfold import storage
+from invfold.components.protein.alphabet import ALPHABET, UNKNOWN
 from invfold.errors import InputError
-
-from ..protein.alphabet import ALPHABET, UNKNOWN
 
 # ProteinMPNN writes "/" between chains of a complex (protein_mpnn_run.py; parse_fasta omits it).
 CHAIN_SEPARATOR = "/"

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from invfold.components.protein.record import ChainRecord
 from invfold.errors import ConfigError
-
-from ..protein.record import ChainRecord
 
 
 def chain_positions(record: ChainRecord) -> dict[str, np.ndarray]:

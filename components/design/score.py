@@ -16,14 +16,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from invfold.components.design.design import OnnxBackend, TorchBackend, select_record
+from invfold.components.design.fasta import FastaEntry, read_fasta
+from invfold.components.design.positions import chain_of, chain_positions, selected_chains
+from invfold.components.model.network import random_decoding_order
+from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET
+from invfold.components.protein.batch import collate
+from invfold.components.protein.record import ChainRecord
 from invfold.errors import ConfigError, InputError
 from invfold.options import option
-
-from ..protein.alphabet import AA_TO_INDEX, ALPHABET
-from ..protein.batch import collate
-from ..protein.record import ChainRecord
-from .fasta import FastaEntry, read_fasta
-from .positions import chain_of, chain_positions, selected_chains
 
 
 @dataclass
@@ -100,7 +101,6 @@ def check_sequence(entry: FastaEntry, record: ChainRecord, fasta: str) -> None:
 
 def score(cfg: ScoreConfig) -> list[Score]:
     """Score every sequence (cfg.fasta, or the native) and write cfg.out (CSV) and its JSON."""
-    from .design import OnnxBackend, TorchBackend, select_record
 
     backend = OnnxBackend(cfg.model, cfg.threads) if str(cfg.model).endswith(".onnx") else TorchBackend(cfg.model)
     if cfg.threads:
@@ -146,7 +146,6 @@ def score_sequence(backend, record: ChainRecord, sequence: str, in_scored, order
     are not scored (context chains, no backbone) first and unknown letters (X) last, so the
     decoder never reads a letter it cannot embed; the same orders for a checkpoint and its ONNX.
     """
-    from ..model.network import random_decoding_order
 
     letters = "".join(c if c in AA_TO_INDEX else "X" for c in sequence)
     rec = ChainRecord(record.name, letters, record.coords, record.mask, record.residue_index)

@@ -6,9 +6,8 @@ import argparse
 
 
 def add_parser(subparsers) -> None:
+    from invfold.components.design.score import ScoreConfig
     from invfold.options import add_command
-
-    from .score import ScoreConfig
 
     add_command(
         subparsers,
@@ -23,9 +22,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfold.components.design.score import ScoreConfig, score
     from invfold.options import from_args
-
-    from .score import ScoreConfig, score
 
     cfg = from_args(ScoreConfig, args)
     for s in score(cfg):

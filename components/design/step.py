@@ -15,6 +15,9 @@ import statistics
 import time
 from collections import Counter
 
+from invfold.components.design.batch import design_batch, read_structures
+from invfold.components.design.design import DesignConfig
+from invfold.components.tracking import RunContext, Tracker, fetch_registered_file
 from invfold.runtime import record_timing
 
 MODEL_PT = "model_pt/model.pt"  # where the register step logs the checkpoint (register/step.py)
@@ -22,7 +25,6 @@ MODEL_PT = "model_pt/model.pt"  # where the register step logs the checkpoint (r
 
 def fetch_model_step(*, model_name: str, model_version: str, tracking_uri: str, out_dir: str) -> dict:
     """model.pt of a registered version (number) or alias (e.g. "champion") into out_dir."""
-    from invfold.components.tracking import fetch_registered_file
 
     os.makedirs(out_dir, exist_ok=True)
     found = fetch_registered_file(tracking_uri, model_name, model_version or "champion", MODEL_PT, out_dir)
@@ -35,7 +37,6 @@ def fetch_model_step(*, model_name: str, model_version: str, tracking_uri: str, 
 def plan_shards(structures: str, shards: int) -> list[str]:
     """["0/n", ..., "n-1/n"]: n = min(shards, items in the set) (at least 1); an item is a record
     or a skip, so every shard has something to do or report."""
-    from invfold.components.design.batch import read_structures
 
     if shards < 1:
         from invfold.errors import ConfigError
@@ -60,8 +61,6 @@ def design_shard_step(
 ) -> dict:
     """Design (and score) the records of shard "k/n" of `structures` into out_dir/designs.jsonl
     (+ designs.summary.json); returns the summary."""
-    from invfold.components.design.batch import design_batch
-    from invfold.components.design.design import DesignConfig
 
     k, _, n = shard.partition("/")
     cfg = DesignConfig(
@@ -91,7 +90,6 @@ def gather_step(
 ) -> dict:
     """Every shard's designs into out_dir/designs.jsonl, their summaries into summary.json, a
     Markdown report at report_path, all logged to the pipeline's MLflow run (step "design")."""
-    from invfold.components.tracking import RunContext, Tracker
 
     start = time.perf_counter()
     os.makedirs(out_dir, exist_ok=True)

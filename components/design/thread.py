@@ -18,10 +18,10 @@ from pathlib import Path
 import gemmi
 import numpy as np
 
+from invfold.components.design import positions as pos
+from invfold.components.protein.record import BACKBONE_ATOMS, ChainRecord
+from invfold.components.protein.structure import is_structure_name
 from invfold.errors import ConfigError
-
-from ..protein.record import BACKBONE_ATOMS, ChainRecord
-from . import positions as pos
 
 ONE_TO_THREE = {
     gemmi.find_tabulated_residue(n).one_letter_code.upper(): n
@@ -42,7 +42,6 @@ def structure_paths(out: str | os.PathLike, count: int) -> list[Path]:
 def author_numbering(source: str | os.PathLike, record: ChainRecord) -> dict[int, tuple[str, gemmi.SeqId]]:
     """Index into record.seq -> (author chain id, SeqId) for observed residues whose CA lies on a CA
     of the input structure file's first model; {} when the source is not a PDB/mmCIF file."""
-    from ..protein.structure import is_structure_name
 
     if not is_structure_name(source) or not os.path.exists(source):
         return {}

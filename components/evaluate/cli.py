@@ -7,9 +7,8 @@ import json
 
 
 def add_parser(subparsers) -> None:
+    from invfold.components.evaluate.evaluate import EvaluateConfig
     from invfold.options import add_command
-
-    from .evaluate import EvaluateConfig
 
     add_command(
         subparsers,
@@ -26,9 +25,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
     from invfold.options import from_args
-
-    from .evaluate import EvaluateConfig, evaluate
 
     cfg = from_args(EvaluateConfig, args)
     metrics = evaluate(cfg)

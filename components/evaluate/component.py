@@ -4,9 +4,10 @@ What the Kubeflow UI shows: scalar Metrics (test perplexity and median recovery,
 and the constant-predictor baseline), a ClassificationMetrics confusion matrix over the 20 amino
 acids, and the HTML report with its plots embedded."""
 
-from invfold.runtime import runtime_image
 from kfp import dsl
 from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output
+
+from invfold.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)

@@ -14,6 +14,7 @@ report.md and report.html (plots embedded, so the file stands alone in the Kubef
 from __future__ import annotations
 
 import base64
+import html
 import json
 import logging
 import os
@@ -22,15 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from invfold.components.evaluate.metrics import DatasetScores, sample_designs, score_dataset
+from invfold.components.evaluate.structure_classes import BURIAL, SECONDARY, burial_classes, secondary_structure
 from invfold.components.model.io import load_model_or_published
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA
-
 from invfold.errors import ConfigError, InputError
 from invfold.options import option
-
-from .metrics import DatasetScores, sample_designs, score_dataset
-from .structure_classes import BURIAL, SECONDARY, burial_classes, secondary_structure
 
 log = logging.getLogger(__name__)
 
@@ -398,8 +398,6 @@ def _reports(out: str, metrics: dict, plots: dict[str, str]) -> None:
     markdown = "\n".join(lines)
     with open(os.path.join(out, "report.md"), "w") as fh:
         fh.write(markdown)
-
-    import html
 
     body = []
     for line in lines:

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 import torch.nn.functional as F
+
 from invfold.components.model.network import unknown_last
 from invfold.components.protein.alphabet import NUM_AA
 from invfold.components.protein.batch import Batch, collate
-from invfold.components.train.sampler import pack_by_length
+from invfold.components.protein.sampler import pack_by_length
 
 # Dividing logits by this before the sampler's softmax makes it one-hot on the argmax: greedy.
 GREEDY_TEMPERATURE = 1e-6

@@ -11,6 +11,8 @@ import os
 import shutil
 import time
 
+from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
+from invfold.components.tracking import RunContext, Tracker
 from invfold.runtime import record_timing
 
 
@@ -37,8 +39,6 @@ def evaluate_step(
     tracking_uri: str,
     experiment: str,
 ) -> dict:
-    from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
-    from invfold.components.tracking import RunContext, Tracker
 
     ctx = RunContext(pipeline_run_id=pipeline_run_id, tracking_uri=tracking_uri, experiment=experiment)
     with Tracker(ctx, "evaluate") as tracker:

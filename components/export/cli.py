@@ -7,9 +7,8 @@ import json
 
 
 def add_parser(subparsers) -> None:
+    from invfold.components.export.onnx_export import ExportConfig
     from invfold.options import add_command
-
-    from .onnx_export import ExportConfig
 
     add_command(
         subparsers,
@@ -23,9 +22,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfold.components.export.onnx_export import ExportConfig, export_onnx
     from invfold.options import from_args
-
-    from .onnx_export import ExportConfig, export_onnx
 
     cfg = from_args(ExportConfig, args)
     result = export_onnx(cfg)  # a ParityError exits 1 with its message (src/invfold/cli.py)

@@ -15,13 +15,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from invfold import storage
+from invfold.components.export import runtime
+from invfold.components.model.io import load_model
+from invfold.components.protein.alphabet import ALPHABET
+from invfold.components.protein.batch import collate
+from invfold.components.protein.record import ChainRecord
+from invfold.components.protein.sources import read_protein_set
 from invfold.errors import ConfigError, InvfoldError
 from invfold.options import option
-
-from ..protein.alphabet import ALPHABET
-from ..protein.batch import collate
-from ..protein.record import ChainRecord
-from . import runtime
 
 log = logging.getLogger(__name__)
 
@@ -125,16 +127,14 @@ def load_parity_records(data: str | None, count: int, max_length: int) -> list[C
 
 
 def _read_records(data: str) -> list[ChainRecord]:
-    from invfold import storage
 
     if storage.is_dir(data) and storage.exists(f"{str(data).rstrip('/')}/index.json"):
-        from ..prep.shards import open_prepared
+        from invfold.components.prep.shards import open_prepared
 
         prepared = open_prepared(data)
         name = "test" if "test" in prepared.datasets else next(iter(prepared.datasets))
         dataset = prepared.open(name)
         return [dataset[i] for i in range(len(dataset))]
-    from ..protein.sources import read_protein_set
 
     return [r for r in read_protein_set(data) if isinstance(r, ChainRecord)]
 
@@ -228,8 +228,6 @@ def export_onnx(cfg: ExportConfig) -> ExportResult:
     as <stem>.rejected.onnx (for inspection), nothing is left at out_path, and ParityError is
     raised."""
     import onnxruntime
-
-    from ..model.io import load_model
 
     model = load_model(cfg.model_path)
     records = (

@@ -8,6 +8,9 @@ import os
 
 import numpy as np
 
+from invfold.components.model.config import ModelConfig
+from invfold.errors import InputError
+
 # ONNX metadata_props keys written by export (what design needs to drive the graph).
 META_CONFIG = "invfold.model_config"
 META_ALPHABET = "invfold.alphabet"
@@ -74,9 +77,6 @@ def feeds(X, S, mask, residue_index, decoding_order) -> dict[str, np.ndarray]:
 
 def model_config_of(sess):
     """The ModelConfig stored in an exported graph's metadata."""
-    from invfold.errors import InputError
-
-    from ..model.config import ModelConfig
 
     props = sess.get_modelmeta().custom_metadata_map
     if META_CONFIG not in props:

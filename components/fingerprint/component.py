@@ -1,8 +1,9 @@
 """KFP component of the fingerprint step (work in step.py): the input data's digest, passed to
 prep so that KFP's cache follows the data, not the path."""
 
-from invfold.runtime import runtime_image
 from kfp import dsl
+
+from invfold.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)

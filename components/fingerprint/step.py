@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import time
 
+from invfold import storage
+from invfold.components.tracking import RunContext, Tracker
 from invfold.errors import InputError
 from invfold.runtime import record_timing
-
 
 CHUNK = 4 * 2**20
 
@@ -21,7 +22,6 @@ CHUNK = 4 * 2**20
 def fingerprint(uris: list[str]) -> str:
     """sha256 over every file's relative name and bytes (a folder: its files in sorted order);
     local paths and fsspec URIs."""
-    from invfold import storage
 
     digest = hashlib.sha256()
     for uri in uris:
@@ -44,7 +44,6 @@ def fingerprint_step(
     data_uri: str, split_file: str, pipeline_run_id: str, pipeline_run_name: str, tracking_uri: str, experiment: str
 ) -> str:
     """Digest the inputs; as the first step of every run it also opens the pipeline's MLflow run."""
-    from invfold.components.tracking import RunContext, Tracker
 
     ctx = RunContext(
         pipeline_run_id=pipeline_run_id,

@@ -73,11 +73,12 @@ def on_kubernetes(env: Mapping[str, str] = os.environ) -> bool:
 def select_launcher(env: Mapping[str, str] = os.environ, **cluster_options) -> Launcher:
     """The Kubernetes backend inside a pod, local processes elsewhere. cluster_options go to
     ClusterOptions (ignored locally)."""
+    # Imported here: both backends subclass Launcher from this module.
     if on_kubernetes(env):
-        from .kubernetes import KubernetesLauncher
-        from .trainjob import ClusterOptions
+        from invfold.components.launch.kubernetes import KubernetesLauncher
+        from invfold.components.launch.trainjob import ClusterOptions
 
         return KubernetesLauncher(ClusterOptions(**cluster_options))
-    from .local import LocalLauncher
+    from invfold.components.launch.local import LocalLauncher
 
     return LocalLauncher()

@@ -16,10 +16,10 @@ import threading
 import time
 from collections.abc import Callable
 
+from invfold import storage
+from invfold.components.launch import schema, trainjob
+from invfold.components.launch.base import Launcher, LaunchError, LaunchResult, Resources
 from invfold.components.train.config import TrainConfig
-
-from . import schema, trainjob
-from .base import Launcher, LaunchError, LaunchResult, Resources
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,6 @@ def _restore_signals(previous: dict) -> None:
 
 def _fetch_folder(uri: str, local: str) -> None:
     """Copy the job's output folder from object storage to the step's local folder."""
-    from invfold import storage
 
     if not storage.exists(uri):
         raise LaunchError(f"the TrainJob completed but left no outputs at {uri}")

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import logging
 
+from invfold.components.launch.base import Launcher, LaunchError, LaunchResult, Resources
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.launch import launch_local
-
-from .base import Launcher, LaunchError, LaunchResult, Resources
 
 log = logging.getLogger(__name__)
 

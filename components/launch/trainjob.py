@@ -19,12 +19,10 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from invfold.components.launch.base import Resources
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.strategies import strategy_spec
-
 from invfold.errors import ConfigError
-
-from .base import Resources
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"

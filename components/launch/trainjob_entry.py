@@ -16,12 +16,16 @@ import logging
 import os
 import sys
 
+from invfold import storage
+from invfold.components.train import entrypoint
+from invfold.components.train.config import TrainConfig
+from invfold.components.train.distributed import launcher_ranks
+
 log = logging.getLogger(__name__)
 
 
 def upload(out: str, uri: str) -> None:
     """Checkpoints already live at their own (remote) location; the rest goes to `uri`."""
-    from invfold import storage
 
     storage.upload_folder(out, uri, skip_top=("checkpoints",))
 
@@ -31,10 +35,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-json", required=True, help="TrainConfig as a JSON object")
     parser.add_argument("--output", required=True, help="URI the output folder is copied to")
     args = parser.parse_args(argv)
-
-    from invfold.components.train import entrypoint
-    from invfold.components.train.config import TrainConfig
-    from invfold.components.train.distributed import launcher_ranks
 
     cfg = TrainConfig.from_dict(json.loads(args.config_json), source="--config-json")
     rank = launcher_ranks()[0]

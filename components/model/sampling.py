@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from invfold.components.protein.alphabet import ALPHABET, NUM_AA
 from invfold.errors import ConfigError
-
-from ..protein.alphabet import ALPHABET, NUM_AA
 
 
 def letter_bias(excluded: str = "") -> torch.Tensor:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+
 from invfold.components.protein.alphabet import ALPHABET
 
 HISTOGRAM_WIDTH = 50

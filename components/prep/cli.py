@@ -6,9 +6,8 @@ import argparse
 
 
 def add_parser(subparsers) -> None:
+    from invfold.components.prep.config import PrepConfig
     from invfold.options import add_command
-
-    from .config import PrepConfig
 
     add_command(
         subparsers,
@@ -22,10 +21,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfold.components.prep.config import PrepConfig
+    from invfold.components.prep.run import run_prep
     from invfold.options import from_args
-
-    from .config import PrepConfig
-    from .run import run_prep
 
     cfg = from_args(PrepConfig, args)
     result = run_prep(cfg)

@@ -4,9 +4,10 @@ Outputs the prepared folder (Dataset, with digest and datasets in its metadata) 
 card (Markdown, shown in the Kubeflow UI). No Metrics output: it would defeat caching, which
 follows the data fingerprint passed in."""
 
-from invfold.runtime import runtime_image
 from kfp import dsl
 from kfp.dsl import Dataset, Markdown, Output
+
+from invfold.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)

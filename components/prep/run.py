@@ -41,19 +41,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from invfold import storage
+from invfold.components.prep import split as splitting
+from invfold.components.prep.card import CARD_JSON, CARD_MD, CompositionStats, write_card
+from invfold.components.prep.config import PrepConfig
+from invfold.components.prep.shards import (
+    FORMAT,
+    INDEX_FILE,
+    DatasetWriter,
+    content_digest,
+    dataset_file,
+    open_prepared,
+)
 from invfold.components.protein.alphabet import UNKNOWN
 from invfold.components.protein.errors import InputError, Skip
 from invfold.components.protein.geometry import check_backbone
-from invfold.errors import ConfigError
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
 from invfold.components.protein.splits import SPLIT_NAMES, read_split_file
-
-from . import split as splitting
-from .card import CARD_JSON, CARD_MD, CompositionStats, write_card
-from .config import PrepConfig
-from .shards import FORMAT, INDEX_FILE, DatasetWriter, content_digest, dataset_file, open_prepared
+from invfold.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

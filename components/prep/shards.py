@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+
 from invfold import storage
+from invfold.components.prep.card import CARD_JSON, CARD_MD
 from invfold.components.protein.record import ChainRecord, observed_mask
 from invfold.errors import InputError
-
-from .card import CARD_JSON, CARD_MD
 
 FORMAT = "invfold-prep/1"
 INDEX_FILE = "index.json"

@@ -9,6 +9,9 @@ from __future__ import annotations
 import shutil
 import time
 
+from invfold.components.prep.config import PrepConfig
+from invfold.components.prep.run import run_prep
+from invfold.components.prep.shards import open_prepared
 from invfold.runtime import record_timing
 
 
@@ -16,9 +19,6 @@ def prep_step(
     data_uri: str, split_file: str, data_digest: str, prepared_path: str, card_path: str, complexes: bool = False
 ) -> dict:
     """Prep into prepared_path, copy its card to card_path; returns the artifact metadata."""
-    from invfold.components.prep.config import PrepConfig
-    from invfold.components.prep.run import run_prep
-    from invfold.components.prep.shards import open_prepared
 
     start = time.perf_counter()
     result = run_prep(

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .alphabet import AA_TO_INDEX
-from .record import ChainRecord
+from invfold.components.protein.alphabet import AA_TO_INDEX
+from invfold.components.protein.record import ChainRecord
 
 
 @dataclass

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .errors import Skip
-from .record import CHAIN_OFFSET, ChainRecord
+from invfold.components.protein.errors import Skip
+from invfold.components.protein.record import CHAIN_OFFSET, ChainRecord
 
 
 def entry_of(name: str) -> str:

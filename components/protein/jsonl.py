@@ -34,11 +34,10 @@ import numpy as np
 import orjson
 
 from invfold import storage
-
-from .alphabet import UNKNOWN
-from .complexes import group_chain_set, join_chains, split_complex
-from .errors import InputError, Skip
-from .record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
+from invfold.components.protein.alphabet import UNKNOWN
+from invfold.components.protein.complexes import group_chain_set, join_chains, split_complex
+from invfold.components.protein.errors import InputError, Skip
+from invfold.components.protein.record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
 
 KNOWN_KEYS = {"name", "seq", "coords", "num_chains", "CATH", "cluster"}
 NAN_TRIPLE = [math.nan] * 3

@@ -13,12 +13,11 @@ import os
 from collections.abc import Callable, Iterator
 
 from invfold import storage
-
-from .errors import InputError, Skip
-from .jsonl import read_chain_set
-from .record import ChainRecord
-from .structure import read_structures
-from .ts50 import read_ts50
+from invfold.components.protein.errors import InputError, Skip
+from invfold.components.protein.jsonl import read_chain_set
+from invfold.components.protein.record import ChainRecord
+from invfold.components.protein.structure import read_structures
+from invfold.components.protein.ts50 import read_ts50
 
 Reader = Callable[..., Iterator[ChainRecord | Skip]]
 ACCEPTED = "a folder of PDB/mmCIF files, *.jsonl[.gz], *.json (TS50 list), *.pdb/*.ent/*.cif/*.mmcif[.gz]"

@@ -17,8 +17,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from invfold import storage
-
-from .errors import InputError
+from invfold.components.protein.errors import InputError
 
 SPLIT_NAMES = ("train", "validation", "test")
 SUBSET_PREFIX = "test_split_"

@@ -37,11 +37,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from invfold import storage
-
-from .alphabet import THREE_TO_ONE, UNKNOWN
-from .complexes import join_chains
-from .errors import InputError, Skip
-from .record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
+from invfold.components.protein.alphabet import THREE_TO_ONE, UNKNOWN
+from invfold.components.protein.complexes import join_chains
+from invfold.components.protein.errors import InputError, Skip
+from invfold.components.protein.record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
 
 # Simulation force fields name protonation states of standard residues differently (CHARMM HSD,
 # AMBER HIE, CYX, ...): the same residues, so they map silently, unlike modified residues.

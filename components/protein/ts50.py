@@ -14,11 +14,10 @@ import os
 from collections.abc import Iterator
 
 from invfold import storage
-
-from .errors import InputError, Skip
-from .jsonl import parse_object
-from .record import ChainRecord
-from .splits import SPLIT_NAMES
+from invfold.components.protein.errors import InputError, Skip
+from invfold.components.protein.jsonl import parse_object
+from invfold.components.protein.record import ChainRecord
+from invfold.components.protein.splits import SPLIT_NAMES
 
 
 def read_ts50(path: str | os.PathLike, strict: bool = False) -> Iterator[ChainRecord | Skip]:

@@ -7,9 +7,10 @@ weights it started from on the same validation data. Test figures are recorded, 
 parity gate, MLflow logging with signature and input example, registration, both figures
 tagged on the new version, and the `champion` alias moved to it."""
 
-from invfold.runtime import runtime_image
 from kfp import dsl
 from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+
+from invfold.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from invfold.components.evaluate.step import scalar_metrics
 from invfold.errors import InputError
 
 METRIC = "validation_recovery"  # median per-protein recovery on the validation split; higher is better
@@ -35,7 +36,6 @@ class Evaluation:
 
     @classmethod
     def from_metrics(cls, metrics: dict, source: str = "metrics.json") -> Evaluation:
-        from invfold.components.evaluate.step import scalar_metrics
 
         validation = (metrics.get("datasets") or {}).get("validation") or {}
         if not isinstance(validation.get("recovery"), (int, float)) or validation["recovery"] != validation["recovery"]:

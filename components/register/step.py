@@ -15,9 +15,14 @@ import os
 import tempfile
 import time
 
+from invfold.components.evaluate.evaluate import score_split
+from invfold.components.export.onnx_export import ExportConfig, export_onnx
+from invfold.components.export.runtime import feeds
+from invfold.components.prep.shards import open_prepared
+from invfold.components.protein.batch import collate
+from invfold.components.register.decision import METRIC, Champion, Comparison, Evaluation, StartingPoint, decide
+from invfold.components.tracking import RunContext, Tracker
 from invfold.runtime import record_timing
-
-from .decision import METRIC, Champion, Comparison, Evaluation, StartingPoint, decide
 
 TAG_RECOVERY = "invfold.validation_recovery"  # what champions are compared on
 TAG_TEST_RECOVERY = "invfold.test_recovery"  # for reporting only
@@ -34,7 +39,6 @@ def read_evaluation(evaluation_path: str) -> Evaluation:
 def validation_recovery(model: str, prepared_path: str) -> float:
     """A model's (file, URI or published name) validation recovery on the prepared data, scored as
     evaluate() scored the candidate's."""
-    from invfold.components.evaluate.evaluate import score_split
 
     recovery = score_split(model, prepared_path, "validation", threads=os.cpu_count())["recovery"]
     if recovery != recovery:
@@ -70,7 +74,6 @@ def compare_step(
 ) -> Comparison:
     """`init_from`: the weights the candidate was fine-tuned from ('' = trained from scratch); they
     are scored on the same validation data and must be beaten."""
-    from invfold.components.tracking import RunContext, Tracker
 
     candidate = read_evaluation(evaluation_path)
     ctx = RunContext(pipeline_run_id=pipeline_run_id, tracking_uri=tracking_uri, experiment=experiment)
@@ -97,9 +100,6 @@ def compare_step(
 def input_example(prepared_path: str) -> dict:
     """The model's ONNX inputs for the shortest test chain (a real protein)."""
     import torch
-    from invfold.components.export.runtime import feeds
-    from invfold.components.prep.shards import open_prepared
-    from invfold.components.protein.batch import collate
 
     test = open_prepared(prepared_path).open("test")
     record = test[int(min(range(len(test)), key=lambda i: test.lengths[i]))]
@@ -139,8 +139,6 @@ def register_step(
     experiment: str,
     model_name: str,
 ) -> dict:
-    from invfold.components.export.onnx_export import ExportConfig, export_onnx
-    from invfold.components.tracking import RunContext, Tracker
 
     os.makedirs(onnx_dir, exist_ok=True)
     onnx_path = os.path.join(onnx_dir, "model.onnx")

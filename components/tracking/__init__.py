@@ -1,7 +1,6 @@
 """The one module that talks to MLflow (see tracker.py)."""
 
-from .tracker import (
-    fetch_registered_file,
+from invfold.components.tracking.tracker import (
     CHAMPION,
     DEFAULT_EXPERIMENT,
     MODEL_TRAINING_VIEW,
@@ -9,6 +8,7 @@ from .tracker import (
     Tracker,
     TrackingError,
     default_tracking_uri,
+    fetch_registered_file,
     finish_pipeline,
     in_cluster,
     reachable,

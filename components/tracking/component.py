@@ -1,7 +1,8 @@
 """KFP exit-handler component: close the pipeline run's MLflow runs, FAILED when a step failed."""
 
-from invfold.runtime import runtime_image
 from kfp import dsl
+
+from invfold.runtime import runtime_image
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)

@@ -6,10 +6,11 @@ reduced `kfp.dsl` without the decorators, so the code a step imports must not de
 
 from __future__ import annotations
 
+from invfold.components.tracking import RunContext, finish_pipeline
+
 
 def finish_step(state: str, error_message: str, pipeline_run_id: str, tracking_uri: str, experiment: str) -> bool:
     """Returns whether the pipeline failed."""
-    from invfold.components.tracking import RunContext, finish_pipeline
 
     failed = state not in ("SUCCEEDED", "SUCCESS", "COMPLETE")
     ctx = RunContext(pipeline_run_id=pipeline_run_id, tracking_uri=tracking_uri, experiment=experiment)

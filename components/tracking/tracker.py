@@ -19,6 +19,8 @@ import json
 import logging
 import os
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,8 +76,6 @@ def reachable(uri: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> tuple[bool
     """(True, "") for local stores; for a server, whether /health answers within timeout_s."""
     if not uri.startswith(("http://", "https://")):
         return True, ""
-    import urllib.error
-    import urllib.request
 
     try:
         with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout_s) as response:

@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 import torch
+
 from invfold import storage
 
 MARKER = "COMPLETE"

@@ -7,10 +7,9 @@ import sys
 
 
 def add_parser(subparsers) -> None:
+    from invfold.components.train.config import TrainConfig
+    from invfold.components.train.launch import LocalProcesses
     from invfold.options import add_command
-
-    from .config import TrainConfig
-    from .launch import LocalProcesses
 
     add_command(
         subparsers,
@@ -26,10 +25,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfold.components.train.config import TrainConfig
+    from invfold.components.train.launch import LocalProcesses, launch_local
     from invfold.options import from_args
-
-    from .config import TrainConfig
-    from .launch import LocalProcesses, launch_local
 
     cfg = from_args(TrainConfig, args)
     processes = from_args(LocalProcesses, args)

@@ -6,16 +6,16 @@ The same JSON file drives every rank (`entrypoint --config`), locally and on a c
 from __future__ import annotations
 
 import dataclasses
+import dataclasses as dc
 import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from invfold.components.model.config import PRESETS
+from invfold.components.model.config import PRESETS, ModelConfig
+from invfold.components.protein.sampler import BALANCE_MODES
+from invfold.components.train.strategies import STRATEGIES
 from invfold.errors import ConfigError
 from invfold.options import check_choices, config_from_dict, option
-
-from .sampler import BALANCE_MODES
-from .strategies import STRATEGIES
 
 # model fields a fine-tuning run may change; the rest must match the initial weights
 FINE_TUNE_OVERRIDES = ("dropout", "activation_checkpointing")
@@ -202,9 +202,6 @@ class TrainConfig:
 
     def model_config(self, initial=None):
         """The model's config: the preset with overrides, or (fine-tuning) the initial model's."""
-        import dataclasses as dc
-
-        from invfold.components.model.config import ModelConfig
 
         overrides = dict(self.model_overrides)
         if self.activation_checkpointing:
@@ -217,6 +214,8 @@ class TrainConfig:
         """The model init_from names (eval mode), or None."""
         if self.init_from is None:
             return None
+
+        # Imported here: the CLIs import this module at start-up, the model readers only when used.
         from invfold.components.model.io import load_model_or_published
 
         return load_model_or_published(self.init_from)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .strategies import strategy_spec
+from invfold.components.train.strategies import strategy_spec
 
 log = logging.getLogger(__name__)
 

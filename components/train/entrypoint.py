@@ -14,15 +14,15 @@ import logging
 import os
 import sys
 
+from invfold.components.train.config import TrainConfig
+from invfold.components.train.distributed import setup, teardown
+from invfold.components.train.trainer import EXIT_DIVERGED, NonFiniteTrainingError, train
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", required=True, help="TrainConfig as JSON")
     args = parser.parse_args(argv)
-
-    from .config import TrainConfig
-    from .distributed import setup, teardown
-    from .trainer import EXIT_DIVERGED, NonFiniteTrainingError, train
 
     cfg = TrainConfig.from_json(args.config)
     info = setup(cfg.strategy, cfg.dist_timeout_s, trace_dir=os.path.join(cfg.out, "nccl-traces"))

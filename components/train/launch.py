@@ -23,12 +23,11 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from invfold.components.train.config import TrainConfig
+from invfold.components.train.memory import allocator_env, memory_warning
+from invfold.components.train.strategies import STRATEGIES, local_launchers, strategy_spec
 from invfold.errors import ConfigError
 from invfold.options import check_choices, option
-
-from .config import TrainConfig
-from .memory import allocator_env, memory_warning
-from .strategies import STRATEGIES, local_launchers, strategy_spec
 
 ENTRYPOINT = "invfold.components.train.entrypoint"
 CONFIG_FILE = "train_config.json"

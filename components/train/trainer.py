@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import random
 import signal
 import time
 from dataclasses import dataclass
@@ -32,20 +33,20 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
+
 from invfold.components.evaluate.metrics import DatasetScores, score_dataset
-from invfold.errors import InvfoldError
 from invfold.components.model.io import save_model
 from invfold.components.model.network import InverseFoldingModel, unknown_last
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.alphabet import NUM_AA
 from invfold.components.protein.batch import collate
-
-from . import checkpoint as ckpt
-from .config import TrainConfig
-from .distributed import DistInfo
-from .sampler import TokenBudgetSampler
-from .strategies import make_strategy
-from .timing import PHASES, StepClock, summarize
+from invfold.components.protein.sampler import TokenBudgetSampler
+from invfold.components.train import checkpoint as ckpt
+from invfold.components.train.config import TrainConfig
+from invfold.components.train.distributed import DistInfo
+from invfold.components.train.strategies import make_strategy
+from invfold.components.train.timing import PHASES, StepClock, summarize
+from invfold.errors import InvfoldError
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +225,6 @@ class _Position:
 
 
 def _seed_everything(seed: int) -> None:
-    import random
 
     random.seed(seed)
     np.random.seed(seed % 2**32)

@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 
 import pytest
 import yaml
-from invfold.pipelines.upload import version_name
 
+from invfold.pipelines.upload import version_name
 from tests.deploy.tools import CHART, documents, helm_template, run, tool
 from tests.pipelines.kfp_api import PREFIX, KfpApi
 

@@ -3,6 +3,7 @@ import json
 
 import pytest
 import torch
+
 from invfold.components.design import DesignConfig, cli, design
 from invfold.components.design.batch import design_batch, is_batch
 from invfold.components.design.design import parse_temperatures

@@ -8,6 +8,7 @@ import argparse
 import numpy as np
 import pytest
 import torch
+
 from invfold.components.design import DesignConfig, cli, design, load_backend
 from invfold.components.design.design import select_record
 from invfold.components.design.score import ScoreConfig, score
@@ -16,7 +17,6 @@ from invfold.components.model import InverseFoldingModel, ModelConfig, save_mode
 from invfold.components.model.network import random_decoding_order
 from invfold.components.protein.batch import collate
 from invfold.errors import ConfigError
-
 from tests.support.structures import SAMPLE, sample_complex, write_sample_complex
 
 ENTRY = "1tii"  # chain A 187 residues, chain D 98

@@ -6,12 +6,12 @@ import json
 import numpy as np
 import pytest
 import torch
+
 from invfold.components.design import DesignConfig, design
 from invfold.components.design.constraints import ConstraintFiles, load_constraints
 from invfold.components.export import write_onnx
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.protein.sources import read_protein_set
-
 from invfold.data import SAMPLE_CHAIN_SET
 
 NAME = "1A8O.A"  # 70 residues, entry "1A8O", chain "A"
@@ -154,7 +154,6 @@ def test_ties_across_two_chains_of_a_complex(tmp_path, models):
     sample's two-chain entry 1tii, designed as one complex record: tied pairs share a letter, and
     the checkpoint and the ONNX graph agree."""
     from invfold.components.design.design import design_record, load_backend
-
     from tests.support.structures import sample_complex
 
     record = sample_complex("1tii")

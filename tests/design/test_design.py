@@ -5,6 +5,7 @@ import gemmi
 import numpy as np
 import pytest
 import torch
+
 from invfold.components.design import DesignConfig, cli, design, parse_positions
 from invfold.components.export import write_onnx
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model

@@ -12,6 +12,7 @@ import json
 
 import pytest
 import torch
+
 from invfold.components.design import score_cli
 from invfold.components.design.score import ScoreConfig, score
 from invfold.components.export import write_onnx

@@ -4,12 +4,12 @@ import gemmi
 import numpy as np
 import pytest
 import torch
+
 from invfold.components.design import DesignConfig, design
 from invfold.components.design.thread import structure_paths, thread
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.protein.sources import read_protein_set
 from invfold.components.protein.structure import read_structure
-
 from invfold.data import SAMPLE_CHAIN_SET
 from tests.support.structures import sample_complex, write_structure
 

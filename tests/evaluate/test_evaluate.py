@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from invfold.components.evaluate import cli
 from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
 from invfold.components.evaluate.metrics import designed_sequences, score_dataset
@@ -19,7 +20,6 @@ from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.batch import collate
-
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from invfold.components.evaluate.structure_classes import (
     backbone_dihedrals,
     burial_classes,
@@ -13,7 +14,6 @@ from invfold.components.evaluate.structure_classes import (
     virtual_cb,
 )
 from invfold.components.protein.jsonl import read_chain_set
-
 from invfold.data import SAMPLE_CHAIN_SET
 
 

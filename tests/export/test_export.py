@@ -5,6 +5,7 @@ import numpy as np
 import onnx
 import pytest
 import torch
+
 from invfold.cli import main
 from invfold.components.export import check_parity
 from invfold.components.export.onnx_export import load_parity_records

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from invfold.components.fingerprint.step import fingerprint
 from invfold.errors import InputError
 

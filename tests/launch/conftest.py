@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 import pytest
+
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
-
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
 

@@ -8,15 +8,14 @@ import signal
 from pathlib import Path
 
 import pytest
+
 from invfold.components.launch import LaunchError, Resources, select_launcher
 from invfold.components.launch.kubernetes import Cancelled, KubernetesLauncher
 from invfold.components.launch.local import LocalLauncher
 from invfold.components.launch.trainjob import ClusterOptions
 from invfold.components.train.config import TrainConfig
-
+from tests.launch.trainjob_api import TrainJobApi
 from tests.support.training import tiny_config
-
-from .trainjob_api import TrainJobApi
 
 
 def tiny(data: str, out: Path, **overrides) -> TrainConfig:

@@ -15,11 +15,11 @@ Upstream facts (kubeflow/trainer v2.3):
 from __future__ import annotations
 
 import pytest
+
 from invfold.components.launch import Resources
 from invfold.components.launch.trainjob import ClusterOptions, build_trainjob, job_name
 from invfold.components.train.config import TrainConfig
 from invfold.errors import ConfigError
-
 from tests.deploy.tools import CHART, documents, helm_template, kustomize
 from tests.launch.trainer_pods import Invalid, Pod, render
 

@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from invfold.components.launch import Resources
 from invfold.components.launch.schema import ManifestError, validate
 from invfold.components.launch.trainjob import ClusterOptions, build_trainjob, job_name, runtime_name
 from invfold.components.train.config import TrainConfig
-
 from tests.deploy.tools import documents, kustomize
-
-from .credentials import literal_credentials
+from tests.launch.credentials import literal_credentials
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from invfold.components.protein.batch import collate
 
+from invfold.components.protein.batch import collate
 from tests.support.records import synthetic_records
 
 

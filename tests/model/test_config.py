@@ -1,4 +1,5 @@
 import pytest
+
 from invfold.components.model import InverseFoldingModel, ModelConfig
 
 

@@ -1,9 +1,9 @@
 import pytest
 import torch
+
 from invfold.components.model import InverseFoldingModel, ModelConfig
 from invfold.components.model import features as ft
 from invfold.components.protein.batch import collate
-
 from tests.support.records import synthetic_records
 
 MODES = ["one_shot", "autoregressive"]

@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+
 from invfold.components.model import features as ft
 from invfold.components.model import published
 from invfold.components.model.io import load_model

@@ -1,5 +1,6 @@
 import pytest
 import torch
+
 from invfold.components.model import InverseFoldingModel, ModelConfig, load_model, save_model
 from invfold.components.protein.alphabet import ALPHABET
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from invfold.components.design.design import DesignConfig, design
 from invfold.components.evaluate.metrics import score_batch
 from invfold.components.model.config import ModelConfig
@@ -17,7 +18,6 @@ from invfold.components.protein.batch import collate
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.structure import read_structures
 from invfold.components.train.trainer import sequence_loss
-
 from invfold.data import SAMPLE_CHAIN_SET
 from tests.protein.builders import pdb_text
 

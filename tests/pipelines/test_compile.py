@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import yaml
+
 from invfold.pipelines.compile import COMMITTED_YAML, compile_pipeline
 from invfold.runtime import runtime_image
-
 from tests.launch.credentials import literal_credentials
 
 

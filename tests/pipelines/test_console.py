@@ -9,8 +9,9 @@ import json
 import logging
 import sys
 
-from invfold.pipelines.console import StepConsole, TrainLimit
 from rich.console import Console
+
+from invfold.pipelines.console import StepConsole, TrainLimit
 
 
 def _console() -> tuple[Console, io.StringIO]:

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
-from invfold.components.tracking import default_tracking_uri
-from invfold.pipelines.local import PipelineFailed, run_design_local
 from mlflow import MlflowClient
 
+from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
+from invfold.components.tracking import default_tracking_uri
 from invfold.data import SAMPLE_CHAIN_SET
+from invfold.pipelines.local import PipelineFailed, run_design_local
 
 MODEL = "invfold-design-test"
 

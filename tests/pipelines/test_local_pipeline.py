@@ -15,11 +15,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from invfold.pipelines.local import run_local
-from invfold.components.register.step import compare_step
 from mlflow import MlflowClient
 
+from invfold.components.register.step import compare_step
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
+from invfold.pipelines.local import run_local
 
 TRAIN_SECONDS = 40.0
 

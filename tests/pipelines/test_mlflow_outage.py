@@ -11,11 +11,11 @@ import time
 import uuid
 from pathlib import Path
 
-from invfold.components.prep.config import PrepConfig
-from invfold.components.prep.run import run_prep
-from invfold.components.train.step import train_step
 from mlflow import MlflowClient
 
+from invfold.components.launch.step import train_step
+from invfold.components.prep.config import PrepConfig
+from invfold.components.prep.run import run_prep
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 from tests.tracking.server import MlflowServer
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import yaml
+
 from invfold.components.launch.base import Resources
 from invfold.components.launch.trainjob import ClusterOptions
 from invfold.components.train.config import TrainConfig

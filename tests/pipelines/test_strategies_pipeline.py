@@ -10,10 +10,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from invfold.pipelines.local import run_local
 from mlflow import MlflowClient
 
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
+from invfold.pipelines.local import run_local
 
 
 @pytest.mark.parametrize(

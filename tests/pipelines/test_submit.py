@@ -14,8 +14,8 @@ import urllib.request
 
 import pytest
 import yaml
-from invfold.pipelines.compile import COMMITTED_YAML
 
+from invfold.pipelines.compile import COMMITTED_YAML
 from tests.pipelines.kfp_api import PREFIX, KfpApi
 
 TOKEN = f"kfp-token-{secrets.token_hex(8)}"

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from invfold.components.protein.alphabet import THREE_TO_ONE
 
+from invfold.components.protein.alphabet import THREE_TO_ONE
 from tests.protein.builders import ATOMS, pdb_text
 from tests.support.synthetic import SyntheticConfig, generate_chains
 

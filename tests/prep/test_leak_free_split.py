@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
+
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.components.prep.shards import open_prepared
 from invfold.components.prep.split import best_hits, cath_topologies, merge_groups
-
 from invfold.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]

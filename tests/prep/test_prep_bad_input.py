@@ -6,10 +6,10 @@ from __future__ import annotations
 import warnings
 
 import pytest
+
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.components.protein.errors import InputError
-
 from tests.prep.corpus import CASES
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from invfold.cli import main
-
 from tests.support.synthetic import SyntheticConfig, write_synthetic_set
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import chain_breaks
 from tests.support.synthetic import SyntheticConfig, write_synthetic_set

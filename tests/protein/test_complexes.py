@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 import torch
+
 from invfold.components.model import features
 from invfold.components.protein.complexes import join_chains, split_complex
 from invfold.components.protein.errors import InputError
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import CHAIN_OFFSET, ChainRecord
 from invfold.components.protein.sources import read_protein_set
-
 from tests.support.structures import SAMPLE, sample_complex, write_sample_complex
 
 ENTRIES = {

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from invfold.components.protein.geometry import check_backbone
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import infer_residue_index, observed_mask
-
 from invfold.data import SAMPLE_CHAIN_SET
 from tests.protein.test_real_data import SHARED_DATA
 

@@ -3,10 +3,10 @@ import json
 
 import numpy as np
 import pytest
+
 from invfold.components.protein.errors import InputError, Skip
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import ChainRecord
-
 from tests.protein.builders import backbone, chain_dict, jsonl_line, write_jsonl
 
 

@@ -12,12 +12,12 @@ import gemmi
 import numpy as np
 import pytest
 import torch
+
 from invfold.components.protein.alphabet import THREE_TO_ONE
 from invfold.components.protein.batch import collate
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import BACKBONE_ATOMS, chain_breaks
 from invfold.components.protein.structure import read_structures
-
 from invfold.data import SAMPLE_CHAIN_SET
 from tests.protein.builders import pdb_text
 

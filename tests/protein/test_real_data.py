@@ -5,11 +5,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from invfold.components.protein.errors import Skip
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import ChainRecord, chain_breaks
 from invfold.components.protein.splits import read_split_file
-
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"

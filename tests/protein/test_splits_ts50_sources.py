@@ -2,13 +2,13 @@ import gzip
 import json
 
 import pytest
+
 from invfold.components.protein.errors import InputError
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.sources import read_protein_set, reader_for
 from invfold.components.protein.splits import read_split_file
 from invfold.components.protein.structure import read_structures
 from invfold.components.protein.ts50 import read_ts50
-
 from tests.protein.builders import backbone, chain_dict, pdb_text, write_jsonl
 
 

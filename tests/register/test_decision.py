@@ -4,8 +4,8 @@ Every figure compared is a validation recovery; test figures only travel along f
 from __future__ import annotations
 
 import pytest
-from invfold.components.register.decision import Champion, Comparison, Evaluation, StartingPoint, decide
 
+from invfold.components.register.decision import Champion, Comparison, Evaluation, StartingPoint, decide
 from invfold.errors import InputError
 
 DIGEST = "sha256:abc"

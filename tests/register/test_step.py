@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from mlflow import MlflowClient
+
 from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.register.decision import Comparison
 from invfold.components.register.step import compare_step, register_step
-from mlflow import MlflowClient
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,9 @@ import json
 import uuid
 
 import pytest
-from invfold.components.tracking import RunContext, Tracker, TrackingError
+
 from invfold.components.register.step import compare_step
+from invfold.components.tracking import RunContext, Tracker, TrackingError
 
 
 def cluster_context(uri: str) -> RunContext:

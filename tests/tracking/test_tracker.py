@@ -8,9 +8,10 @@ import logging
 import uuid
 
 import pytest
+from mlflow import MlflowClient
+
 from invfold.components.tracking import RunContext, Tracker, finish_pipeline
 from invfold.components.tracking.tracker import PARENT_TAG, PIPELINE_RUN_TAG
-from mlflow import MlflowClient
 
 
 def context(uri: str, **kw) -> RunContext:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-
 import pytest
+
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from tests.support.synthetic import SyntheticConfig, write_synthetic_set

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from invfold.components.train import checkpoint as ckpt
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from invfold.components.protein.sampler import TokenBudgetSampler
 from invfold.components.train.config import TrainConfig
-from invfold.components.train.sampler import TokenBudgetSampler
 
 BASE = dict(data="prepared", out="out", max_steps=10)
 

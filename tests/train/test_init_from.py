@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+
+from invfold.cli import main
 from invfold.components.model.config import ModelConfig
 from invfold.components.model.io import load_model, save_model
 from invfold.components.model.network import InverseFoldingModel
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.trainer import encoder_parameters
-
-from invfold.cli import main
-
 from tests.support.training import run_job, summary, tiny_config
 
 

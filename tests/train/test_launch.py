@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.launch import ENTRYPOINT, launch_command
 

@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
+
 from invfold.components.model.config import ModelConfig
 from invfold.components.train import memory
 from invfold.components.train.memory import allocator_env, estimated_peak_gb, memory_warning
-
 from tests.support.training import run_job, tiny_config
 
 HAS_JEMALLOC = ctypes.util.find_library("jemalloc") is not None

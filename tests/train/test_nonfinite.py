@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
 from invfold.components.export.onnx_export import ExportConfig, export_onnx
 from invfold.components.model.config import ModelConfig
 from invfold.components.model.io import NonFiniteWeightsError, load_model, save_model
 from invfold.components.model.network import InverseFoldingModel
 from invfold.components.prep.shards import DatasetWriter, ShardedDataset, dataset_file, open_prepared
+from invfold.components.protein.sampler import TokenBudgetSampler
 from invfold.components.train import checkpoint as ckpt
-from invfold.components.train.sampler import TokenBudgetSampler
-
 from tests.support.training import read_metrics, run_job, summary, tiny_config
-from .test_strategies import STRATEGIES
+from tests.train.test_strategies import STRATEGIES
 
 TOKENS = 300  # about 5 synthetic chains a batch: the poisoned chain is in one step of four
 

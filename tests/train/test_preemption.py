@@ -11,9 +11,9 @@ import subprocess
 import time
 
 import psutil
+
 from invfold.components.train import checkpoint as ckpt
 from invfold.components.train.launch import ENTRYPOINT, launch_command
-
 from tests.support.training import read_metrics, run_job, summary, tiny_config
 
 
@@ -89,6 +89,7 @@ def test_sigkill_on_one_rank_then_the_same_command_resumes_to_the_uninterrupted_
     command again must resume from the newest COMPLETE checkpoint and end bitwise where a run
     that was never killed ends."""
     import torch
+
     from invfold.components.model.io import load_model
 
     options = {"max_steps": 24, "checkpoint_every": 3, "validate_every": 0}

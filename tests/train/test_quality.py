@@ -14,7 +14,6 @@ import json
 
 from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
 from invfold.components.train.config import TrainConfig
-
 from tests.support.training import run_job, summary
 
 TRAIN_SECONDS = 120.0

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 import torch
-from invfold.components.model.io import load_model
-from invfold.components.train import checkpoint as ckpt
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from invfold.components.model.io import load_model
+from invfold.components.train import checkpoint as ckpt
 from tests.support.training import read_metrics, run_job, summary, tiny_config
 
 STRATEGIES = [

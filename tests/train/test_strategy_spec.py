@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+
 from invfold.cli import build_parser
 from invfold.components.launch import Resources
 from invfold.components.launch.schema import validate

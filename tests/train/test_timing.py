@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+
 from invfold.components.train.timing import PER_RANK_METRICS_UP_TO, PHASES, StepClock, summarize
 
 

@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import torch
 
-from .. import checkpoint as ckpt
-from ..config import TrainConfig
-from ..distributed import DistInfo
+from invfold.components.train import checkpoint as ckpt
+from invfold.components.train.config import TrainConfig
+from invfold.components.train.distributed import DistInfo
 
 STATE_FILE = "state.pt"
 SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]

@@ -8,7 +8,12 @@ import torch
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-from .base import SchedulerFactory, TorchCollectives, TorchStateStrategy, make_optimizer
+from invfold.components.train.strategies.base import (
+    SchedulerFactory,
+    TorchCollectives,
+    TorchStateStrategy,
+    make_optimizer,
+)
 
 
 class DDPStrategy(TorchCollectives, TorchStateStrategy):

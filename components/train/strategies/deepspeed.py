@@ -18,8 +18,15 @@ import time
 
 import torch
 
-from .. import checkpoint as ckpt
-from .base import SchedulerFactory, Strategy, TorchCollectives, make_optimizer, params_digest
+from invfold.components.model.network import InverseFoldingModel
+from invfold.components.train import checkpoint as ckpt
+from invfold.components.train.strategies.base import (
+    SchedulerFactory,
+    Strategy,
+    TorchCollectives,
+    make_optimizer,
+    params_digest,
+)
 
 NEVER_PRINT = 2**31 - 1
 
@@ -140,7 +147,6 @@ class DeepSpeedStrategy(TorchCollectives, Strategy):
     def eval_module(self) -> torch.nn.Module:
         with self._gathered():
             state = {k: v.detach().clone().float() for k, v in self.module.state_dict().items()}
-        from invfold.components.model.network import InverseFoldingModel
 
         model = InverseFoldingModel(copy.deepcopy(self.module.cfg)).to(self.info.device)
         model.load_state_dict(state)

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from .base import SchedulerFactory, TorchStateStrategy, make_optimizer
+from invfold.components.train.strategies.base import SchedulerFactory, TorchStateStrategy, make_optimizer
 
 
 def _hvd():

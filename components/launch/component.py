@@ -5,9 +5,10 @@ TrainJob (components/launch), with the node selector and tolerations of the task
 (dsl.TaskConfig) to the TrainJob's runtimePatches. Checkpoints live under a location keyed by
 the KFP run id, so a retried step resumes from the last complete checkpoint."""
 
-from invfold.runtime import runtime_image
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
+
+from invfold.runtime import runtime_image
 
 
 @dsl.component(
@@ -85,7 +86,7 @@ def train_op(
         metrics: Final training figures.
         task_config: Node selector and tolerations passed through to the TrainJob.
     """
-    from invfold.components.train.step import train_step
+    from invfold.components.launch.step import train_step
 
     out = train_step(
         prepared_path=prepared.path,

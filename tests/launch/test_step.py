@@ -4,9 +4,10 @@ training pod can reach (DeepSpeed's local checkpoint files need the shared works
 from __future__ import annotations
 
 import pytest
+
+from invfold.components.launch.step import checkpoint_location
 from invfold.components.launch.trainjob import WORKSPACE_MOUNT
 from invfold.components.train.config import TrainConfig
-from invfold.components.train.step import checkpoint_location
 
 RUN = "run-7f3a"
 

@@ -7,13 +7,20 @@ reduced `kfp.dsl` without the decorators, so the code a step imports must not de
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 
+from invfold.components.launch import Resources, on_kubernetes, select_launcher
+from invfold.components.launch.trainjob import WORKSPACE_MOUNT
+from invfold.components.model.config import ModelConfig
+from invfold.components.prep.shards import open_prepared
+from invfold.components.tracking import RunContext, Tracker
+from invfold.components.train.config import TrainConfig
+from invfold.components.train.strategies import strategy_spec
 from invfold.errors import ConfigError
 from invfold.runtime import record_timing
-
 
 SUMMARY_METRICS = ("step", "epoch", "elapsed_s", "residues", "residues_per_s")
 
@@ -26,9 +33,6 @@ def object_store_uri(uri: str) -> str:
 def _model_overrides(overrides: dict) -> dict:
     """KFP passes dict parameters as JSON objects, so 64 arrives as 64.0: restore the ints the
     model config declares."""
-    import dataclasses
-
-    from invfold.components.model.config import ModelConfig
 
     ints = {f.name for f in dataclasses.fields(ModelConfig) if f.type in (int, "int")}
     return {
@@ -48,8 +52,6 @@ def checkpoint_location(
     """Where the run's checkpoints go: a folder keyed by the KFP run id (a retried step resumes
     there). Locally beside the model; on a cluster under `storage_root` (object storage), except
     for a strategy whose checkpoints are local files (DeepSpeed): they go to the shared workspace volume."""
-    from invfold.components.launch.trainjob import WORKSPACE_MOUNT
-    from invfold.components.train.strategies import strategy_spec
 
     if checkpoint_root:
         root = checkpoint_root
@@ -93,10 +95,6 @@ def train_step(
     task_config=None,
 ) -> dict:
     """Train and record; returns {'metrics': scalars for the KFP Metrics, 'metadata': ...}."""
-    from invfold.components.launch import Resources, on_kubernetes, select_launcher
-    from invfold.components.prep.shards import open_prepared
-    from invfold.components.tracking import RunContext, Tracker
-    from invfold.components.train.config import TrainConfig
 
     remote = on_kubernetes()
     if remote and storage_endpoint:
