@@ -8,9 +8,10 @@ figures in bench/README.md), so the launcher preloads it when the machine has it
 
 The estimate is a fixed part per process plus activations proportional to a micro-batch's
 message-passing work (tokens x neighbours x hidden x message layers). The coefficients cover the
-peaks measured on the real shared set at 3,000 tokens under jemalloc (bench/README.md): one
-process 1.03 / 3.98 / 4.84 GB (small / default / proteinmpnn; estimates 1.8 / 4.5 / 5.8), and
-4.35-4.46 GB per rank of the README's 2-process jobs with the default preset.
+peaks measured on the real shared set at 3,000 tokens under jemalloc (bench/README.md) with PyPI's
+torch 2.13.0 (the CUDA build: importing it alone takes 0.54 GB, about 0.5 GB more per process than
+the CPU-only wheel): one process 1.53 / 4.51 / 5.35 GB (small / default / proteinmpnn; estimates
+2.3 / 5.0 / 6.3).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ JEMALLOC = "jemalloc"
 # share of them every step: 0.43x the speed), and let the thread cache hold freed blocks up to
 # 8 MiB (default 32 KiB); figures in bench/README.md
 JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1,tcache_max:8388608"
-BASE_GB = 1.5
+BASE_GB = 2.0
 BYTES_PER_UNIT = 14.0
 
 
