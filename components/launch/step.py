@@ -33,7 +33,6 @@ def object_store_uri(uri: str) -> str:
 def _model_overrides(overrides: dict) -> dict:
     """KFP passes dict parameters as JSON objects, so 64 arrives as 64.0: restore the ints the
     model config declares."""
-
     ints = {f.name for f in dataclasses.fields(ModelConfig) if f.type in (int, "int")}
     return {
         k: int(v) if k in ints and isinstance(v, float) and v.is_integer() else v for k, v in (overrides or {}).items()
