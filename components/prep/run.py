@@ -47,6 +47,7 @@ from invfold.components.prep import split as splitting
 from invfold.components.prep.card import CARD_JSON, CARD_MD, CompositionStats, write_card
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.shards import (
+    DATASET_NAME,
     FORMAT,
     INDEX_FILE,
     DatasetWriter,
@@ -242,6 +243,10 @@ def _read_splits(cfg: PrepConfig) -> tuple[dict[str, list[str]] | None, dict[str
             if name in subsets or name in SPLIT_NAMES:
                 raise InputError(
                     path, None, None, "a subset name not used already", f"'{name}'", reason="duplicate_subset"
+                )
+            if not DATASET_NAME.match(name):  # it becomes a file name: `<name>.arrow`
+                raise InputError(
+                    path, None, None, f"a subset name matching {DATASET_NAME.pattern}", repr(name), reason="bad_name"
                 )
             subsets[name] = names
     return splits, subsets

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -37,6 +38,10 @@ from invfold.errors import InputError
 
 FORMAT = "invfold-prep/1"
 INDEX_FILE = "index.json"
+# What an index may name: a digest is exactly a sha256 (it becomes a cache folder name), and a
+# dataset is one plain file name component whose file is `<dataset>.arrow` (never a path).
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+DATASET_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
 
 SCHEMA = pa.schema(
     [
@@ -229,11 +234,45 @@ class PreparedData:
     def open(self, name: str) -> ShardedDataset:
         if name not in self.index["datasets"]:
             raise KeyError(f"no dataset '{name}' in {self.root} (has {self.datasets})")
-        return ShardedDataset(self.root / self.index["datasets"][name]["file"], name)
+        return ShardedDataset(self.root / dataset_file(name), name)  # check_index: file == this name
 
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("INVFOLD_CACHE_DIR") or Path.home() / ".cache" / "invfold") / "prepared"
+
+
+def check_index(index, where) -> dict:
+    """The index of a prepared folder, checked before any of its names touches a path: the
+    format, a `sha256:<64 hex>` digest, and datasets whose names are plain file names and whose
+    files are exactly `<dataset>.arrow`. Anything else is an InputError naming `where`."""
+    if not isinstance(index, dict) or index.get("format") != FORMAT:
+        found = index.get("format") if isinstance(index, dict) else type(index).__name__
+        raise InputError(where, None, "format", f"{FORMAT!r} (an invfold prep output)", repr(found))
+    digest = index.get("digest")
+    if not isinstance(digest, str) or not DIGEST.match(digest):
+        raise InputError(where, None, "digest", "'sha256:' and 64 lowercase hex digits", repr(digest)[:100])
+    datasets = index.get("datasets")
+    if not isinstance(datasets, dict):
+        raise InputError(where, None, "datasets", "an object of dataset entries", type(datasets).__name__)
+    for name, entry in datasets.items():
+        if not DATASET_NAME.match(name) or name in (".", ".."):
+            expected = f"dataset names matching {DATASET_NAME.pattern}"
+            raise InputError(where, None, "datasets", expected, repr(name)[:100], reason="unsafe_path")
+        file = entry.get("file") if isinstance(entry, dict) else None
+        if file != dataset_file(name):
+            raise InputError(
+                where, None, f"datasets.{name}.file", repr(dataset_file(name)), repr(file)[:100], reason="unsafe_path"
+            )
+    return index
+
+
+def _inside(folder: Path, name: str, where) -> Path:
+    """`folder/name`, refused unless it resolves inside `folder` (a second line behind the name
+    checks: a symlink planted in the folder cannot lead a write elsewhere)."""
+    path = (folder / name).resolve()
+    if path.parent != folder.resolve():
+        raise InputError(where, None, "file", f"a file inside {folder}", repr(name), reason="unsafe_path")
+    return path
 
 
 def open_prepared(root: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> PreparedData:
@@ -242,27 +281,29 @@ def open_prepared(root: str | os.PathLike, cache_dir: str | os.PathLike | None =
     if storage.is_remote(root):
         root = _cached_copy(str(root).rstrip("/"), Path(cache_dir) if cache_dir else default_cache_dir())
     root = Path(str(root).removeprefix("file://"))
-    index = storage.load_json(root / INDEX_FILE)  # missing or invalid: an InputError naming the file
-    if not isinstance(index, dict) or index.get("format") != FORMAT:
-        found = index.get("format") if isinstance(index, dict) else type(index).__name__
-        raise InputError(root / INDEX_FILE, None, "format", f"{FORMAT!r} (an invfold prep output)", repr(found))
+    # missing or invalid: an InputError naming the file
+    index = check_index(storage.load_json(root / INDEX_FILE), root / INDEX_FILE)
     card_path = root / CARD_JSON
     card = json.loads(card_path.read_text()) if card_path.exists() else {}
     return PreparedData(root, index, card)
 
 
 def _cached_copy(uri: str, cache_dir: Path) -> Path:
-    index = storage.load_json(f"{uri}/{INDEX_FILE}")
-    digest = index["digest"].split(":", 1)[-1]
+    """Download a remote prepared folder into `cache_dir/<digest hex>`: every name is checked
+    (check_index) before it becomes a path, files land in a private staging folder, and the folder
+    is published (one rename) only once its content matches the index's digest."""
+    index = check_index(storage.load_json(f"{uri}/{INDEX_FILE}"), f"{uri}/{INDEX_FILE}")
+    digest = index["digest"].split(":", 1)[1]
     target = cache_dir / digest
     if (target / INDEX_FILE).exists():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".download-", dir=cache_dir))
     try:
-        files = [entry["file"] for entry in index["datasets"].values()] + [CARD_JSON, CARD_MD]
+        files = [dataset_file(name) for name in index["datasets"]] + [CARD_JSON, CARD_MD]
         for name in files:
-            with storage.open_binary(f"{uri}/{name}") as src, open(staging / name, "wb") as dst:
+            dest = _inside(staging, name, f"{uri}/{INDEX_FILE}")
+            with storage.open_binary(f"{uri}/{name}") as src, open(dest, "xb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
         got = content_digest(staging, list(index["datasets"]))
         if got != index["digest"]:
