@@ -3,13 +3,21 @@
 Why a marker and not a rename: object storage has no atomic rename, so a folder counts only
 once its COMPLETE file (written last, after every rank has finished writing) exists; resume
 takes the newest complete folder and ignores the rest. Roots may be local paths or fsspec URIs.
+
+Why weights_only: whoever can write the checkpoint prefix (a bucket, a shared volume) would
+otherwise run code in every training pod that resumes from it. Everything we save is tensors and
+plain values (RNG states included, see capture_rng), so every load here is
+`torch.load(weights_only=True)`; DeepSpeed's own loads run under `safe_loading()`, which forces
+the same and allows only the few classes its checkpoints name (DEEPSPEED_SAFE_GLOBALS).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
+import pickle
 import random
 import re
 
@@ -17,6 +25,7 @@ import numpy as np
 import torch
 
 from invfold import storage
+from invfold.errors import InputError
 
 MARKER = "COMPLETE"
 STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -82,9 +91,61 @@ def load_bytes(uri: str) -> bytes:
         return fh.read()
 
 
+def unsafe_checkpoint(uri: str, err: Exception) -> InputError:
+    """The error for a checkpoint file that needs more than tensors and plain values to load."""
+    named = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
+    if named:
+        detail = f"a pickle that calls or builds {named.group(1)}"
+    else:
+        detail = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+    return InputError(
+        uri,
+        None,
+        None,
+        "a checkpoint of tensors and plain values (loaded with weights_only=True; nothing in it was run)",
+        detail[:300],
+        reason="unsafe_checkpoint",
+    )
+
+
 def load_torch(uri: str):
-    """Our own checkpoints hold optimizer state and RNG tuples: not weights_only material."""
-    return torch.load(io.BytesIO(load_bytes(uri)), map_location="cpu", weights_only=False)
+    """A checkpoint file loaded with weights_only=True: a file that names any other class or
+    function is refused (InputError naming it) before anything in it runs."""
+    try:
+        return torch.load(io.BytesIO(load_bytes(uri)), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        raise unsafe_checkpoint(uri, err) from None
+
+
+def _deepspeed_safe_globals() -> list:
+    """What DeepSpeed 0.19.8's checkpoints name besides tensors and plain values, found with
+    torch.serialization.get_unsafe_globals_in_checkpoint on our ZeRO 0 (none), 1, 2 (bf16) and 3
+    saves: the ZeRO stage enum, the static loss scaler (a float and a flag) and a fragment
+    address (two ints). Each is a plain data holder: allowing it runs none of its code beyond
+    building the object from its saved fields."""
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [ZeroStageEnum, LossScaler, fragment_address]
+
+
+@contextlib.contextmanager
+def safe_loading(where: str):
+    """Every torch.load inside (DeepSpeed's loaders pass weights_only=False) runs as
+    weights_only=True with only DEEPSPEED_SAFE_GLOBALS allowed; a refusal names `where`."""
+    saved = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
+    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    try:
+        with torch.serialization.safe_globals(_deepspeed_safe_globals()):
+            yield
+    except pickle.UnpicklingError as err:
+        raise unsafe_checkpoint(where, err) from None
+    finally:
+        if saved is None:
+            os.environ.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
+        else:
+            os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = saved
 
 
 def mark_complete(directory: str, info: dict) -> None:
@@ -112,15 +173,31 @@ def prune(root: str, keep: int) -> list[int]:
 
 
 def capture_rng() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """This process's RNG states as tensors and plain values (weights_only material): Python's
+    Mersenne Twister words and numpy's key array become int64 tensors."""
+    version, words, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
+    state = {
+        "python": {"version": version, "words": torch.tensor(words, dtype=torch.int64), "gauss": gauss},
+        "numpy": {
+            "kind": str(kind),
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
+        "torch": torch.get_rng_state(),
+    }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def restore_rng(state: dict) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    py, npy = state["python"], state["numpy"]
+    random.setstate((py["version"], tuple(int(w) for w in py["words"].tolist()), py["gauss"]))
+    keys = npy["keys"].numpy().astype(np.uint32)
+    np.random.set_state((npy["kind"], keys, npy["pos"], npy["has_gauss"], npy["cached_gaussian"]))
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,12 +1,19 @@
 """Checkpoint folders on a local disk and on S3 (moto's server on loopback): only folders with a
-COMPLETE marker count, the newest wins, pruning keeps the newest and removes torn leftovers."""
+COMPLETE marker count, the newest wins, pruning keeps the newest and removes torn leftovers; every
+load is weights_only, so a planted pickle is refused before it runs (ours and DeepSpeed's loaders)."""
 
 from __future__ import annotations
 
+import os
+import pathlib
+import random
+
+import numpy as np
 import pytest
 import torch
 
 from invfold.components.train import checkpoint as ckpt
+from invfold.errors import InputError
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -48,3 +55,62 @@ def test_prune_keeps_the_newest_and_drops_older_torn_saves(root):
 def test_a_folder_name_that_is_not_a_step_is_refused():
     with pytest.raises(ValueError, match="expected step-XXXXXXXX"):
         ckpt.step_of("/x/checkpoints/latest")
+
+
+class _Planted:
+    """What an attacker with write access to the checkpoint prefix would plant: unpickling it
+    calls Path.touch on a marker file (any function could stand there)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (pathlib.Path.touch, (pathlib.Path(self.marker),))
+
+
+def test_a_planted_pickle_in_state_pt_is_refused_naming_the_file_and_never_runs(tmp_path):
+    marker = tmp_path / "pwned"
+    directory = ckpt.step_dir(str(tmp_path / "checkpoints"), 4)
+    ckpt.save_torch({"model": {}, "trainer": _Planted(marker)}, f"{directory}/state.pt")
+    ckpt.mark_complete(directory, {"step": 4})
+    refused = r"step-00000004/state\.pt: expected a checkpoint .*weights_only=True.*calls or builds"
+    with pytest.raises(InputError, match=refused):
+        ckpt.load_torch(f"{directory}/state.pt")
+    assert not marker.exists()
+
+
+def test_deepspeeds_own_loaders_are_held_to_weights_only(tmp_path):
+    """DeepSpeed's checkpoint engine and zero_to_fp32 call torch.load(weights_only=False);
+    under safe_loading the same calls refuse a planted pickle and still read its own classes."""
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+    from deepspeed.runtime.fp16.loss_scaler import LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    marker = tmp_path / "pwned"
+    planted, honest = tmp_path / "planted.pt", tmp_path / "honest.pt"
+    torch.save({"optimizer_state_dict": _Planted(marker)}, planted)
+    torch.save({"zero_stage": ZeroStageEnum.gradients, "loss_scaler": LossScaler(1.0), "w": torch.ones(2)}, honest)
+    engine = TorchCheckpointEngine()
+    with pytest.raises(InputError, match=r"step-00000002: expected a checkpoint .*calls or builds"):
+        with ckpt.safe_loading("run/step-00000002"):
+            engine.load(str(planted), map_location="cpu")
+    assert not marker.exists()
+    with ckpt.safe_loading("run/step-00000002"):
+        loaded = engine.load(str(honest), map_location="cpu")
+    assert loaded["zero_stage"] == ZeroStageEnum.gradients and loaded["loss_scaler"].cur_scale == 1.0
+    assert os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD") is None  # restored on the way out
+
+
+def test_rng_states_survive_a_weights_only_round_trip(tmp_path):
+    random.seed(11)
+    np.random.seed(11)
+    torch.manual_seed(11)
+    np.random.standard_normal()  # leaves a cached Gaussian in numpy's state
+    ckpt.save_torch({"rng": ckpt.capture_rng()}, str(tmp_path / "state.pt"))
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(str(tmp_path / "state.pt")) == []
+    expected = (random.random(), np.random.standard_normal(3).tolist(), torch.rand(3).tolist())
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    ckpt.restore_rng(ckpt.load_torch(str(tmp_path / "state.pt"))["rng"])
+    assert (random.random(), np.random.standard_normal(3).tolist(), torch.rand(3).tolist()) == expected

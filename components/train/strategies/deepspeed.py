@@ -162,7 +162,8 @@ class DeepSpeedStrategy(TorchCollectives, Strategy):
 
     def load(self, directory: str) -> dict:
         root, tag = _split(directory)
-        path, client_state = self.engine.load_checkpoint(root, tag=tag)
+        with ckpt.safe_loading(directory):
+            path, client_state = self.engine.load_checkpoint(root, tag=tag)
         if path is None:
             raise RuntimeError(f"{directory}: DeepSpeed could not load this checkpoint")
         return client_state["trainer"]
@@ -174,7 +175,8 @@ class DeepSpeedStrategy(TorchCollectives, Strategy):
         else:
             from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint
 
-            state = get_fp32_state_dict_from_zero_checkpoint(root, tag=tag)
+            with ckpt.safe_loading(directory):
+                state = get_fp32_state_dict_from_zero_checkpoint(root, tag=tag)
         return {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
 
     def close(self) -> None:
