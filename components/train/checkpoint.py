@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from invfold import storage
-from invfold.errors import InputError
+from invfold.errors import ConfigError, InputError
 
 MARKER = "COMPLETE"
 STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -150,6 +150,33 @@ def safe_loading(where: str):
 
 def mark_complete(directory: str, info: dict) -> None:
     write_bytes(f"{directory}/{MARKER}", (json.dumps(info, sort_keys=True) + "\n").encode())
+
+
+def check_resumable(directory: str, marker: dict, settings: dict) -> None:
+    """Refuse to resume a checkpoint written under other settings (data, model, learning rate,
+    seed, ...): the run would silently continue someone else's trajectory and report its own
+    settings. The error names each differing field and how to start fresh."""
+    recorded = marker.get("settings")
+    if recorded is None:
+        differ = ["(none recorded: written by an older invfold)"]
+    else:
+        differ = []
+        for name in sorted(set(recorded) | set(settings)):
+            old, new = recorded.get(name, "<absent>"), settings.get(name, "<absent>")
+            if name == "model" and isinstance(old, dict) and isinstance(new, dict):
+                differ += [
+                    f"model.{k} {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
+                    for k in sorted(set(old) | set(new))
+                    if old.get(k, "<absent>") != new.get(k, "<absent>")
+                ]
+            elif old != new:
+                differ.append(f"{name} {old!r} -> {new!r}")
+    if differ:
+        raise ConfigError(
+            f"{directory}: this checkpoint was written under other settings ({'; '.join(differ)}); "
+            "resume with the settings it was written with, or start fresh with a new --checkpoint-dir "
+            "(or --out) or after removing its checkpoints"
+        )
 
 
 def prune(root: str, keep: int) -> list[int]:

@@ -4,7 +4,8 @@
 
 under torchrun (ddp, deepspeed), horovodrun or mpirun (horovod, deepspeed). Exit status: 0 when
 training finished (or its time budget ran out), 143 after SIGTERM with a checkpoint written, 3 when
-a run of non-finite steps stopped training (nothing saved).
+a run of non-finite steps stopped training (nothing saved), an InvfoldError's own status (2 for a
+refused checkpoint or setting) with its one-line message instead of a traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.distributed import setup, teardown
 from invfold.components.train.trainer import EXIT_DIVERGED, NonFiniteTrainingError, train
+from invfold.errors import InvfoldError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger("invfold.train").error("training failed: %s", err)
         teardown(info)
         return EXIT_DIVERGED
+    except InvfoldError as err:  # a refused input or setting (checkpoint, data): one line, its status
+        logging.getLogger("invfold.train").error("rank %d: %s", info.rank, err)
+        return err.exit_code
     teardown(info)
     return result.exit_code
 

@@ -224,6 +224,40 @@ class _Position:
     nonfinite_steps: int = 0  # updates skipped for a NaN/inf loss or gradient on some rank
 
 
+# TrainConfig fields that shape the trajectory: a checkpoint resumes only under the same values.
+# Left out on purpose: where things go (out, checkpoint_dir), how long (max_steps, epochs, budgets;
+# a longer run may resume a shorter one, except under one_cycle, whose schedule spans the run, see
+# run_settings), how often things are logged, validated or saved, threads and timeouts.
+RESUME_FIELDS = (
+    "train_dataset",
+    "init_from",
+    "freeze_encoder",
+    "precision",
+    "tokens_per_batch",
+    "pool_batches",
+    "balance",
+    "lr",
+    "warmup_steps",
+    "schedule",
+    "weight_decay",
+    "label_smoothing",
+    "backbone_noise",
+    "grad_clip",
+    "grad_accum",
+    "seed",
+)
+
+
+def run_settings(cfg: TrainConfig, model_cfg, data_digest: str, total_steps: int | None) -> dict:
+    """What a checkpoint records about the run that wrote it (JSON values): the data digest, the
+    model's architecture, and the RESUME_FIELDS."""
+    model = {k: v for k, v in dataclasses.asdict(model_cfg).items() if k != "activation_checkpointing"}
+    settings = {"data": data_digest, "model": model, **{name: getattr(cfg, name) for name in RESUME_FIELDS}}
+    if cfg.schedule == "one_cycle":
+        settings["total_steps"] = total_steps
+    return json.loads(json.dumps(settings))  # tuples as lists: equal to what a marker reads back
+
+
 def _seed_everything(seed: int) -> None:
 
     random.seed(seed)
@@ -271,6 +305,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     _seed_everything(cfg.seed + 1000 * (info.rank + 1))  # per-rank noise, dropout and order streams
 
     pos = _Position()
+    settings = run_settings(cfg, model_cfg, data.digest, total_steps)
     latest = ckpt.latest_complete(cfg.checkpoint_dir)
     if latest and not cfg.resume:
         raise ValueError(
@@ -278,7 +313,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
             "resume is off: remove them or choose another checkpoint_dir"
         )
     if latest:
-        pos = _resume(strategy, latest, cfg, info)
+        pos = _resume(strategy, latest, cfg, info, settings)
     metrics = MetricsLog(cfg.out, pos.step) if main else None
     if main:
         log.info(
@@ -365,7 +400,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
                 window.restart_clock()  # throughput counts training time only
                 clock.restart()
             if stop or (cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0):
-                _save(strategy, cfg, info, pos)
+                _save(strategy, cfg, info, pos, settings)
                 last_saved = pos.step
                 window.restart_clock()
                 clock.restart()
@@ -383,7 +418,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
         return TrainResult(EXIT_PREEMPTED, stop_reason, pos.step, summary)
 
     if last_saved != pos.step:
-        _save(strategy, cfg, info, pos)
+        _save(strategy, cfg, info, pos, settings)
     if val_set is not None and not (cfg.validate_every and pos.step % cfg.validate_every == 0):
         val_summary = _validate(strategy, val_set, cfg, info, metrics, pos.step)
     model_path = os.path.join(cfg.out, "model.pt")
@@ -495,8 +530,9 @@ def _validate(strategy, val_set, cfg: TrainConfig, info: DistInfo, metrics: Metr
     return summary
 
 
-def _save(strategy, cfg: TrainConfig, info: DistInfo, pos: _Position) -> None:
-    """Collective: every rank writes its part, a barrier, then rank 0 writes COMPLETE."""
+def _save(strategy, cfg: TrainConfig, info: DistInfo, pos: _Position, settings: dict) -> None:
+    """Collective: every rank writes its part, a barrier, then rank 0 writes COMPLETE (with the
+    run's settings, which a resume must match)."""
     directory = ckpt.step_dir(cfg.checkpoint_dir, pos.step)
     trainer_state = {
         **dataclasses.asdict(pos),
@@ -508,14 +544,20 @@ def _save(strategy, cfg: TrainConfig, info: DistInfo, pos: _Position) -> None:
     if info.is_main:
         ckpt.mark_complete(
             directory,
-            {"step": pos.step, "strategy": cfg.strategy, "zero_stage": cfg.zero_stage, "world_size": info.world_size},
+            {
+                "step": pos.step,
+                "strategy": cfg.strategy,
+                "zero_stage": cfg.zero_stage,
+                "world_size": info.world_size,
+                "settings": settings,
+            },
         )
         ckpt.prune(cfg.checkpoint_dir, cfg.keep_checkpoints)
         log.info("checkpoint %s", directory)
     strategy.barrier()
 
 
-def _resume(strategy, directory: str, cfg: TrainConfig, info: DistInfo) -> _Position:
+def _resume(strategy, directory: str, cfg: TrainConfig, info: DistInfo, settings: dict) -> _Position:
     marker = json.loads(ckpt.load_bytes(f"{directory}/{ckpt.MARKER}"))
     if (marker.get("strategy"), marker.get("zero_stage")) != (cfg.strategy, cfg.zero_stage):
         raise ValueError(
@@ -523,6 +565,7 @@ def _resume(strategy, directory: str, cfg: TrainConfig, info: DistInfo) -> _Posi
             f"{marker.get('zero_stage')}), cannot resume with {cfg.strategy!r} "
             f"(ZeRO stage {cfg.zero_stage}); use a new checkpoint_dir or resume=False"
         )
+    ckpt.check_resumable(directory, marker, settings)
     state = strategy.load(directory)
     if state["world_size"] == info.world_size:
         ckpt.restore_rng(state["rng"][info.rank])
