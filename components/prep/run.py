@@ -26,11 +26,15 @@ Counts always reconcile: read = kept + reader skips + filter drops (asserted, an
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import glob
 import json
 import logging
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -367,10 +371,13 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
 
     dataset_names = list(SPLIT_NAMES) + sorted(subsets)
     remote = storage.is_remote(cfg.output)
-    out_dir = Path(cfg.output.removeprefix("file://"))
-    if not remote:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".prep-", dir=None if remote else out_dir))
+    out_dir = Path(cfg.output.removeprefix("file://")).absolute()
+    if remote:
+        staging = Path(tempfile.mkdtemp(prefix=".prep-"))
+    else:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_staging(out_dir)
+        staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir), dir=out_dir.parent))
     try:
         screen = _Screen(cfg)
         writers = {
@@ -609,14 +616,118 @@ def _absent(cfg: PrepConfig, splits, subsets, seen: set[str]) -> dict[str, int]:
     return {name: len(v) for name, v in absent.items()}
 
 
+# The files prep writes into its output folder; anything else found there is carried over.
+PREP_FILES = (INDEX_FILE, CARD_JSON, CARD_MD)
+AT_FDCWD, RENAME_EXCHANGE = -100, 2
+
+
+def _staging_prefix(out_dir: Path, pid: int | None = None) -> str:
+    """A sibling of the output folder (same filesystem, so publishing is a rename), named after
+    the host and process that own it so a later prep can tell a crashed run's leftovers."""
+    host = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())[:40]
+    return f".{out_dir.name}.prep-{host}-{os.getpid() if pid is None else pid}-"
+
+
+def _remove_stale_staging(out_dir: Path) -> None:
+    """Delete staging folders of earlier preps into `out_dir` on this host whose process is gone
+    (a crash or kill skips the `finally` that removes them)."""
+    host_prefix = _staging_prefix(out_dir, 0)[: -len("0-")]
+    for entry in out_dir.parent.glob(f"{glob.escape(host_prefix)}*"):
+        pid = entry.name[len(host_prefix) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two folders in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the
+    kernel or filesystem cannot, so the caller falls back to two renames."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
 def _publish(staging: Path, output: str, remote: bool, out_dir: Path) -> None:
-    """Move the finished files into place, replacing a previous prep output there."""
-    files = sorted(p for p in staging.iterdir() if p.is_file())
+    """Put the finished folder in place so that a reader sees the old complete folder or the new
+    complete one, never a mix (SQLite-style: everything is written and synced aside, then one
+    atomic step publishes it). Locally: the staging folder (a sibling) is swapped with the old
+    output folder in one renameat2(RENAME_EXCHANGE), or renamed into place when there is none;
+    where the exchange is unsupported, the old folder is renamed aside, the new one into place,
+    and a failure of the second rename puts the old one back (a reader in between finds no folder
+    and an InputError, never a mix). Remote: uploaded with index.json last; readers verify the
+    digest (shards._cached_copy), so a half upload is refused, never used."""
     if remote:
         storage.upload_folder(staging, output)
         return
-    for old in list(out_dir.glob("*.arrow")) + [out_dir / n for n in (INDEX_FILE, CARD_JSON, CARD_MD)]:
-        if old.exists():
-            old.unlink()
-    for path in files:
-        os.replace(path, out_dir / path.name)
+    _sync(staging)
+    if not out_dir.exists():
+        os.rename(staging, out_dir)
+        return
+    _carry_over(out_dir, staging)
+    if not _exchange(staging, out_dir):
+        aside = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir), dir=out_dir.parent))
+        try:
+            os.rename(out_dir, aside / "old")
+            try:
+                os.rename(staging, out_dir)
+            except BaseException:
+                os.rename(aside / "old", out_dir)
+                raise
+        except BaseException:
+            shutil.rmtree(aside, ignore_errors=True)
+            raise
+        shutil.rmtree(aside, ignore_errors=True)  # published: removing the old folder is cleanup
+    # after an exchange, staging holds the old folder: the caller's `finally` removes it
+
+
+def _sync(folder: Path) -> None:
+    """fsync each file and the folder, so a power loss after the publish cannot lose its content."""
+    for path in folder.iterdir():
+        if path.is_file():
+            with open(path, "rb") as fh:
+                os.fsync(fh.fileno())
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _carry_over(old: Path, new: Path) -> None:
+    """Hard-link (or copy) what the old output folder holds besides prep's own files into the new
+    one, so publishing replaces prep's output and nothing else; the old folder stays untouched
+    until the swap. Staging folders an older invfold left inside it are not carried."""
+    for entry in old.iterdir():
+        name = entry.name
+        if name in PREP_FILES or name.endswith(".arrow") or name.startswith(".prep-") or (new / name).exists():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.copytree(entry, new / name, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(entry, new / name)
+
+
+def _link_or_copy(src, dst) -> None:
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+        return
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
