@@ -176,6 +176,27 @@ class _Preemption:
         signal.signal(signal.SIGTERM, self._previous)
 
 
+def _metrics_up_to(path: str, step: int) -> list[str]:
+    """The lines of metrics.jsonl up to `step`. A line that is not a complete JSON object (the
+    torn last line of a power loss or a full disk) is dropped with a warning: the checkpoint, not
+    the log, is the truth of where the run stands."""
+    kept, torn = [], []
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, 1):
+            try:
+                record = json.loads(raw)
+                if not isinstance(record, dict) or not isinstance(record.get("step", 0), int):
+                    raise ValueError("not a metrics record")
+            except ValueError:  # JSONDecodeError, UnicodeDecodeError
+                torn.append(number)
+                continue
+            if record.get("step", 0) <= step:
+                kept.append(raw.decode("utf-8").rstrip("\n") + "\n")
+    if torn:
+        log.warning("%s: dropped %d unreadable line(s) (line %s): a write cut short", path, len(torn), torn[0])
+    return kept
+
+
 class MetricsLog:
     """Rank 0's metrics.jsonl and TensorBoard events. On resume, records past the resumed step
     (written after the checkpoint by the interrupted run) are dropped, so each step appears once."""
@@ -185,8 +206,7 @@ class MetricsLog:
 
         self.path = os.path.join(out, "metrics.jsonl")
         if resumed_step and os.path.exists(self.path):
-            with open(self.path) as fh:
-                kept = [line for line in fh if json.loads(line).get("step", 0) <= resumed_step]
+            kept = _metrics_up_to(self.path, resumed_step)
             with open(self.path, "w") as fh:
                 fh.writelines(kept)
         elif os.path.exists(self.path):
