@@ -106,6 +106,8 @@ def parse_line(raw: bytes, path: str | os.PathLike, lineno: int) -> ChainRecord:
                 pass
     try:
         obj = json.loads(raw)
+    except RecursionError:  # orjson refuses depth > 1024; the standard parser recurses until this
+        raise storage.too_deep(path, lineno) from None
     except ValueError as err:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
         detail = f"{err.msg} at column {err.colno}" if isinstance(err, json.JSONDecodeError) else str(err)
         if not raw.endswith(b"\n"):

@@ -125,6 +125,14 @@ def list_files(uri: str | os.PathLike, patterns: Iterable[str]) -> list[str]:
     return sorted(f for f in found if any(fnmatch.fnmatch(basename(f).lower(), p) for p in patterns))
 
 
+def too_deep(path: str | os.PathLike, line: int | None) -> InputError:
+    """Arrays or objects nested past the parser's recursion limit (no real record comes close):
+    invalid JSON, counted or reported like any other, never a RecursionError traceback."""
+    return InputError(
+        path, line, None, "valid JSON", "invalid JSON (nested deeper than the parser's limit)", reason="invalid_json"
+    )
+
+
 def load_json(path: str | os.PathLike):
     """The whole file decoded (gzip detected, BOM tolerated); empty or invalid JSON raises."""
     data = read_bytes(path)
@@ -134,6 +142,8 @@ def load_json(path: str | os.PathLike):
         raise InputError(path, None, None, "a JSON document", "an empty file", reason="empty_file")
     try:
         return json.loads(data)
+    except RecursionError:
+        raise too_deep(path, None) from None
     except ValueError as err:
         where = err.lineno if isinstance(err, json.JSONDecodeError) else None
         detail = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
