@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from invfold import storage
 from invfold.components.protein.alphabet import ALPHABET
 from invfold.errors import ConfigError
 from invfold.options import check_choices, option
@@ -126,4 +127,8 @@ class PrepConfig:
         """The options as written into the card (JSON-ready)."""
         out = asdict(self)
         out["split_fractions"] = list(self.split_fractions)
+        for name in ("input", "output", "split_file", "check_against"):
+            if out.get(name):
+                out[name] = storage.display_uri(out[name])
+        out["subset_files"] = [storage.display_uri(p) for p in self.subset_files]
         return out

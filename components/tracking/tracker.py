@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from invfold import __version__
+from invfold import __version__, storage
 from invfold.errors import InvfoldError
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ class Tracker:
             self.step,
             self.run_id,
             self.parent_run_id,
-            self.ctx.tracking_uri,
+            storage.display_uri(self.ctx.tracking_uri),
         )
 
     # -- recording -------------------------------------------------------------------------
@@ -211,7 +211,7 @@ class Tracker:
     def set_tags(self, tags: dict[str, Any], parent: bool = False) -> None:
         def do():
             for k, v in tags.items():
-                self.client.set_tag(self.parent_run_id if parent else self.run_id, k, str(v))
+                self.client.set_tag(self.parent_run_id if parent else self.run_id, k, _param_value(str(v)))
 
         self._record(f"tags {sorted(tags)}", do)
 
@@ -435,8 +435,9 @@ def _find_or_create_parent(client, experiment_id: str, ctx: RunContext) -> str:
 
 
 def _param_value(value: Any) -> str:
+    """A param or tag value as MLflow keeps it: text, with credentials in any URI hidden."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    return text[:6000]
+    return storage.redact(text)[:6000]
 
 
 def _finite(value: Any) -> bool:

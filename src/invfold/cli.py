@@ -12,6 +12,7 @@ import sys
 
 from invfold import __version__
 from invfold.errors import InvfoldError
+from invfold.storage import redact
 
 # Each module exposes add_parser(subparsers) and keeps heavy imports inside its handlers,
 # so `invfold --help` stays fast.
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = args.func(args)
     except InvfoldError as err:  # a mistake the user can fix: its message, no traceback
-        print(f"invfold {args.command}: error: {err}", file=sys.stderr)
+        print(f"invfold {args.command}: error: {redact(str(err))}", file=sys.stderr)
         return err.exit_code
     return int(result or 0)
 

@@ -20,6 +20,12 @@ under it live beside the code that raises them:
 from __future__ import annotations
 
 
+def redact_text(text: str) -> str:
+    """Replaced by invfold.storage.redact when storage is imported (it sits above this module):
+    every InputError message then shows URIs through storage.display_uri, credentials hidden."""
+    return text
+
+
 class InvfoldError(Exception):
     """An expected failure with a message a person can act on; `exit_code` is the CLI's status."""
 
@@ -70,4 +76,4 @@ class InputError(InvfoldError, ValueError):
         what = f"field '{self.field}': expected {self.expected}" if self.field else f"expected {self.expected}"
         if self.got is not None:
             what += f", got {self.got}"
-        return f"{where}: {what}"
+        return redact_text(f"{where}: {what}")

@@ -8,16 +8,77 @@ import contextlib
 import fnmatch
 import gzip
 import json
+import logging
 import os
+import re
+import urllib.parse
 import zlib
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
+from invfold import errors
 from invfold.errors import InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 # What a damaged or truncated gzip stream raises while it is being read.
 GZIP_ERRORS = (gzip.BadGzipFile, EOFError, zlib.error)
+
+
+HIDDEN = "***"
+# A URI inside free text: a scheme, "://", then anything up to whitespace or a quote.
+_URI_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+
+
+def display_uri(uri: str | os.PathLike) -> str:
+    """The URI as it may be logged, recorded or printed: userinfo (`user:password@`) and every
+    query value (presigned `X-Amz-Signature=`, `sig=`, `token=`, ... and anything else a query
+    may carry) replaced by ***. Local paths come back unchanged. Use it wherever a URI leaves
+    the process: MLflow params and tags, cards, log lines, error messages."""
+    text = os.fspath(uri)
+    if "://" not in text:
+        return text
+    try:
+        parts = urllib.parse.urlsplit(text)
+    except ValueError:  # e.g. an invalid IPv6 netloc: hide everything after the scheme
+        return text.split("://", 1)[0] + "://" + HIDDEN
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = HIDDEN + "@" + netloc.rsplit("@", 1)[1]
+    query = "&".join(
+        f"{piece.split('=', 1)[0]}={HIDDEN}" if "=" in piece else HIDDEN for piece in parts.query.split("&") if piece
+    )
+    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact(text: str) -> str:
+    """Free text (a message, a parameter value) with each URI in it passed through display_uri."""
+    return _URI_IN_TEXT.sub(lambda m: display_uri(m.group()), text) if "://" in text else text
+
+
+def _redacting_factory(make):
+    def factory(*args, **kwargs):
+        record = make(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format string is logging's own business
+            return record
+        if "://" in message:
+            record.msg, record.args = redact(message), ()
+        if record.exc_info and record.exc_info[0] is not None:  # the traceback's text, formatted now
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        return record
+
+    factory.invfold_redacts = True
+    return factory
+
+
+def redact_log_records() -> None:
+    """Every log record, ours and libraries' (fsspec logs whole URLs at DEBUG), goes through
+    `redact` when it is made, whatever handler later writes it. Installed when this module is
+    first imported: every code path that opens a URI imports it."""
+    make = logging.getLogRecordFactory()
+    if not getattr(make, "invfold_redacts", False):
+        logging.setLogRecordFactory(_redacting_factory(make))
 
 
 def is_remote(uri: str | os.PathLike) -> bool:
@@ -39,7 +100,12 @@ def filesystem(uri: str | os.PathLike):
 
 
 def basename(uri: str | os.PathLike) -> str:
-    return str(uri).rstrip("/").rsplit("/", 1)[-1]
+    """The last path component; an http(s) URL's query and fragment (a presigned signature) are
+    not part of the file's name."""
+    text = str(uri)
+    if text.startswith(("http://", "https://")):
+        text = urllib.parse.urlsplit(text).path
+    return text.rstrip("/").rsplit("/", 1)[-1]
 
 
 def strip_gz(name: str) -> str:
@@ -172,3 +238,7 @@ def download_folder(uri: str, local: str | os.PathLike) -> None:
     if not fs.exists(path):
         raise InputError(uri, None, None, "an existing folder", "no such folder", reason="missing_file")
     fs.get(path.rstrip("/") + "/", os.fspath(local).rstrip("/") + "/", recursive=True)
+
+
+redact_log_records()
+errors.redact_text = redact
