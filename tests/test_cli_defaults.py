@@ -13,10 +13,10 @@ from invfold.components.design.design import DesignConfig
 from invfold.components.design.score import ScoreConfig
 from invfold.components.evaluate.evaluate import EvaluateConfig
 from invfold.components.export.onnx_export import ExportConfig
+from invfold.components.launch.processes import LocalProcesses
 from invfold.components.model.cli import WeightsImport
 from invfold.components.prep.config import PrepConfig
 from invfold.components.train.config import TrainConfig
-from invfold.components.train.launch import LocalProcesses
 from invfold.options import cli_fields
 from invfold.pipelines.cli import CompileOptions, RunOptions, SubmitOptions
 from invfold.pipelines.parameters import OWN_OPTIONS, pipeline_parameters

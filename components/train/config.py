@@ -1,6 +1,6 @@
 """TrainConfig: every option of a training run, validated before any process starts.
 
-The same JSON file drives every rank (`entrypoint --config`), locally and on a cluster.
+The same JSON file drives every rank (`rank_entry --config`), locally and on a cluster.
 """
 
 from __future__ import annotations

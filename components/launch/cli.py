@@ -7,8 +7,8 @@ import sys
 
 
 def add_parser(subparsers) -> None:
+    from invfold.components.launch.processes import LocalProcesses
     from invfold.components.train.config import TrainConfig
-    from invfold.components.train.launch import LocalProcesses
     from invfold.options import add_command
 
     add_command(
@@ -25,8 +25,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfold.components.launch.processes import LocalProcesses, launch_local
     from invfold.components.train.config import TrainConfig
-    from invfold.components.train.launch import LocalProcesses, launch_local
     from invfold.options import from_args
 
     cfg = from_args(TrainConfig, args)
