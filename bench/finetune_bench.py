@@ -37,6 +37,7 @@ from invfold.components.model.published import load_published
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.components.prep.shards import open_prepared
+from invfold.components.train import recipes
 from invfold.components.train.config import TrainConfig
 
 
@@ -123,8 +124,7 @@ def main() -> None:
             args,
             init_from=args.weights,
             freeze_encoder=args.freeze_encoder,
-            lr=3e-4,
-            warmup_steps=20,
+            **recipes.FINE_TUNE,
             backbone_noise=provenance["training_noise_A"],
         )
         print("fine_tuned", results["fine_tuned"], flush=True)

@@ -23,6 +23,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from invfold.components.prep.shards import open_prepared
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.memory import allocator_env, memory_warning
 from invfold.components.train.strategies import STRATEGIES, local_launchers, strategy_spec
@@ -102,6 +103,7 @@ def launch_local(
     warning = memory_warning(
         cfg.model_config(initial.cfg if initial is not None else None), cfg.tokens_per_batch, nproc
     )
+    open_prepared(cfg.data).open(cfg.train_dataset)  # a bad --data fails here, not in every rank
     if warning:
         print(f"invfold train: warning: {warning}", file=sys.stderr, flush=True)
     os.makedirs(cfg.out, exist_ok=True)
