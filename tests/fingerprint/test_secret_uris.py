@@ -17,9 +17,9 @@ from invfold import storage
 from invfold.components.fingerprint.step import fingerprint_step
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
+from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 from invfold.components.tracking import RunContext, Tracker
 from invfold.errors import InputError
-from tests.support.synthetic import SyntheticConfig, write_synthetic_set
 
 PASSWORD, SIGNATURE, TOKEN = "hunter2-pw", "5ec7e7516a", "t0k3n-abc"
 

@@ -17,7 +17,7 @@ from invfold.components.prep import run as prep_run
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.components.prep.shards import INDEX_FILE, content_digest, open_prepared
-from tests.support.synthetic import SyntheticConfig, write_synthetic_set
+from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ import pytest
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.components.prep.shards import INDEX_FILE, open_prepared
+from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 from invfold.errors import InputError
-from tests.support.synthetic import SyntheticConfig, write_synthetic_set
 
 
 @pytest.fixture(scope="module")
