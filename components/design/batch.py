@@ -10,6 +10,7 @@ folder; blank lines and `#` comments ignored). Output (`--out`): a folder (one
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -112,7 +113,14 @@ def wanted(record: ChainRecord, cfg: DesignConfig) -> bool:
 
 
 def safe_name(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "record"
+    """A record name as a file name stem: kept as is when it is already plain (letters, digits,
+    `._-`, not starting with a dot, at most 120 characters); otherwise its plain characters plus
+    the first 10 hex digits of the name's sha256, so distinct names (`a/b`, `a:b`, `a b`) never
+    share a file, on any shard, and nothing can name a path outside the output folder."""
+    plain = re.sub(r"[^A-Za-z0-9._-]+", "_", name).lstrip(".")[:120]
+    if plain == name:
+        return name
+    return f"{plain or 'record'}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
 
 
 def design_batch(

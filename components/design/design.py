@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -417,6 +418,12 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
     return designs
 
 
+def fasta_id(name: str) -> str:
+    """A record name as a FASTA identifier: whitespace and control characters (a newline would
+    start a forged record; a space would cut the identifier short) and '>' become '_'."""
+    return re.sub(r"[\s\x00-\x1f\x7f>]", "_", name) or "record"
+
+
 def write_fasta(path: str | os.PathLike, designs: list[Design], temperature: float, model: str) -> None:
     """One header and sequence per design; a complex's chains separated by "/" (as ProteinMPNN
     writes them, though ProteinMPNN writes the designed chains only: here every chain, so the
@@ -427,7 +434,8 @@ def write_fasta(path: str | os.PathLike, designs: list[Design], temperature: flo
         if d.chain_lengths is not None:
             chains = f" designed_chains={','.join(d.designed_chains)} fixed_chains={','.join(d.fixed_chains) or '-'}"
         lines.append(
-            f">{d.name} sample={d.index} T={temperature if d.temperature is None else d.temperature:g} seed={d.seed} "
+            f">{fasta_id(d.name)} sample={d.index} "
+            f"T={temperature if d.temperature is None else d.temperature:g} seed={d.seed} "
             f"mean_nll={d.mean_nll:.4f} recovery={d.recovery:.4f} model={model}{chains}"
         )
         lines.append(with_chain_breaks(d.sequence, d.chain_lengths))

@@ -8,8 +8,10 @@ Kept apart from the `@dsl.component` definitions: inside a running step KFP load
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import shutil
 import statistics
 import time
@@ -136,6 +138,15 @@ def gather_step(
     return {"metrics": metrics, "summary": summary, "mlflow_run_id": tracker.run_id or ""}
 
 
+def _cell(text: object) -> str:
+    """Text from the input (record names, messages) as one Markdown table cell: HTML and
+    Markdown's own characters escaped, line breaks flattened, so a name can neither end the
+    row nor inject a tag or a link when the report is rendered."""
+    out = re.sub(r"([\\`*_\[\]()#!|~])", r"\\\1", str(text))
+    out = html.escape(out, quote=False)
+    return re.sub(r"[\r\n\t\x00-\x1f\x7f]+", " ", out)
+
+
 def markdown_report(rows: list[dict], summary: dict, metrics: dict, best: int = 20) -> str:
     """Totals, skips by reason, and each structure's best design (lowest score, else design NLL)."""
     model = summary["model"]
@@ -155,7 +166,7 @@ def markdown_report(rows: list[dict], summary: dict, metrics: dict, best: int = 
     if summary["skipped"]:
         lines += ["## Skipped", "", "| record | reason | message |", "|---|---|---|"]
         lines += [
-            f"| {s['name']} | {s['reason']} | {s['message'][:160].replace('|', '/')} |" for s in summary["skipped"]
+            f"| {_cell(s['name'])} | {_cell(s['reason'])} | {_cell(s['message'][:160])} |" for s in summary["skipped"]
         ]
         lines.append("")
     key = "score_nll" if any("score_nll" in r for r in rows) else "mean_nll"
@@ -173,6 +184,7 @@ def markdown_report(rows: list[dict], summary: dict, metrics: dict, best: int = 
         for name, r in list(sorted(by_name.items()))[:best]:
             seq = r["sequence"] if len(r["sequence"]) <= 60 else r["sequence"][:57] + "..."
             lines.append(
-                f"| {name} | {r['sample']} | {r['temperature']:g} | {r[key]:.3f} | {r['recovery']:.3f} | `{seq}` |"
+                f"| {_cell(name)} | {r['sample']} | {r['temperature']:g} | {r[key]:.3f} | {r['recovery']:.3f} "
+                f"| `{seq}` |"
             )
     return "\n".join(lines) + "\n"
