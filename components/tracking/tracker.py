@@ -45,6 +45,13 @@ REACHABILITY_TIMEOUT_S = 3.0
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 MODEL_TRAINING_VIEW = "workflowType=machine_learning"
+# Metric names: `<group>/<figure>`, one name per figure in every run. MLflow's run page draws one
+# chart section per group, sections in alphabetical order (mlflow/server/js/src/experiment-tracking/
+# components/runs-charts/runs-charts.types.ts: getBaseChartAndSectionConfigs), so training opens
+# on `train/` (loss) and `validation/` (recovery); the trainer's `time` records, the timing
+# internals, go under a group that sorts after them.
+METRIC_GROUPS = {"train": "train", "validation": "validation", "time": "wallclock"}
+STEP_TAG = "invfold.step"
 
 
 class TrackingError(InvfoldError, ValueError):
@@ -179,6 +186,9 @@ class Tracker:
             self.run_id = injected
             self.parent_run_id = run.data.tags.get(PARENT_TAG, injected)
             self.client.set_tag(self.parent_run_id, PIPELINE_RUN_TAG, self.ctx.pipeline_run_id)
+            if self.parent_run_id != injected:  # findable as this step's run (step_run_id)
+                self.client.set_tag(injected, PIPELINE_RUN_TAG, self.ctx.pipeline_run_id)
+                self.client.set_tag(injected, STEP_TAG, self.step)
         else:
             experiment_id = _experiment_id(self.client, self.ctx.experiment)
             self.parent_run_id = _find_or_create_parent(self.client, experiment_id, self.ctx)
@@ -187,7 +197,7 @@ class Tracker:
                 run_name=self.step,
                 tags={
                     PARENT_TAG: self.parent_run_id,
-                    "invfold.step": self.step,
+                    STEP_TAG: self.step,
                     PIPELINE_RUN_TAG: self.ctx.pipeline_run_id,
                 },
             )
@@ -224,8 +234,8 @@ class Tracker:
         self._record(f"metrics {sorted(metrics)}", lambda: self.client.log_batch(target(), metrics=items))
 
     def log_metrics_file(self, path: str | os.PathLike) -> int:
-        """Every numeric value of train's metrics.jsonl as `<split>/<name>` at its step and time;
-        returns how many points were read."""
+        """Every numeric value of train's metrics.jsonl as `<group>/<name>` at its step and time
+        (group: METRIC_GROUPS[split]); returns how many points were read."""
         from mlflow.entities import Metric
 
         points = []
@@ -233,10 +243,11 @@ class Tracker:
             for line in fh:
                 record = json.loads(line)
                 split, step = record.get("split", "train"), int(record.get("step", 0))
+                group = METRIC_GROUPS.get(split, split)
                 stamp = int(float(record.get("time", time.time())) * 1000)
                 for key, value in record.items():
                     if key not in ("split", "step", "time") and _finite(value):
-                        points.append(Metric(f"{split}/{key}", float(value), stamp, step))
+                        points.append(Metric(f"{group}/{key}", float(value), stamp, step))
 
         def do():
             for start in range(0, len(points), 900):  # the REST API takes 1000 per batch
@@ -245,16 +256,35 @@ class Tracker:
         self._record(f"{len(points)} metric points from {Path(path).name}", do)
         return len(points)
 
-    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None, parent: bool = False) -> None:
+        target = lambda: self.parent_run_id if parent else self.run_id  # noqa: E731
         self._record(
-            f"artifact {Path(path).name}", lambda: self.client.log_artifact(self.run_id, str(path), artifact_path)
+            f"artifact {Path(path).name}", lambda: self.client.log_artifact(target(), str(path), artifact_path)
         )
 
-    def log_artifacts(self, folder: str | os.PathLike, artifact_path: str | None = None) -> None:
+    def log_artifacts(self, folder: str | os.PathLike, artifact_path: str | None = None, parent: bool = False) -> None:
+        target = lambda: self.parent_run_id if parent else self.run_id  # noqa: E731
         self._record(
             f"artifacts {Path(folder).name}/",
-            lambda: self.client.log_artifacts(self.run_id, str(folder), artifact_path),
+            lambda: self.client.log_artifacts(target(), str(folder), artifact_path),
         )
+
+    def step_run_id(self, step: str) -> str | None:
+        """The run of another step of this pipeline run (the newest finished one: a retried step
+        leaves a failed run beside it), or None."""
+
+        def do():
+            experiment_id = self.client.get_run(self.parent_run_id).info.experiment_id
+            runs = self.client.search_runs(
+                [experiment_id],
+                filter_string=f"tags.`{PIPELINE_RUN_TAG}` = '{self.ctx.pipeline_run_id}' "
+                f"and tags.`{STEP_TAG}` = '{step}' and attributes.status = 'FINISHED'",
+                order_by=["attributes.start_time DESC"],
+                max_results=1,
+            )
+            return runs[0].info.run_id if runs else ""
+
+        return self._record(f"the {step} step's run", do) or None
 
     def log_dataset(
         self, name: str, digest: str, source: str, context: str, profile: dict | None = None, parent: bool = False
@@ -308,16 +338,19 @@ class Tracker:
         version_tags: dict[str, Any],
         metrics: dict[str, float] | None = None,
         description: str = "",
+        source_run_id: str | None = None,
     ) -> str | None:
         """Log the ONNX graph with signature and input example into this run, with `metrics` on
-        the logged model; register it under model_name, tag the new version, describe model and
-        version; link the version from the pipeline's run. Returns the version (None when not
-        recorded)."""
+        the logged model; register it under model_name as a version whose source run is
+        `source_run_id` (the training run that made the weights; default this run), tag and
+        describe model and version, linking both runs; link the version from the pipeline's run.
+        Returns the version (None when not recorded)."""
 
         def do():
             import mlflow
             import onnx
             import onnxruntime as ort
+            from mlflow.exceptions import MlflowException
             from mlflow.models import infer_signature
 
             session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
@@ -332,25 +365,44 @@ class Tracker:
                     name="model",
                     signature=signature,
                     input_example=input_example,
-                    registered_model_name=model_name,
                     save_as_external_data=False,
                     onnx_execution_providers=["CPUExecutionProvider"],
                 )
-            version = str(info.registered_model_version)
             for key, value in (metrics or {}).items():
                 if _finite(value):
                     self.client.log_metric(self.run_id, key, float(value), model_id=info.model_id)
-            for key, value in version_tags.items():
-                self.client.set_model_version_tag(model_name, version, key, str(value))
+            try:
+                self.client.create_registered_model(model_name)
+            except MlflowException as err:
+                if "ALREADY_EXISTS" not in str(err.error_code):
+                    raise
+            source_run = source_run_id or self.run_id
+            experiment_id = self.client.get_run(self.run_id).info.experiment_id
+            runs = f"#/experiments/{experiment_id}/runs"
+            links = f"trained in run [{source_run}]({runs}/{source_run})"
+            if source_run != self.run_id:
+                links += f", exported and registered in run [{self.run_id}]({runs}/{self.run_id})"
+            tags = {**version_tags, "invfold.train_run_id": source_run, "invfold.register_run_id": self.run_id}
+            version = self.client.create_model_version(
+                model_name,
+                source=info.model_uri,
+                run_id=source_run,
+                tags={k: str(v) for k, v in tags.items()},
+                description=f"{description}\n\nRuns: {links}.".strip(),
+                model_id=info.model_id,
+            ).version
+            version = str(version)
             if description:
                 self.client.update_registered_model(model_name, description=description)
-                self.client.update_model_version(model_name, version, description=description)
             link = f"[{model_name} version {version}](#/models/{model_name}/versions/{version})"
             self.client.set_tag(
                 self.parent_run_id,
                 "mlflow.note.content",
-                f"Registered {link}: the ONNX model of this pipeline run (logged by its `{self.step}` step).",
+                f"Registered {link}: the ONNX model of this pipeline run (trained by its `train` step, "
+                f"exported and registered by its `{self.step}` step).",
             )
+            if source_run != self.run_id:
+                self.client.set_tag(source_run, "invfold.registered_version", f"{model_name} v{version}")
             return version
 
         return self._record(f"ONNX model registration as {model_name}", do)
