@@ -36,6 +36,22 @@ def scalar_metrics(metrics: dict, sep: str = "_") -> dict[str, float]:
 PARENT_DATASETS = ("test/", "validation/")
 
 
+def record_evaluation(tracker, metrics: dict, prepared: str, out: str) -> None:
+    """What an evaluation records in MLflow, from the pipeline's step and from `invfold evaluate
+    --tracking-uri`: every figure as `<dataset>/<figure>`, the test and validation ones, the report
+    and the per-protein table on the pipeline's run too, the test set as a dataset input, the output
+    folder as artifacts."""
+    named = scalar_metrics(metrics, "/")
+    tracker.log_metrics(named)
+    tracker.log_metrics({k: v for k, v in named.items() if k.startswith(PARENT_DATASETS)}, parent=True)
+    for parent in (False, True):
+        tracker.log_dataset("test", metrics["data_digest"], prepared, "testing", parent=parent)
+    tracker.log_artifacts(out, "evaluation")
+    for name in REPORT_FILES:
+        if os.path.exists(os.path.join(out, name)):
+            tracker.log_artifact(os.path.join(out, name), "report", parent=True)
+
+
 def evaluate_step(
     *,
     prepared_path: str,
@@ -67,15 +83,7 @@ def evaluate_step(
             test_perplexity=flat.get("test_perplexity"),
             constant_recovery=flat.get("test_constant_recovery"),
         )
-        named = scalar_metrics(metrics, "/")
-        tracker.log_metrics(named)
-        tracker.log_metrics({k: v for k, v in named.items() if k.startswith(PARENT_DATASETS)}, parent=True)
-        for parent in (False, True):
-            tracker.log_dataset("test", metrics["data_digest"], prepared_path, "testing", parent=parent)
-        tracker.log_artifacts(out, "evaluation")
-        for name in REPORT_FILES:
-            if os.path.exists(os.path.join(out, name)):
-                tracker.log_artifact(os.path.join(out, name), "report", parent=True)
+        record_evaluation(tracker, metrics, prepared_path, out)
     return {
         "metrics": flat,
         "confusion": confusion,

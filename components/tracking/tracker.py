@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from invfold import __version__
-from invfold.errors import InvfoldError
+from invfold.errors import ConfigError, InvfoldError
+from invfold.options import option
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +95,9 @@ def reachable(uri: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> tuple[bool
 @dataclass
 class RunContext:
     """Which pipeline run a step belongs to, and where it is recorded. tracking_uri "" means
-    MLFLOW_TRACKING_URI from the environment (what KFP injects on clusters)."""
+    MLFLOW_TRACKING_URI from the environment (what KFP injects on clusters). `adhoc`: a command
+    run on its own (`invfold train --tracking-uri ...`): one top-level run of its own in the
+    experiment, beside the pipelines' runs (pipeline_run_id "": none)."""
 
     pipeline_run_id: str
     tracking_uri: str = ""
@@ -105,16 +108,43 @@ class RunContext:
     tags: dict[str, str] = field(default_factory=dict)
     # Whether a tracking failure fails the step: None = on a cluster yes, locally no.
     required: bool | None = None
+    adhoc: bool = False
 
     def __post_init__(self) -> None:
         if self.required is None:
             self.required = in_cluster()
-        if not self.pipeline_run_id:
+        if not self.pipeline_run_id and not self.adhoc:
             raise TrackingError("RunContext.pipeline_run_id must be given (the KFP run id)")
         self.tracking_uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
         if not self.tracking_uri:
             raise TrackingError("RunContext.tracking_uri: none given and MLFLOW_TRACKING_URI is not set")
         self.experiment = self.experiment or DEFAULT_EXPERIMENT
+
+
+@dataclass
+class CommandTracking:
+    """MLflow: record this command as a run of its own, beside the pipelines' runs."""
+
+    tracking_uri: str | None = option(
+        None,
+        "record this run in MLflow at URI (a server, or sqlite:///FILE such as invfold run's "
+        "runs/mlflow.db); with only --experiment: MLFLOW_TRACKING_URI",
+        metavar="URI",
+    )
+    experiment: str | None = option(
+        None, f"MLflow experiment of the run (default {DEFAULT_EXPERIMENT!r}, the pipeline's)", metavar="NAME"
+    )
+
+    def context(self) -> RunContext | None:
+        """Where the command records its run; None: nothing asked for, nothing recorded."""
+        if self.tracking_uri is None and self.experiment is None:
+            return None
+        uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+        if not uri:
+            raise ConfigError("--experiment: no MLflow to record to; give --tracking-uri or set MLFLOW_TRACKING_URI")
+        return RunContext(
+            pipeline_run_id="", tracking_uri=uri, experiment=self.experiment or DEFAULT_EXPERIMENT, adhoc=True
+        )
 
 
 class Tracker:
@@ -127,6 +157,7 @@ class Tracker:
         self.client = None
         self.parent_run_id: str | None = None
         self.run_id: str | None = None
+        self.failed = False  # set by a step whose work failed without an exception (a non-zero exit)
         self._initial_params = params or {}
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
@@ -148,7 +179,7 @@ class Tracker:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close("FAILED" if exc_type else "FINISHED")
+        self.close("FAILED" if exc_type or self.failed else "FINISHED")
 
     def close(self, status: str = "FINISHED") -> None:
         if self.run_id and not os.environ.get("MLFLOW_RUN_ID"):
@@ -176,12 +207,27 @@ class Tracker:
                 self.available, self.reason = False, f"tracking server {self.ctx.tracking_uri} stopped answering"
             return None
 
+    def _on_own_run(self, parent: bool) -> bool:
+        """An item for the pipeline's run when that run is this one (ad hoc): it has it already."""
+        return parent and self.run_id is not None and self.parent_run_id == self.run_id
+
     def _start(self) -> None:
         from mlflow import MlflowClient
 
         self.client = MlflowClient(self.ctx.tracking_uri)
         injected = os.environ.get("MLFLOW_RUN_ID")
-        if injected:
+        if self.ctx.adhoc:
+            run = self.client.create_run(
+                _experiment_id(self.client, self.ctx.experiment),
+                run_name=f"{self.step}-{time.strftime('%Y%m%d-%H%M%S')}",
+                tags={
+                    STEP_TAG: self.step,
+                    "invfold.source": "command line",
+                    "kfp.pipeline_version": self.ctx.pipeline_version,
+                },
+            )
+            self.run_id = self.parent_run_id = run.info.run_id
+        elif injected:
             run = self.client.get_run(injected)
             self.run_id = injected
             self.parent_run_id = run.data.tags.get(PARENT_TAG, injected)
@@ -203,15 +249,23 @@ class Tracker:
             )
             self.run_id = run.info.run_id
         log.info(
-            "MLflow: %s step run %s (pipeline run %s) at %s",
+            "MLflow: %s run %s (pipeline run %s) at %s",
             self.step,
             self.run_id,
             self.parent_run_id,
             self.ctx.tracking_uri,
         )
 
+    def where(self) -> str:
+        """One line for a person: where this run is recorded, or why it is not."""
+        if self.run_id is None:
+            return f"MLflow: nothing recorded ({self.reason or 'see the warnings above'})"
+        return f"MLflow: run {self.run_id} in experiment {self.ctx.experiment!r} at {self.ctx.tracking_uri}"
+
     # -- recording -------------------------------------------------------------------------
     def log_params(self, params: dict[str, Any], parent: bool = False) -> None:
+        if self._on_own_run(parent):
+            return
         from mlflow.entities import Param
 
         items = [Param(k, _param_value(v)) for k, v in sorted(params.items())]
@@ -219,6 +273,9 @@ class Tracker:
         self._record(f"{len(items)} params", lambda: self.client.log_batch(target(), params=items))
 
     def set_tags(self, tags: dict[str, Any], parent: bool = False) -> None:
+        if self._on_own_run(parent):
+            return
+
         def do():
             for k, v in tags.items():
                 self.client.set_tag(self.parent_run_id if parent else self.run_id, k, str(v))
@@ -226,6 +283,8 @@ class Tracker:
         self._record(f"tags {sorted(tags)}", do)
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None, parent: bool = False) -> None:
+        if self._on_own_run(parent):
+            return
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -257,12 +316,16 @@ class Tracker:
         return len(points)
 
     def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None, parent: bool = False) -> None:
+        if self._on_own_run(parent):
+            return
         target = lambda: self.parent_run_id if parent else self.run_id  # noqa: E731
         self._record(
             f"artifact {Path(path).name}", lambda: self.client.log_artifact(target(), str(path), artifact_path)
         )
 
     def log_artifacts(self, folder: str | os.PathLike, artifact_path: str | None = None, parent: bool = False) -> None:
+        if self._on_own_run(parent):
+            return
         target = lambda: self.parent_run_id if parent else self.run_id  # noqa: E731
         self._record(
             f"artifacts {Path(folder).name}/",
@@ -291,6 +354,8 @@ class Tracker:
     ) -> None:
         """A prepared dataset as an MLflow dataset input of this run, or of the pipeline's run
         (context: training, validation, testing); the digest is prep's content digest."""
+        if self._on_own_run(parent):
+            return
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         dataset = Dataset(
