@@ -22,12 +22,13 @@ from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.batch import collate
 from invfold.components.register.decision import Champion, Comparison, Evaluation, StartingPoint, decide
 from invfold.components.tracking import RunContext, Tracker
+from invfold.components.train.record import MODEL_PT_ARTIFACT
 from invfold.runtime import record_timing
 
 TAG_RECOVERY = "invfold.validation_recovery"  # what champions are compared on
 TAG_TEST_RECOVERY = "invfold.test_recovery"  # for reporting only
 TAG_DIGEST = "invfold.data_digest"
-MODEL_PT_PATH = "model_pt"
+MODEL_PT_PATH = MODEL_PT_ARTIFACT  # in the version's source run: the train run logs it
 
 
 def read_evaluation(evaluation_path: str) -> Evaluation:
@@ -123,7 +124,8 @@ def model_description(model_name: str, comparison: Comparison) -> str:
         + f"- decision: {comparison.decision}\n\n"
         "Use: `mlflow.onnx.load_model(f'models:/" + model_name + "@champion')` or onnxruntime on "
         "the version's `model/model.onnx`; inputs and outputs are in the model's signature. "
-        "`invfold design` designs sequences with the PyTorch checkpoint logged beside it (`model_pt/`)."
+        "`invfold design` designs sequences with the PyTorch checkpoint in the version's source run "
+        "(the training run, `model_pt/model.pt`)."
     )
 
 
@@ -154,7 +156,9 @@ def register_step(
             "num_parameters": exported.num_parameters,
         }
         tracker.log_metrics(export_metrics)
-        tracker.log_artifact(os.path.join(model_path, "model.pt"), MODEL_PT_PATH)
+        train_run = tracker.step_run_id("train")  # the version's source run, holding model_pt/model.pt
+        if train_run is None:  # not found: the checkpoint goes with this run
+            tracker.log_artifact(os.path.join(model_path, "model.pt"), MODEL_PT_PATH)
         tracker.log_artifact(os.path.join(onnx_dir, "model.parity.json"), "export")
         tags = {
             TAG_RECOVERY: comparison.candidate,
@@ -176,7 +180,7 @@ def register_step(
             tags,
             metrics={**comparison.metrics, **export_metrics},
             description=model_description(model_name, comparison),
-            source_run_id=tracker.step_run_id("train"),  # the version's source run: where the weights were made
+            source_run_id=train_run,
         )
         if version:
             tracker.set_champion(model_name, version)

@@ -32,6 +32,9 @@ DECIDING = (
     "zero_stage",
     "seed",
 )
+# where the run's weights go: the registered version's source run is the training run, and
+# `invfold design`, the design pipeline and compare read the checkpoint from there
+MODEL_PT_ARTIFACT = "model_pt"
 # summary.json figures of the whole run; the per-step ones (epoch, validation) are in the histories
 SUMMARY_FIGURES = ("step", "elapsed_s", "residues", "residues_per_s")
 
@@ -66,7 +69,7 @@ def record_start(tracker, cfg: TrainConfig, prepared, data: str, workers: dict[s
 
 def record_result(tracker, cfg: TrainConfig, out: str) -> dict[str, Any]:
     """After training (outputs in the local folder `out`): the preset that ran, metric histories,
-    summary figures and summary.json. Returns summary.json."""
+    summary figures, summary.json and the weights (model.pt). Returns summary.json."""
     with open(os.path.join(out, "summary.json")) as fh:
         summary = json.load(fh)
     if cfg.init_from:
@@ -76,6 +79,7 @@ def record_result(tracker, cfg: TrainConfig, out: str) -> dict[str, Any]:
     tracker.log_metrics_file(os.path.join(out, "metrics.jsonl"))
     tracker.log_metrics({k: float(summary[k]) for k in SUMMARY_FIGURES if isinstance(summary.get(k), (int, float))})
     tracker.log_artifact(os.path.join(out, "summary.json"))
+    tracker.log_artifact(os.path.join(out, "model.pt"), MODEL_PT_ARTIFACT)
     return summary
 
 

@@ -92,6 +92,9 @@ def pipeline_run(tmp_path_factory, sample_prepared, mlflow_server) -> dict:
         "start": str(start),
         "evaluate_run": evaluated["metadata"]["mlflow_run_id"],
         "options": options,
+        "root": root,
+        "prepared": sample_prepared,
+        "common": common,
     }
 
 
@@ -165,3 +168,25 @@ def test_the_registered_version_comes_from_the_training_run_and_links_both(pipel
     assert {m.key for m in logged.metrics} >= {"test/recovery", "parity_max_abs_diff"}
     assert client.get_run(train.info.run_id).data.tags["invfold.registered_version"] == f"{name} v{version.version}"
     assert f"#/models/{name}/versions/{version.version}" in pipeline_run["parent"].data.tags["mlflow.note.content"]
+
+
+def test_the_champions_weights_are_read_from_its_source_run(pipeline_run, mlflow_server):
+    """compare scores a champion from other data with the checkpoint in the version's source run
+    (the training run logs model_pt/model.pt; the register run no longer carries a copy)."""
+    client = pipeline_run["client"]
+    train, register = pipeline_run["steps"]["train"], pipeline_run["steps"]["register"]
+    assert [a.path for a in client.list_artifacts(train.info.run_id, "model_pt")] == ["model_pt/model.pt"]
+    assert client.list_artifacts(register.info.run_id, "model_pt") == []
+    evaluation = pipeline_run["root"] / "evaluation-other-data"
+    metrics = dict(pipeline_run["evaluation"], data_digest="sha256:" + "1" * 64)
+    evaluation.mkdir()
+    (evaluation / "metrics.json").write_text(json.dumps(metrics))
+    again = compare_step(
+        prepared_path=pipeline_run["prepared"],
+        evaluation_path=str(evaluation),
+        model_name=pipeline_run["model"],
+        threshold=0.0,
+        **{**pipeline_run["common"], "pipeline_run_id": f"kfp-{uuid.uuid4().hex[:8]}"},
+    )
+    assert again.basis == "re-evaluated on this run's validation data"
+    assert again.champion == pytest.approx(metrics["datasets"]["validation"]["recovery"], abs=1e-6)
