@@ -1,6 +1,6 @@
 """Screenshots of what a person sees in the MLflow UI after `invfold run`: the experiment page,
-the pipeline's run, the registered model and its version, taken with headless Chromium (Debian
-package `chromium`) against `mlflow ui` on the run's store.
+the pipeline's run, the train step's charts, the registered model and its version, taken with
+headless Chromium (Debian package `chromium`) against `mlflow ui` on the run's store.
 
     .venv/bin/python scripts/mlflow_screenshots.py --runs-dir runs --out runs/screenshots
 """
@@ -54,8 +54,8 @@ def serve(tracking_uri: str, log_path: Path) -> tuple[subprocess.Popen, str]:
 
 
 def pages(tracking_uri: str, experiment: str, model_name: str) -> dict[str, str]:
-    """name -> UI route (hash router) of the experiment, its newest pipeline run, the model and
-    its newest version."""
+    """name -> UI route (hash router) of the experiment, its newest pipeline run, that run's train
+    step's charts, the model and its newest version."""
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri)
@@ -66,7 +66,17 @@ def pages(tracking_uri: str, experiment: str, model_name: str) -> dict[str, str]
     runs = client.search_runs([found.experiment_id], order_by=["attributes.start_time DESC"], max_results=50)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     if parents:
-        routes["run"] = f"#/experiments/{found.experiment_id}/runs/{parents[0].info.run_id}?{ML_VIEW}"
+        parent = parents[0].info.run_id
+        routes["run"] = f"#/experiments/{found.experiment_id}/runs/{parent}?{ML_VIEW}"
+        train = [
+            r
+            for r in runs
+            if r.data.tags.get("mlflow.parentRunId") == parent and r.data.tags.get("invfold.step") == "train"
+        ]
+        if train:
+            routes["training_charts"] = (
+                f"#/experiments/{found.experiment_id}/runs/{train[0].info.run_id}/model-metrics?{ML_VIEW}"
+            )
     versions = client.search_model_versions(f"name = '{model_name}'", order_by=["version_number DESC"])
     if versions:
         routes["model"] = f"#/models/{model_name}"
@@ -74,12 +84,18 @@ def pages(tracking_uri: str, experiment: str, model_name: str) -> dict[str, str]
     return routes
 
 
-def screenshot(chromium: str, url: str, out: Path) -> None:
+# pages whose content runs below one screen (parameters, metrics, chart sections) are taken taller
+HEIGHTS = {"run": 2600, "training_charts": 3000, "model_version": 1400}
+
+
+def screenshot(chromium: str, url: str, out: Path, height: int = 1000) -> None:
+    """The page after its requests settled: charts load their histories after the page itself,
+    so virtual time runs long."""
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(
             [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
-            + [f"--user-data-dir={profile}", "--window-size=1600,1000", "--virtual-time-budget=20000"]
-            + [f"--screenshot={out}", url],
+            + [f"--user-data-dir={profile}", f"--window-size=1600,{height}", "--virtual-time-budget=90000"]
+            + ["--run-all-compositor-stages-before-draw", f"--screenshot={out}", url],
             check=True,
             capture_output=True,
             timeout=180,
@@ -105,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name, route in routes.items():
             path = out / f"{name}.png"
-            screenshot(chromium, f"{base}/{route}", path)
+            screenshot(chromium, f"{base}/{route}", path, HEIGHTS.get(name, 1000))
             print(f"{path}: {base}/{route}")
     finally:
         os.killpg(proc.pid, 15)

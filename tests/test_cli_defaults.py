@@ -16,6 +16,7 @@ from invfold.components.export.onnx_export import ExportConfig
 from invfold.components.launch.processes import LocalProcesses
 from invfold.components.model.cli import WeightsImport
 from invfold.components.prep.config import PrepConfig
+from invfold.components.tracking import CommandTracking
 from invfold.components.train import recipes
 from invfold.components.train.config import TrainConfig
 from invfold.options import cli_fields, unmarked
@@ -25,10 +26,10 @@ from invfold.pipelines.parameters import OWN_OPTIONS, pipeline_parameters
 # subcommand -> the config dataclasses its options are generated from
 CONFIGS = {
     "prep": (PrepConfig,),
-    "train": (TrainConfig, LocalProcesses),
-    "evaluate": (EvaluateConfig,),
+    "train": (TrainConfig, LocalProcesses, CommandTracking),
+    "evaluate": (EvaluateConfig, CommandTracking),
     "export": (ExportConfig,),
-    "design": (DesignConfig,),
+    "design": (DesignConfig, CommandTracking),
     "score": (ScoreConfig,),
     "run": (RunOptions,),
     "submit": (SubmitOptions,),

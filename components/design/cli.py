@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import sys
+from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
     from invfold.components.design.design import DesignConfig
+    from invfold.components.tracking import CommandTracking
     from invfold.options import add_command
 
     add_command(
@@ -15,6 +19,7 @@ def add_parser(subparsers) -> None:
         "design",
         run,
         DesignConfig,
+        CommandTracking,
         help="sample sequences for backbones with a trained model",
         description="Sample sequences for one protein chain with a model checkpoint (.pt) or an "
         "exported ONNX model (.onnx); write FASTA with each sequence's mean NLL and its recovery "
@@ -26,11 +31,38 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold.components.design.batch import design_batch, is_batch
-    from invfold.components.design.design import DesignConfig, design
+    from invfold.components.design.design import DesignConfig
+    from invfold.components.tracking import CommandTracking, Tracker
     from invfold.options import from_args
 
     cfg = from_args(DesignConfig, args)
+    tracking = from_args(CommandTracking, args).context()
+    if tracking is None:
+        _design(cfg)
+        return 0
+    with Tracker(tracking, "design", params=dataclasses.asdict(cfg)) as tracker:
+        figures = _design(cfg)
+        tracker.log_metrics(figures)
+        out = Path(cfg.out)
+        if out.is_dir():
+            tracker.log_artifacts(out, "designs")
+        else:
+            structures = Path(cfg.out_structure) if cfg.out_structure else None
+            written = [structures.parent.glob(f"{structures.stem}*{structures.suffix}")] if structures else []
+            for path in [out, out.with_suffix(".summary.json"), *(p for found in written for p in found)]:
+                if path.is_file():
+                    tracker.log_artifact(path, "designs")
+    print(tracker.where(), file=sys.stderr)
+    return 0
+
+
+def _design(cfg) -> dict[str, float]:
+    """Design and print what was written; returns the figures the design pipeline records too."""
+    import statistics
+
+    from invfold.components.design.batch import design_batch, is_batch
+    from invfold.components.design.design import design
+
     if is_batch(cfg) and cfg.out_structure:
         from invfold.errors import ConfigError
 
@@ -45,9 +77,15 @@ def run(args: argparse.Namespace) -> int:
             counts = ", ".join(f"{reason} {n}" for reason, n in sorted(summary.skip_counts.items()))
             print(f"skipped {len(summary.skipped)} records ({counts}); see the summary")
         print(f"wrote {cfg.out} (summary: {summary.path})")
-        return 0
+        return {"designs": summary.designs, "structures_designed": summary.designed, "skipped": len(summary.skipped)}
     designs = design(cfg)
     for d in designs:
         print(f"{d.name} sample {d.index} T={d.temperature:g}: mean NLL {d.mean_nll:.3f}, recovery {d.recovery:.3f}")
     print(f"wrote {len(designs)} sequences to {cfg.out}")
-    return 0
+    return {
+        "designs": len(designs),
+        "structures_designed": 1,
+        "skipped": 0,
+        "mean_recovery": statistics.fmean(d.recovery for d in designs),
+        "mean_design_nll": statistics.fmean(d.mean_nll for d in designs),
+    }

@@ -22,7 +22,7 @@ from invfold.components.design.design import DesignConfig
 from invfold.components.tracking import RunContext, Tracker, fetch_registered_file
 from invfold.runtime import record_timing
 
-MODEL_PT = "model_pt/model.pt"  # where the register step logs the checkpoint (register/step.py)
+MODEL_PT = "model_pt/model.pt"  # where the version's source run holds the checkpoint (train/record.py)
 
 
 def fetch_model_step(*, model_name: str, model_version: str, tracking_uri: str, out_dir: str) -> dict:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import sys
 
 
 def add_parser(subparsers) -> None:
     from invfold.components.evaluate.evaluate import EvaluateConfig
+    from invfold.components.tracking import CommandTracking
     from invfold.options import add_command
 
     add_command(
@@ -15,6 +18,7 @@ def add_parser(subparsers) -> None:
         "evaluate",
         run,
         EvaluateConfig,
+        CommandTracking,
         help="perplexity, recovery, confusion matrix and a report for a trained model",
         description="Score a model on the prepared test set and its subsets (short chains, "
         "single-chain, any subset datasets): perplexity, median recovery of designed sequences, "
@@ -26,10 +30,21 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
+    from invfold.components.tracking import CommandTracking
     from invfold.options import from_args
 
     cfg = from_args(EvaluateConfig, args)
-    metrics = evaluate(cfg)
+    tracking = from_args(CommandTracking, args).context()
+    if tracking is None:
+        metrics = evaluate(cfg)
+    else:
+        from invfold.components.evaluate.step import record_evaluation
+        from invfold.components.tracking import Tracker
+
+        with Tracker(tracking, "evaluate", params=dataclasses.asdict(cfg)) as tracker:
+            metrics = evaluate(cfg)
+            record_evaluation(tracker, metrics, cfg.data, cfg.out)
+        print(tracker.where(), file=sys.stderr)
     print(
         json.dumps(
             {

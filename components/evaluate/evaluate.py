@@ -7,14 +7,13 @@ the test set (others are scored on their own); validation is scored on its own t
 chooses its champion on it). On the test set also: recall per native residue, recovery by burial
 and by secondary structure (structure_classes.py), diversity among designs sampled at a low
 temperature. A prepared set without train chains (an external benchmark list) evaluates with the
-constant predictor reported as unavailable. Writes metrics.json, confusion.json, PNG plots,
-report.md and report.html (plots embedded, so the file stands alone in the Kubeflow UI).
+constant predictor reported as unavailable. Writes metrics.json, confusion.json, per_protein.csv, PNG
+plots, report.md and report.html (report.py: plots embedded, so the file stands alone in the
+Kubeflow UI and MLflow).
 """
 
 from __future__ import annotations
 
-import base64
-import html
 import json
 import logging
 import os
@@ -25,6 +24,12 @@ import numpy as np
 import torch
 
 from invfold.components.evaluate.metrics import DatasetScores, sample_designs, score_dataset
+from invfold.components.evaluate.report import (
+    per_protein_rows,
+    write_per_protein_csv,
+    write_plots,
+    write_reports,
+)
 from invfold.components.evaluate.structure_classes import BURIAL, SECONDARY, burial_classes, secondary_structure
 from invfold.components.model.io import load_model_or_published
 from invfold.components.prep.shards import open_prepared
@@ -34,7 +39,6 @@ from invfold.options import option
 
 log = logging.getLogger(__name__)
 
-TABLE_HEADS = ("| length |", "| burial |", "| secondary structure |", "| residue |")
 LENGTH_BINS = (0, 100, 200, 300, 400, 10**9)
 
 
@@ -231,8 +235,10 @@ def evaluate(cfg: EvaluateConfig) -> dict:
     with open(os.path.join(cfg.out, "confusion.json"), "w") as fh:
         json.dump(confusion_doc, fh)
         fh.write("\n")
-    plots = _plots(cfg.out, confusion, length_rows)
-    _reports(cfg.out, metrics, plots)
+    rows = per_protein_rows(records, scores.nll, scores.count, scores.correct)
+    write_per_protein_csv(os.path.join(cfg.out, "per_protein.csv"), rows)
+    write_plots(cfg.out, confusion, length_rows, rows, baseline.get("test"))
+    write_reports(cfg.out, metrics, rows)
     log.info(
         "test: perplexity %.3f, median recovery %.3f (constant '%s': %s)",
         results["test"].get("perplexity", float("nan")),
@@ -291,151 +297,3 @@ def _diversity(model, dataset, rows: list[int], cfg: EvaluateConfig) -> dict:
 def _bin_label(index: int) -> str:
     low, high = LENGTH_BINS[index], LENGTH_BINS[index + 1]
     return f"{low}-{high - 1}" if high < 10**9 else f">={low}"
-
-
-def _plots(out: str, confusion: np.ndarray, length_rows: list[dict]) -> dict[str, str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = {
-        "confusion": os.path.join(out, "confusion.png"),
-        "recovery_by_length": os.path.join(out, "recovery_by_length.png"),
-    }
-    rows = confusion.sum(1, keepdims=True)
-    normalized = np.divide(confusion, rows, out=np.zeros(confusion.shape), where=rows > 0)
-    fig, ax = plt.subplots(figsize=(6.5, 5.5))
-    image = ax.imshow(normalized, cmap="viridis", vmin=0, vmax=max(normalized.max(), 1e-9))
-    ax.set_xticks(range(NUM_AA), list(ALPHABET))
-    ax.set_yticks(range(NUM_AA), list(ALPHABET))
-    ax.set_xlabel("designed")
-    ax.set_ylabel("native")
-    ax.set_title("Confusion (row-normalised), test set")
-    fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.tight_layout()
-    fig.savefig(paths["confusion"], dpi=100)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    labels = [r["bin"] for r in length_rows]
-    ax.bar(range(len(labels)), [r["recovery"] for r in length_rows], color="tab:blue")
-    ax.set_xticks(
-        range(len(labels)), [f"{lab}\n(n={r['proteins']})" for lab, r in zip(labels, length_rows, strict=True)]
-    )
-    ax.set_xlabel("chain length")
-    ax.set_ylabel("median recovery")
-    ax.set_ylim(0, 1)
-    ax.set_title("Recovery by length, test set")
-    fig.tight_layout()
-    fig.savefig(paths["recovery_by_length"], dpi=100)
-    plt.close(fig)
-    return paths
-
-
-def _fmt(value) -> str:
-    return f"{value:.3f}" if isinstance(value, float) else str(value)
-
-
-def _reports(out: str, metrics: dict, plots: dict[str, str]) -> None:
-    baseline = metrics["baseline"] or {"letter": None, "recovery": {}}
-    constant = (
-        f"Constant predictor: the train split's most frequent residue `{baseline['letter']}` everywhere."
-        if baseline["letter"]
-        else f"Constant predictor: unavailable ({baseline.get('unavailable', 'no train split')})."
-    )
-    header = "| dataset | proteins | residues | perplexity | median recovery | constant predictor |"
-    lines = [
-        "# Evaluation report",
-        "",
-        f"Model `{os.path.basename(metrics['model'])}` ({metrics['model_config']['decoding']}), "
-        f"data digest `{metrics['data_digest']}`; designs: {metrics['decoding']}; seed {metrics['seed']}.",
-        constant,
-        "",
-        header,
-        "|---|---|---|---|---|---|",
-    ]
-    for name, m in metrics["datasets"].items():
-        lines.append(
-            f"| {name} | {m.get('proteins', 0)} | {m.get('residues', 0)} | "
-            f"{_fmt(m.get('perplexity', '-'))} | {_fmt(m.get('recovery', '-'))} | "
-            f"{_fmt(baseline['recovery'].get(name, '-'))} |"
-        )
-    lines += ["", "## Recovery by length (test)", "", "| length | proteins | median recovery |", "|---|---|---|"]
-    lines += [f"| {r['bin']} | {r['proteins']} | {r['recovery']:.3f} |" for r in metrics["recovery_by_length"]]
-    for title, key, label in (
-        ("Recovery by burial (test, pooled; CB neighbours within 10 A)", "recovery_by_burial", "burial"),
-        (
-            "Recovery by secondary structure (test, pooled; from backbone dihedrals)",
-            "recovery_by_secondary_structure",
-            "secondary structure",
-        ),
-    ):
-        lines += ["", f"## {title}", "", f"| {label} | residues | recovery |", "|---|---|---|"]
-        lines += [f"| {name} | {r['residues']} | {_fmt(r['recovery'])} |" for name, r in metrics[key].items()]
-    recall = metrics["recall_by_residue"]
-    lines += [
-        "",
-        "## Recall by native residue (test, pooled)",
-        "",
-        "| residue | " + " | ".join(recall) + " |",
-        "|---|" + "---|" * len(recall),
-        "| recall | "
-        + " | ".join(_fmt(r["recall"]) if r["recall"] is not None else "-" for r in recall.values())
-        + " |",
-    ]
-    diversity = metrics["diversity"]
-    if diversity and diversity["pairwise_difference"] is not None:
-        lines += [
-            "",
-            (
-                f"Diversity: {diversity['designs_per_protein']} designs per protein at T={diversity['temperature']:g} "
-                f"differ at {diversity['pairwise_difference']:.3f} of positions (median over {diversity['proteins']} "
-                f"proteins of the mean pairwise difference); their median recovery {diversity['sample_recovery']:.3f}."
-            ),
-        ]
-    lines += ["", "![confusion](confusion.png)", "", "![recovery by length](recovery_by_length.png)", ""]
-    markdown = "\n".join(lines)
-    with open(os.path.join(out, "report.md"), "w") as fh:
-        fh.write(markdown)
-
-    body = []
-    for line in lines:
-        if line.startswith("# "):
-            body.append(f"<h1>{html.escape(line[2:])}</h1>")
-        elif line.startswith("## "):
-            body.append(f"<h2>{html.escape(line[3:])}</h2>")
-        elif line.startswith("|---"):
-            continue
-        elif line.startswith("|"):
-            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
-            tag = "th" if line == header or line.startswith(TABLE_HEADS) else "td"
-            body.append("<tr>" + "".join(f"<{tag}>{c}</{tag}>" for c in cells) + "</tr>")
-        elif line.startswith("![") and "(" in line:
-            name = line[line.index("(") + 1 : -1]
-            key = "confusion" if name.startswith("confusion") else "recovery_by_length"
-            with open(plots[key], "rb") as fh:
-                encoded = base64.b64encode(fh.read()).decode()
-            body.append(f'<img alt="{key}" src="data:image/png;base64,{encoded}"/>')
-        elif line:
-            body.append(f"<p>{html.escape(line)}</p>")
-    # group consecutive table rows into tables
-    rendered, in_table = [], False
-    for item in body:
-        if item.startswith("<tr>") and not in_table:
-            rendered.append("<table>")
-            in_table = True
-        elif not item.startswith("<tr>") and in_table:
-            rendered.append("</table>")
-            in_table = False
-        rendered.append(item)
-    if in_table:
-        rendered.append("</table>")
-    page = (
-        '<!DOCTYPE html><html><head><meta charset="utf-8"><title>invfold evaluation</title>'
-        "<style>body{font-family:sans-serif;max-width:60em;margin:1em auto}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em}</style>"
-        "</head><body>" + "\n".join(rendered) + "</body></html>\n"
-    )
-    with open(os.path.join(out, "report.html"), "w") as fh:
-        fh.write(page)

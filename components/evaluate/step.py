@@ -12,21 +12,44 @@ import shutil
 import time
 
 from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
+from invfold.components.evaluate.report import REPORT_FILES
 from invfold.components.tracking import RunContext, Tracker
 from invfold.runtime import record_timing
 
 
-def scalar_metrics(metrics: dict) -> dict[str, float]:
-    """Flat name -> value figures of evaluate()'s result (test_recovery, test_perplexity, ...)."""
+def scalar_metrics(metrics: dict, sep: str = "_") -> dict[str, float]:
+    """Name -> value figures of evaluate()'s result: `test_recovery`, `test_perplexity`, ... for
+    KFP's Metrics; with sep "/" MLflow's names (`test/recovery`: one chart section per dataset, and
+    training's `validation/recovery` is the same figure under the same name)."""
     flat = {}
     for dataset, figures in metrics["datasets"].items():
         for key, value in figures.items():
             if isinstance(value, (int, float)) and value == value:
-                flat[f"{dataset}_{key}"] = float(value)
+                flat[f"{dataset}{sep}{key}"] = float(value)
     for dataset, value in ((metrics.get("baseline") or {}).get("recovery") or {}).items():
         if isinstance(value, (int, float)) and value == value:
-            flat[f"{dataset}_constant_recovery"] = float(value)
+            flat[f"{dataset}{sep}constant_recovery"] = float(value)
     return flat
+
+
+# the pipeline's run shows the figures of the splits (subsets stay on the evaluate run)
+PARENT_DATASETS = ("test/", "validation/")
+
+
+def record_evaluation(tracker, metrics: dict, prepared: str, out: str) -> None:
+    """What an evaluation records in MLflow, from the pipeline's step and from `invfold evaluate
+    --tracking-uri`: every figure as `<dataset>/<figure>`, the test and validation ones, the report
+    and the per-protein table on the pipeline's run too, the test set as a dataset input, the output
+    folder as artifacts."""
+    named = scalar_metrics(metrics, "/")
+    tracker.log_metrics(named)
+    tracker.log_metrics({k: v for k, v in named.items() if k.startswith(PARENT_DATASETS)}, parent=True)
+    for parent in (False, True):
+        tracker.log_dataset("test", metrics["data_digest"], prepared, "testing", parent=parent)
+    tracker.log_artifacts(out, "evaluation")
+    for name in REPORT_FILES:
+        if os.path.exists(os.path.join(out, name)):
+            tracker.log_artifact(os.path.join(out, name), "report", parent=True)
 
 
 def evaluate_step(
@@ -60,11 +83,7 @@ def evaluate_step(
             test_perplexity=flat.get("test_perplexity"),
             constant_recovery=flat.get("test_constant_recovery"),
         )
-        tracker.log_metrics(flat)
-        tracker.log_metrics({k: v for k, v in flat.items() if k.startswith("test_")}, parent=True)
-        for parent in (False, True):
-            tracker.log_dataset("test", metrics["data_digest"], prepared_path, "testing", parent=parent)
-        tracker.log_artifacts(out, "evaluation")
+        record_evaluation(tracker, metrics, prepared_path, out)
     return {
         "metrics": flat,
         "confusion": confusion,

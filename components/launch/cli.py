@@ -12,6 +12,7 @@ import sys
 
 def add_parser(subparsers) -> None:
     from invfold.components.launch.processes import LocalProcesses
+    from invfold.components.tracking import CommandTracking
     from invfold.components.train import recipes
     from invfold.components.train.config import TrainConfig
     from invfold.options import add_command, marked_defaults
@@ -22,6 +23,7 @@ def add_parser(subparsers) -> None:
         run,
         TrainConfig,
         LocalProcesses,
+        CommandTracking,
         help="train a model on prepared data with N local processes",
         description="Train an inverse-folding model on a prep output folder with DDP, Horovod or "
         "DeepSpeed, on N processes of this machine. Writes model.pt, checkpoints/, metrics.jsonl, "
@@ -50,13 +52,36 @@ def chosen_settings(args: argparse.Namespace) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from invfold.components.launch.processes import LocalProcesses, launch_local
+    from invfold.components.tracking import CommandTracking
     from invfold.components.train.config import TrainConfig
     from invfold.options import from_args, unmarked
 
     cfg = from_args(TrainConfig, args, **chosen_settings(args))
     processes = from_args(LocalProcesses, args)
+    nproc = unmarked(processes.procs_per_node)
+    tracking = from_args(CommandTracking, args).context()
     # a bad --model override or init_from fails in launch_local, before any process starts
-    code = launch_local(cfg, unmarked(processes.procs_per_node), launcher=processes.launcher)
+    if tracking is None:
+        code = launch_local(cfg, nproc, launcher=processes.launcher)
+    else:
+        code = _train_recorded(cfg, nproc, processes.launcher, tracking)
     if code != 0:
         print(f"invfold train: the {cfg.strategy} job exited with status {code}", file=sys.stderr)
+    return code
+
+
+def _train_recorded(cfg, nproc: int, launcher, tracking) -> int:
+    """Train as a run of its own in MLflow, recorded as the pipeline's train step records (train/record.py)."""
+    from invfold.components.launch.processes import launch_local
+    from invfold.components.prep.shards import open_prepared
+    from invfold.components.tracking import Tracker
+    from invfold.components.train.record import processes, record_result, record_start
+
+    with Tracker(tracking, "train") as tracker:
+        record_start(tracker, cfg, open_prepared(cfg.data), cfg.data, processes(1, nproc))
+        code = launch_local(cfg, nproc, launcher=launcher)
+        if code == 0:
+            record_result(tracker, cfg, cfg.out)
+        tracker.failed = code != 0
+    print(tracker.where(), file=sys.stderr)
     return code

@@ -8,7 +8,6 @@ reduced `kfp.dsl` without the decorators, so the code a step imports must not de
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import time
 
@@ -18,6 +17,7 @@ from invfold.components.model.config import ModelConfig
 from invfold.components.prep.shards import open_prepared
 from invfold.components.tracking import RunContext, Tracker
 from invfold.components.train.config import TrainConfig
+from invfold.components.train.record import processes, record_result, record_start
 from invfold.components.train.strategies import strategy_spec
 from invfold.errors import ConfigError
 from invfold.runtime import record_timing
@@ -126,22 +126,7 @@ def train_step(
     )
     with Tracker(ctx, "train") as tracker:
         tracker.set_tags({"invfold.strategy": strategy, "invfold.pipeline_version": ctx.pipeline_version}, parent=True)
-        tracker.log_params(
-            {
-                **cfg.to_dict(),
-                "nodes": nodes,
-                "procs_per_node": procs_per_node,
-                "gpus_per_node": gpus_per_node,
-                "data_digest": prepared.digest,
-            }
-        )
-        tracker.log_params({"strategy": strategy, "data": data, "data_digest": prepared.digest}, parent=True)
-        for name, context in (("train", "training"), ("validation", "validation")):
-            if name in prepared.datasets:
-                for parent in (False, True):
-                    tracker.log_dataset(name, prepared.digest, data, context, prepared.index["datasets"][name], parent)
-        tracker.log_artifact(str(prepared.root / "card.md"), "dataset")
-        tracker.log_artifact(str(prepared.root / "card.json"), "dataset")
+        record_start(tracker, cfg, prepared, data, processes(nodes, procs_per_node, gpus_per_node))
         cluster = {
             "storage_root": storage_root,
             "storage_secret": storage_secret or None,
@@ -157,8 +142,7 @@ def train_step(
         start = time.perf_counter()
         result = launcher.run(cfg, resources)
         job_seconds = time.perf_counter() - start
-        with open(os.path.join(model_path, "summary.json")) as fh:
-            summary = json.load(fh)
+        summary = record_result(tracker, cfg, model_path)
         # The training loop's own time; the ranks' start-up and imports count as overhead.
         seconds = float(summary.get("elapsed_s") or job_seconds)
         record_timing(
@@ -168,13 +152,11 @@ def train_step(
             val_recovery=(summary.get("validation") or {}).get("recovery"),
             stop=summary.get("stop_reason"),
         )
-        tracker.log_metrics_file(os.path.join(model_path, "metrics.jsonl"))
+        # KFP's Metrics (no histories there): the run's figures and its last validation
         scalars = {k: float(summary[k]) for k in SUMMARY_METRICS if isinstance(summary.get(k), (int, float))}
         for key, value in (summary.get("validation") or {}).items():
             if isinstance(value, (int, float)):
                 scalars[f"validation_{key}"] = float(value)
-        tracker.log_metrics(scalars)
-        tracker.log_artifact(os.path.join(model_path, "summary.json"))
         tracker.set_tags({"invfold.launcher": result.backend, "invfold.trainjob": result.job_name or ""})
     metadata = {
         "compute_s": round(seconds, 3),

@@ -18,7 +18,7 @@ from invfold.components.evaluate.step import scalar_metrics
 from invfold.errors import InputError
 
 METRIC = "validation_recovery"  # median per-protein recovery on the validation split; higher is better
-REPORTED = ("test_", "validation_")  # evaluate's scalars recorded with the decision
+REPORTED = ("test", "validation")  # evaluate's scalars (MLflow names) recorded with the decision
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Evaluation:
 
     @property
     def test_recovery(self) -> float | None:
-        return self.metrics.get("test_recovery")
+        return self.metrics.get("test/recovery")
 
     @classmethod
     def from_metrics(cls, metrics: dict, source: str = "metrics.json") -> Evaluation:
@@ -48,7 +48,7 @@ class Evaluation:
                 validation.get("recovery", "no validation figures"),
                 reason="no_validation",
             )
-        figures = {k: v for k, v in scalar_metrics(metrics).items() if k.startswith(REPORTED)}
+        figures = {k: v for k, v in scalar_metrics(metrics, "/").items() if k.startswith(REPORTED)}
         return cls(float(validation["recovery"]), str(metrics["data_digest"]), figures)
 
 

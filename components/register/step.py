@@ -20,14 +20,15 @@ from invfold.components.export.onnx_export import ExportConfig, export_onnx
 from invfold.components.export.runtime import feeds
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.batch import collate
-from invfold.components.register.decision import METRIC, Champion, Comparison, Evaluation, StartingPoint, decide
+from invfold.components.register.decision import Champion, Comparison, Evaluation, StartingPoint, decide
 from invfold.components.tracking import RunContext, Tracker
+from invfold.components.train.record import MODEL_PT_ARTIFACT
 from invfold.runtime import record_timing
 
 TAG_RECOVERY = "invfold.validation_recovery"  # what champions are compared on
 TAG_TEST_RECOVERY = "invfold.test_recovery"  # for reporting only
 TAG_DIGEST = "invfold.data_digest"
-MODEL_PT_PATH = "model_pt"
+MODEL_PT_PATH = MODEL_PT_ARTIFACT  # in the version's source run: the train run logs it
 
 
 def read_evaluation(evaluation_path: str) -> Evaluation:
@@ -85,13 +86,12 @@ def compare_step(
         down = "" if tracker.available else tracker.reason
         result = decide(candidate, threshold, champion, tracking_down=down, starting_point=starting)
         record_timing("compare", time.perf_counter() - start, register=result.register, decision=result.decision)
-        tracker.log_metrics(
-            {
-                "candidate_" + METRIC: result.candidate,
-                **({"champion_" + METRIC: result.champion} if result.champion is not None else {}),
-                **({"starting_" + METRIC: result.starting_point} if result.starting_point is not None else {}),
-            }
-        )
+        # the candidate's figure is the evaluate run's validation/recovery: not again under another name
+        figures = {
+            "validation/champion_recovery": result.champion,
+            "validation/starting_recovery": result.starting_point,
+        }
+        tracker.log_metrics({k: v for k, v in figures.items() if v is not None})
         tracker.set_tags({"invfold.decision": result.decision})
     print(f"compare: {result.decision}")
     return result
@@ -110,7 +110,7 @@ def input_example(prepared_path: str) -> dict:
 
 def model_description(model_name: str, comparison: Comparison) -> str:
     """The registered model's description (markdown): what it is, its data, how to use it."""
-    test = comparison.metrics.get("test_recovery")
+    test = comparison.metrics.get("test/recovery")
     perplexity = comparison.metrics.get("test_perplexity")
     return (
         "invfold protein inverse-folding model (backbone coordinates in, per-residue amino-acid "
@@ -124,7 +124,8 @@ def model_description(model_name: str, comparison: Comparison) -> str:
         + f"- decision: {comparison.decision}\n\n"
         "Use: `mlflow.onnx.load_model(f'models:/" + model_name + "@champion')` or onnxruntime on "
         "the version's `model/model.onnx`; inputs and outputs are in the model's signature. "
-        "`invfold design` designs sequences with the PyTorch checkpoint logged beside it (`model_pt/`)."
+        "`invfold design` designs sequences with the PyTorch checkpoint in the version's source run "
+        "(the training run, `model_pt/model.pt`)."
     )
 
 
@@ -155,11 +156,13 @@ def register_step(
             "num_parameters": exported.num_parameters,
         }
         tracker.log_metrics(export_metrics)
-        tracker.log_artifact(os.path.join(model_path, "model.pt"), MODEL_PT_PATH)
+        train_run = tracker.step_run_id("train")  # the version's source run, holding model_pt/model.pt
+        if train_run is None:  # not found: the checkpoint goes with this run
+            tracker.log_artifact(os.path.join(model_path, "model.pt"), MODEL_PT_PATH)
         tracker.log_artifact(os.path.join(onnx_dir, "model.parity.json"), "export")
         tags = {
             TAG_RECOVERY: comparison.candidate,
-            TAG_TEST_RECOVERY: comparison.metrics.get("test_recovery", "none"),
+            TAG_TEST_RECOVERY: comparison.metrics.get("test/recovery", "none"),
             TAG_DIGEST: comparison.data_digest,
             "invfold.candidate_recovery": comparison.candidate,
             "invfold.champion_recovery": comparison.champion if comparison.champion is not None else "none",
@@ -177,6 +180,7 @@ def register_step(
             tags,
             metrics={**comparison.metrics, **export_metrics},
             description=model_description(model_name, comparison),
+            source_run_id=train_run,
         )
         if version:
             tracker.set_champion(model_name, version)

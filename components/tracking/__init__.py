@@ -4,6 +4,7 @@ from invfold.components.tracking.tracker import (
     CHAMPION,
     DEFAULT_EXPERIMENT,
     MODEL_TRAINING_VIEW,
+    CommandTracking,
     RunContext,
     Tracker,
     TrackingError,
@@ -17,6 +18,7 @@ from invfold.components.tracking.tracker import (
 __all__ = [
     "fetch_registered_file",
     "CHAMPION",
+    "CommandTracking",
     "DEFAULT_EXPERIMENT",
     "MODEL_TRAINING_VIEW",
     "RunContext",

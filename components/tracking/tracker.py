@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from invfold import __version__, storage
-from invfold.errors import InvfoldError
+from invfold.errors import ConfigError, InvfoldError
+from invfold.options import option
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,13 @@ REACHABILITY_TIMEOUT_S = 3.0
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 MODEL_TRAINING_VIEW = "workflowType=machine_learning"
+# Metric names: `<group>/<figure>`, one name per figure in every run. MLflow's run page draws one
+# chart section per group, sections in alphabetical order (mlflow/server/js/src/experiment-tracking/
+# components/runs-charts/runs-charts.types.ts: getBaseChartAndSectionConfigs), so training opens
+# on `train/` (loss) and `validation/` (recovery); the trainer's `time` records, the timing
+# internals, go under a group that sorts after them.
+METRIC_GROUPS = {"train": "train", "validation": "validation", "time": "wallclock"}
+STEP_TAG = "invfold.step"
 
 
 class TrackingError(InvfoldError, ValueError):
@@ -87,7 +95,9 @@ def reachable(uri: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> tuple[bool
 @dataclass
 class RunContext:
     """Which pipeline run a step belongs to, and where it is recorded. tracking_uri "" means
-    MLFLOW_TRACKING_URI from the environment (what KFP injects on clusters)."""
+    MLFLOW_TRACKING_URI from the environment (what KFP injects on clusters). `adhoc`: a command
+    run on its own (`invfold train --tracking-uri ...`): one top-level run of its own in the
+    experiment, beside the pipelines' runs (pipeline_run_id "": none)."""
 
     pipeline_run_id: str
     tracking_uri: str = ""
@@ -98,16 +108,43 @@ class RunContext:
     tags: dict[str, str] = field(default_factory=dict)
     # Whether a tracking failure fails the step: None = on a cluster yes, locally no.
     required: bool | None = None
+    adhoc: bool = False
 
     def __post_init__(self) -> None:
         if self.required is None:
             self.required = in_cluster()
-        if not self.pipeline_run_id:
+        if not self.pipeline_run_id and not self.adhoc:
             raise TrackingError("RunContext.pipeline_run_id must be given (the KFP run id)")
         self.tracking_uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
         if not self.tracking_uri:
             raise TrackingError("RunContext.tracking_uri: none given and MLFLOW_TRACKING_URI is not set")
         self.experiment = self.experiment or DEFAULT_EXPERIMENT
+
+
+@dataclass
+class CommandTracking:
+    """MLflow: record this command as a run of its own, beside the pipelines' runs."""
+
+    tracking_uri: str | None = option(
+        None,
+        "record this run in MLflow at URI (a server, or sqlite:///FILE such as invfold run's "
+        "runs/mlflow.db); with only --experiment: MLFLOW_TRACKING_URI",
+        metavar="URI",
+    )
+    experiment: str | None = option(
+        None, f"MLflow experiment of the run (default {DEFAULT_EXPERIMENT!r}, the pipeline's)", metavar="NAME"
+    )
+
+    def context(self) -> RunContext | None:
+        """Where the command records its run; None: nothing asked for, nothing recorded."""
+        if self.tracking_uri is None and self.experiment is None:
+            return None
+        uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+        if not uri:
+            raise ConfigError("--experiment: no MLflow to record to; give --tracking-uri or set MLFLOW_TRACKING_URI")
+        return RunContext(
+            pipeline_run_id="", tracking_uri=uri, experiment=self.experiment or DEFAULT_EXPERIMENT, adhoc=True
+        )
 
 
 class Tracker:
@@ -120,6 +157,7 @@ class Tracker:
         self.client = None
         self.parent_run_id: str | None = None
         self.run_id: str | None = None
+        self.failed = False  # set by a step whose work failed without an exception (a non-zero exit)
         self._initial_params = params or {}
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
@@ -141,7 +179,7 @@ class Tracker:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.close("FAILED" if exc_type else "FINISHED")
+        self.close("FAILED" if exc_type or self.failed else "FINISHED")
 
     def close(self, status: str = "FINISHED") -> None:
         if self.run_id and not os.environ.get("MLFLOW_RUN_ID"):
@@ -169,16 +207,34 @@ class Tracker:
                 self.available, self.reason = False, f"tracking server {self.ctx.tracking_uri} stopped answering"
             return None
 
+    def _on_own_run(self, parent: bool) -> bool:
+        """An item for the pipeline's run when that run is this one (ad hoc): it has it already."""
+        return parent and self.run_id is not None and self.parent_run_id == self.run_id
+
     def _start(self) -> None:
         from mlflow import MlflowClient
 
         self.client = MlflowClient(self.ctx.tracking_uri)
         injected = os.environ.get("MLFLOW_RUN_ID")
-        if injected:
+        if self.ctx.adhoc:
+            run = self.client.create_run(
+                _experiment_id(self.client, self.ctx.experiment),
+                run_name=f"{self.step}-{time.strftime('%Y%m%d-%H%M%S')}",
+                tags={
+                    STEP_TAG: self.step,
+                    "invfold.source": "command line",
+                    "kfp.pipeline_version": self.ctx.pipeline_version,
+                },
+            )
+            self.run_id = self.parent_run_id = run.info.run_id
+        elif injected:
             run = self.client.get_run(injected)
             self.run_id = injected
             self.parent_run_id = run.data.tags.get(PARENT_TAG, injected)
             self.client.set_tag(self.parent_run_id, PIPELINE_RUN_TAG, self.ctx.pipeline_run_id)
+            if self.parent_run_id != injected:  # findable as this step's run (step_run_id)
+                self.client.set_tag(injected, PIPELINE_RUN_TAG, self.ctx.pipeline_run_id)
+                self.client.set_tag(injected, STEP_TAG, self.step)
         else:
             experiment_id = _experiment_id(self.client, self.ctx.experiment)
             self.parent_run_id = _find_or_create_parent(self.client, experiment_id, self.ctx)
@@ -187,21 +243,32 @@ class Tracker:
                 run_name=self.step,
                 tags={
                     PARENT_TAG: self.parent_run_id,
-                    "invfold.step": self.step,
+                    STEP_TAG: self.step,
                     PIPELINE_RUN_TAG: self.ctx.pipeline_run_id,
                 },
             )
             self.run_id = run.info.run_id
         log.info(
-            "MLflow: %s step run %s (pipeline run %s) at %s",
+            "MLflow: %s run %s (pipeline run %s) at %s",
             self.step,
             self.run_id,
             self.parent_run_id,
             storage.display_uri(self.ctx.tracking_uri),
         )
 
+    def where(self) -> str:
+        """One line for a person: where this run is recorded, or why it is not."""
+        if self.run_id is None:
+            return f"MLflow: nothing recorded ({self.reason or 'see the warnings above'})"
+        return (
+            f"MLflow: run {self.run_id} in experiment {self.ctx.experiment!r} at "
+            f"{storage.display_uri(self.ctx.tracking_uri)}"
+        )
+
     # -- recording -------------------------------------------------------------------------
     def log_params(self, params: dict[str, Any], parent: bool = False) -> None:
+        if self._on_own_run(parent):
+            return
         from mlflow.entities import Param
 
         items = [Param(k, _param_value(v)) for k, v in sorted(params.items())]
@@ -209,6 +276,9 @@ class Tracker:
         self._record(f"{len(items)} params", lambda: self.client.log_batch(target(), params=items))
 
     def set_tags(self, tags: dict[str, Any], parent: bool = False) -> None:
+        if self._on_own_run(parent):
+            return
+
         def do():
             for k, v in tags.items():
                 self.client.set_tag(self.parent_run_id if parent else self.run_id, k, _param_value(str(v)))
@@ -216,6 +286,8 @@ class Tracker:
         self._record(f"tags {sorted(tags)}", do)
 
     def log_metrics(self, metrics: dict[str, float], step: int | None = None, parent: bool = False) -> None:
+        if self._on_own_run(parent):
+            return
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -224,8 +296,8 @@ class Tracker:
         self._record(f"metrics {sorted(metrics)}", lambda: self.client.log_batch(target(), metrics=items))
 
     def log_metrics_file(self, path: str | os.PathLike) -> int:
-        """Every numeric value of train's metrics.jsonl as `<split>/<name>` at its step and time;
-        returns how many points were read."""
+        """Every numeric value of train's metrics.jsonl as `<group>/<name>` at its step and time
+        (group: METRIC_GROUPS[split]); returns how many points were read."""
         from mlflow.entities import Metric
 
         points = []
@@ -233,10 +305,11 @@ class Tracker:
             for line in fh:
                 record = json.loads(line)
                 split, step = record.get("split", "train"), int(record.get("step", 0))
+                group = METRIC_GROUPS.get(split, split)
                 stamp = int(float(record.get("time", time.time())) * 1000)
                 for key, value in record.items():
                     if key not in ("split", "step", "time") and _finite(value):
-                        points.append(Metric(f"{split}/{key}", float(value), stamp, step))
+                        points.append(Metric(f"{group}/{key}", float(value), stamp, step))
 
         def do():
             for start in range(0, len(points), 900):  # the REST API takes 1000 per batch
@@ -245,22 +318,47 @@ class Tracker:
         self._record(f"{len(points)} metric points from {Path(path).name}", do)
         return len(points)
 
-    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None) -> None:
+    def log_artifact(self, path: str | os.PathLike, artifact_path: str | None = None, parent: bool = False) -> None:
+        if self._on_own_run(parent):
+            return
+        target = lambda: self.parent_run_id if parent else self.run_id  # noqa: E731
         self._record(
-            f"artifact {Path(path).name}", lambda: self.client.log_artifact(self.run_id, str(path), artifact_path)
+            f"artifact {Path(path).name}", lambda: self.client.log_artifact(target(), str(path), artifact_path)
         )
 
-    def log_artifacts(self, folder: str | os.PathLike, artifact_path: str | None = None) -> None:
+    def log_artifacts(self, folder: str | os.PathLike, artifact_path: str | None = None, parent: bool = False) -> None:
+        if self._on_own_run(parent):
+            return
+        target = lambda: self.parent_run_id if parent else self.run_id  # noqa: E731
         self._record(
             f"artifacts {Path(folder).name}/",
-            lambda: self.client.log_artifacts(self.run_id, str(folder), artifact_path),
+            lambda: self.client.log_artifacts(target(), str(folder), artifact_path),
         )
+
+    def step_run_id(self, step: str) -> str | None:
+        """The run of another step of this pipeline run (the newest finished one: a retried step
+        leaves a failed run beside it), or None."""
+
+        def do():
+            experiment_id = self.client.get_run(self.parent_run_id).info.experiment_id
+            runs = self.client.search_runs(
+                [experiment_id],
+                filter_string=f"tags.`{PIPELINE_RUN_TAG}` = '{self.ctx.pipeline_run_id}' "
+                f"and tags.`{STEP_TAG}` = '{step}' and attributes.status = 'FINISHED'",
+                order_by=["attributes.start_time DESC"],
+                max_results=1,
+            )
+            return runs[0].info.run_id if runs else ""
+
+        return self._record(f"the {step} step's run", do) or None
 
     def log_dataset(
         self, name: str, digest: str, source: str, context: str, profile: dict | None = None, parent: bool = False
     ) -> None:
         """A prepared dataset as an MLflow dataset input of this run, or of the pipeline's run
         (context: training, validation, testing); the digest is prep's content digest."""
+        if self._on_own_run(parent):
+            return
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         dataset = Dataset(
@@ -308,16 +406,19 @@ class Tracker:
         version_tags: dict[str, Any],
         metrics: dict[str, float] | None = None,
         description: str = "",
+        source_run_id: str | None = None,
     ) -> str | None:
         """Log the ONNX graph with signature and input example into this run, with `metrics` on
-        the logged model; register it under model_name, tag the new version, describe model and
-        version; link the version from the pipeline's run. Returns the version (None when not
-        recorded)."""
+        the logged model; register it under model_name as a version whose source run is
+        `source_run_id` (the training run that made the weights; default this run), tag and
+        describe model and version, linking both runs; link the version from the pipeline's run.
+        Returns the version (None when not recorded)."""
 
         def do():
             import mlflow
             import onnx
             import onnxruntime as ort
+            from mlflow.exceptions import MlflowException
             from mlflow.models import infer_signature
 
             session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
@@ -332,25 +433,44 @@ class Tracker:
                     name="model",
                     signature=signature,
                     input_example=input_example,
-                    registered_model_name=model_name,
                     save_as_external_data=False,
                     onnx_execution_providers=["CPUExecutionProvider"],
                 )
-            version = str(info.registered_model_version)
             for key, value in (metrics or {}).items():
                 if _finite(value):
                     self.client.log_metric(self.run_id, key, float(value), model_id=info.model_id)
-            for key, value in version_tags.items():
-                self.client.set_model_version_tag(model_name, version, key, str(value))
+            try:
+                self.client.create_registered_model(model_name)
+            except MlflowException as err:
+                if "ALREADY_EXISTS" not in str(err.error_code):
+                    raise
+            source_run = source_run_id or self.run_id
+            experiment_id = self.client.get_run(self.run_id).info.experiment_id
+            runs = f"#/experiments/{experiment_id}/runs"
+            links = f"trained in run [{source_run}]({runs}/{source_run})"
+            if source_run != self.run_id:
+                links += f", exported and registered in run [{self.run_id}]({runs}/{self.run_id})"
+            tags = {**version_tags, "invfold.train_run_id": source_run, "invfold.register_run_id": self.run_id}
+            version = self.client.create_model_version(
+                model_name,
+                source=info.model_uri,
+                run_id=source_run,
+                tags={k: str(v) for k, v in tags.items()},
+                description=f"{description}\n\nRuns: {links}.".strip(),
+                model_id=info.model_id,
+            ).version
+            version = str(version)
             if description:
                 self.client.update_registered_model(model_name, description=description)
-                self.client.update_model_version(model_name, version, description=description)
             link = f"[{model_name} version {version}](#/models/{model_name}/versions/{version})"
             self.client.set_tag(
                 self.parent_run_id,
                 "mlflow.note.content",
-                f"Registered {link}: the ONNX model of this pipeline run (logged by its `{self.step}` step).",
+                f"Registered {link}: the ONNX model of this pipeline run (trained by its `train` step, "
+                f"exported and registered by its `{self.step}` step).",
             )
+            if source_run != self.run_id:
+                self.client.set_tag(source_run, "invfold.registered_version", f"{model_name} v{version}")
             return version
 
         return self._record(f"ONNX model registration as {model_name}", do)

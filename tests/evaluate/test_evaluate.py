@@ -78,11 +78,46 @@ def test_metrics_files_subsets_and_report(prepared, model_path, tmp_path):
     saved = json.loads((tmp_path / "metrics.json").read_text())
     assert saved["datasets"]["test"] == results["test"]
     html = (tmp_path / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 2 and "<table>" in html
+    assert html.count("data:image/png;base64,") == 3 and "<table>" in html
     png = html.split("data:image/png;base64,")[1].split('"')[0]
     assert base64.b64decode(png).startswith(b"\x89PNG")
     assert (tmp_path / "confusion.png").stat().st_size > 1000
     assert "| test |" in (tmp_path / "report.md").read_text()
+
+
+def test_per_protein_table_and_distribution_in_csv_and_report(prepared, tmp_path):
+    """A biologist's questions: which proteins did it design well, how are they spread; and the
+    report renders with a real Markdown renderer, every table in a box that scrolls sideways."""
+    import csv
+
+    torch.manual_seed(0)
+    model = tmp_path / "m.pt"
+    save_model(model, InverseFoldingModel(ModelConfig.preset("tiny")))
+    out = tmp_path / "eval"
+    metrics = evaluate(EvaluateConfig(model_path=str(model), data=prepared, out=str(out), designs_per_protein=0))
+    rows = list(csv.DictReader((out / "per_protein.csv").open()))
+    test = open_prepared(prepared).open("test")
+    assert [r["protein"] for r in rows] == [test[i].name for i in range(len(test))]
+    assert list(rows[0]) == ["protein", "length", "chains", "scored_residues", "recovery", "perplexity"]
+    scored = [float(r["recovery"]) for r in rows if r["recovery"]]
+    assert len(scored) == metrics["datasets"]["test"]["proteins"]
+    assert float(np.median(scored)) == pytest.approx(metrics["datasets"]["test"]["recovery"], abs=1e-6)
+    assert sum(int(r["scored_residues"]) for r in rows) == metrics["datasets"]["test"]["residues"]
+
+    report = (out / "report.md").read_text()
+    per_protein = report.split("## Per protein (test)")[1]
+    best = max(rows, key=lambda r: float(r["recovery"] or -1))
+    assert per_protein.count("\n| ") == len(rows) + 1  # header + one line per protein
+    assert per_protein.split("|---", 1)[1].splitlines()[1].startswith(f"| {best['protein']} |")  # best first
+    assert (out / "recovery_distribution.png").read_bytes().startswith(b"\x89PNG")
+
+    html = (out / "report.html").read_text()
+    tables = html.count("<table>")
+    assert tables >= 6 and html.count('<div class="table-scroll') == tables  # every table scrolls sideways
+    assert '<div class="table-scroll tall">' in html  # the per-protein table: a long one scrolls down too
+    assert ".table-scroll{overflow-x:auto" in html
+    assert f"<td>{best['protein']}</td>" in html and "|---" not in html and "<h2>Per protein (test)</h2>" in html
+    assert html.count('<img src="data:image/png;base64,') == 3 and 'alt="per-protein recovery"' in html
 
 
 def test_recovery_is_of_designed_sequences_not_teacher_forced(prepared, model_path):

@@ -79,7 +79,7 @@ def test_pipeline_records_runs_metrics_datasets_and_artifacts(ddp_run, workspace
     train_steps = [r["step"] for r in records if r["split"] == "train"]
     history = client.get_metric_history(train.info.run_id, "train/loss")
     assert sorted(m.step for m in history) == train_steps and len(train_steps) >= 2
-    for name in ("time/compute_s", "time/sync_s", "time/rank0/compute_s", "time/rank1/sync_s"):
+    for name in ("wallclock/compute_s", "wallclock/sync_s", "wallclock/rank0/compute_s", "wallclock/rank1/sync_s"):
         assert sorted(m.step for m in client.get_metric_history(train.info.run_id, name)) == train_steps, name
 
     prepared = json.loads(next(folder.parent.glob("*/prep-op/prepared/index.json")).read_text())
@@ -93,8 +93,8 @@ def test_pipeline_records_runs_metrics_datasets_and_artifacts(ddp_run, workspace
 
     evaluation = json.loads((folder / "evaluate-op" / "evaluation" / "metrics.json").read_text())
     evaluate = steps["evaluate"]
-    assert evaluate.data.metrics["test_recovery"] == pytest.approx(evaluation["datasets"]["test"]["recovery"])
-    assert parent.data.metrics["test_recovery"] == pytest.approx(evaluation["datasets"]["test"]["recovery"])
+    assert evaluate.data.metrics["test/recovery"] == pytest.approx(evaluation["datasets"]["test"]["recovery"])
+    assert parent.data.metrics["test/recovery"] == pytest.approx(evaluation["datasets"]["test"]["recovery"])
     artifacts = {a.path for a in client.list_artifacts(evaluate.info.run_id, "evaluation")}
     assert {"evaluation/confusion.json", "evaluation/confusion.png", "evaluation/report.html"} <= artifacts
     assert {i.dataset.name for i in evaluate.inputs.dataset_inputs} == {"test"}
@@ -140,12 +140,13 @@ def test_mlflow_opens_as_a_model_training_experiment_with_datasets_links_metrics
     digest = version.tags["invfold.data_digest"]
     for description in (client.get_registered_model(name).description, version.description):
         assert digest in description and "onnx" in description.lower() and f"models:/{name}@champion" in description
+    assert version.run_id == _child_runs(client, ddp_run.mlflow_run_id)["train"].info.run_id  # the source run
     (logged,) = client.search_logged_models(
-        [experiment.experiment_id], filter_string=f"source_run_id = '{version.run_id}'"
+        [experiment.experiment_id], filter_string=f"source_run_id = '{version.tags['invfold.register_run_id']}'"
     )
     metrics = {m.key: m.value for m in logged.metrics}
-    assert metrics["test_recovery"] == pytest.approx(float(version.tags["invfold.test_recovery"]))
-    assert "test_perplexity" in metrics and "parity_max_abs_diff" in metrics
+    assert metrics["test/recovery"] == pytest.approx(float(version.tags["invfold.test_recovery"]))
+    assert "test/perplexity" in metrics and "parity_max_abs_diff" in metrics
 
 
 def test_kfp_outputs_show_metrics_confusion_matrix_and_reports(ddp_run):

@@ -116,7 +116,7 @@ V48 = "proteinmpnn:v_48_020"
     ],
 )
 def test_decision(candidate, champion, start, tracking_down, register, decision):
-    test_figures = {"test_recovery": 0.99}  # never compared: a test figure cannot change the decision
+    test_figures = {"test/recovery": 0.99}  # never compared: a test figure cannot change the decision
     result = decide(Evaluation(candidate, DIGEST, test_figures), 0.1, champion, tracking_down, starting_point=start)
     assert (result.register, result.decision) == (register, decision)
     assert result.candidate == candidate and result.threshold == 0.1 and result.data_digest == DIGEST
@@ -144,7 +144,7 @@ def test_evaluation_reads_validation_recovery_and_keeps_test_figures_for_the_rec
     assert evaluation == Evaluation(
         0.18,
         DIGEST,
-        {"test_recovery": 0.21, "test_perplexity": 9.0, "validation_recovery": 0.18, "validation_perplexity": 9.5},
+        {"test/recovery": 0.21, "test/perplexity": 9.0, "validation/recovery": 0.18, "validation/perplexity": 9.5},
     )
     assert evaluation.test_recovery == 0.21
 

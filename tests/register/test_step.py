@@ -81,7 +81,7 @@ def test_the_champion_is_scored_and_chosen_on_validation_data(mlflow_server, pre
 
     first = _compare(prepared, a["evaluation"], mlflow_server, names)
     assert first.register and first.candidate == pytest.approx(a_val) and first.metric == "validation_recovery"
-    assert first.metrics["test_recovery"] == pytest.approx(a_test)
+    assert first.metrics["test/recovery"] == pytest.approx(a_test)
     # register `a` as if its data had been different, so a later compare must evaluate it again
     recorded = Comparison.from_dict({**first.to_dict(), "data_digest": "sha256:" + "0" * 64})
     out = register_step(
@@ -133,5 +133,5 @@ def test_a_fine_tuned_candidate_must_beat_its_starting_weights_on_validation(mlf
         filter_string="tags.`invfold.step` = 'compare'",
         order_by=["attributes.start_time DESC"],
     )[0]
-    assert run.data.metrics["starting_validation_recovery"] == pytest.approx(a_val, abs=1e-6)
+    assert run.data.metrics["validation/starting_recovery"] == pytest.approx(a_val, abs=1e-6)
     assert run.data.tags["invfold.decision"] == other.decision

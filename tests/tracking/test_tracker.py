@@ -122,3 +122,51 @@ def test_default_tracking_uri_is_a_sqlite_file_under_the_runs_folder(tmp_path):
     from invfold.components.tracking import default_tracking_uri
 
     assert default_tracking_uri(tmp_path / "runs") == f"sqlite:///{tmp_path}/runs/mlflow.db"
+
+
+def _identity_onnx(path) -> dict:
+    """A one-node ONNX graph (y = x) and an input for it: enough for the registry's records."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "identity",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
+    return {"x": np.ones((1, 3), dtype=np.float32)}
+
+
+def test_a_registered_version_names_the_training_run_as_its_source_and_links_both(mlflow_server, tmp_path):
+    ctx = context(mlflow_server)
+    with Tracker(ctx, "train") as train:
+        pass
+    name = f"tracker-model-{uuid.uuid4().hex[:6]}"
+    example = _identity_onnx(tmp_path / "model.onnx")
+    with Tracker(ctx, "register") as register:
+        assert register.step_run_id("train") == train.run_id
+        assert register.step_run_id("evaluate") is None
+        version = register.log_onnx_model(
+            str(tmp_path / "model.onnx"),
+            name,
+            example,
+            {"invfold.decision": "first"},
+            metrics={"test/recovery": 0.3},
+            description="what the model is",
+            source_run_id=register.step_run_id("train"),
+        )
+    assert version == "1" and not register.skipped
+    client = MlflowClient(mlflow_server)
+    found = client.get_model_version(name, "1")
+    assert found.run_id == train.run_id  # the version page's source run: where the weights were made
+    assert found.tags["invfold.register_run_id"] == register.run_id and found.tags["invfold.decision"] == "first"
+    assert found.description.startswith("what the model is")
+    assert f"/runs/{train.run_id})" in found.description and f"/runs/{register.run_id})" in found.description
+    experiment = client.get_run(train.run_id).info.experiment_id
+    (logged,) = client.search_logged_models([experiment], filter_string=f"source_run_id = '{register.run_id}'")
+    assert {m.key: m.value for m in logged.metrics} == {"test/recovery": 0.3}
+    assert client.get_run(train.run_id).data.tags["invfold.registered_version"] == f"{name} v1"
+    assert found.source == f"models:/{logged.model_id}"  # the version's files: the ONNX model logged by register
