@@ -13,6 +13,13 @@ from dataclasses import dataclass
 from invfold.options import add_command, from_args, option
 from invfold.pipelines.parameters import add_pipeline_options, given_parameters
 
+# the subcommands this module adds, with their line in `invfold --help` (listed without building them)
+COMMANDS = {
+    "run": "run the whole pipeline locally (KFP local runner, MLflow in ./runs)",
+    "compile": "write the pipeline YAML for Kubeflow",
+    "submit": "submit the pipeline to Kubeflow Pipelines",
+}
+
 
 @dataclass
 class RunOptions:
@@ -67,7 +74,7 @@ def add_parser(subparsers) -> None:
         "run",
         run_command,
         RunOptions,
-        help="run the whole pipeline locally (KFP local runner, MLflow in ./runs)",
+        help=COMMANDS["run"],
         description="Run fingerprint -> prep -> train -> evaluate -> compare -> register on this machine "
         "through KFP's local runner, on the bundled sample data unless --data is given.",
     )
@@ -77,7 +84,7 @@ def add_parser(subparsers) -> None:
         "compile",
         compile_command,
         CompileOptions,
-        help="write the pipeline YAML for Kubeflow",
+        help=COMMANDS["compile"],
         description="Compile the pipeline; every step names the runtime image REGISTRY/invfold-runtime:TAG.",
     )
     sub = add_command(
@@ -85,7 +92,7 @@ def add_parser(subparsers) -> None:
         "submit",
         submit_command,
         SubmitOptions,
-        help="submit the pipeline to Kubeflow Pipelines",
+        help=COMMANDS["submit"],
         description="Submit the compiled pipeline with kfp.Client (token or the kubeconfig's credentials).",
     )
     add_pipeline_options(sub, "submit")

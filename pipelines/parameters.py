@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import typing
+import re
 from functools import cache
 
 # The imports inside functions below keep `invfold --help` fast: pipelines/cli.py imports this
@@ -49,16 +49,23 @@ def pipeline_parameters() -> dict[str, dict]:
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with open(COMMITTED_YAML) as fh:
-        spec = next(yaml.load_all(fh, Loader=loader))
+        text = fh.read()
+    # only the top-level `root:` block (a quarter of the file): `invfold run --help` reads it
+    start = text.find("\nroot:\n")
+    if start >= 0:
+        block = text[start + 1 :]
+        end = re.search(r"^\S", block[len("root:") :], re.MULTILINE)
+        text = block[: len("root:") + end.start()] if end else block
+    spec = next(yaml.load_all(text, Loader=loader))
     return spec["root"]["inputDefinitions"]["parameters"]
 
 
 def _choices(name: str) -> tuple | None:
     """The choices of the config field the parameter sets, if it has any."""
     from invfold.components.train.config import TrainConfig
-    from invfold.options import choices_of
+    from invfold.options import choices_of, field_types
 
-    hints = typing.get_type_hints(TrainConfig)
+    hints = field_types(TrainConfig)
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     return choices_of(fields[name], hints[name]) if name in fields else None
 

@@ -4,6 +4,10 @@ traceback; every error the project raises on purpose is an InvfoldError."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 
 from invfold.cli import main
@@ -65,3 +69,42 @@ def test_a_user_mistake_is_one_error_line_and_an_exit_code(line, expected, tmp_p
     assert code == 2, err
     (first, *_) = err.splitlines()
     assert first.startswith(f"invfold {argv[0]}: error: ") and expected in err, err
+
+
+# What the CLI must not import to print help or reject a mistake (issue 25: torch alone took 1.6-8 s
+# and 343 MB on every `--help`); bench/cli_startup.py measures the time and memory this buys.
+HEAVY = ("torch", "numpy", "mlflow", "kfp", "onnx", "onnxruntime", "pyarrow", "gemmi", "matplotlib", "scipy")
+_PROBE = """
+import json, sys
+from invfold.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"code": code, "heavy": sorted(m for m in %r if m in sys.modules)}))
+""" % (HEAVY,)
+
+
+def _probe(argv: list[str]) -> dict:
+    done = subprocess.run([sys.executable, "-c", _PROBE, *argv], capture_output=True, text=True, timeout=120)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+HELP_LINES = [
+    "--help",
+    *(f"{c} --help" for c in ("prep", "train", "evaluate", "export", "design", "score", "run", "compile", "submit")),
+    "weights import --help",
+    "weights list",
+]
+
+
+@pytest.mark.parametrize("line", HELP_LINES)
+def test_help_builds_without_the_heavy_libraries(line):
+    found = _probe(line.split())
+    assert found == {"code": 0, "heavy": []}, found
+
+
+@pytest.mark.parametrize("line, expected", CASES, ids=[c[0].split()[0] + f"-{i}" for i, c in enumerate(CASES)])
+def test_a_user_mistake_is_answered_without_the_heavy_libraries(line, expected, tmp_path):
+    found = _probe(line.format(tmp=tmp_path, garbage=_garbage(tmp_path)).split())
+    assert found == {"code": 2, "heavy": []}, found

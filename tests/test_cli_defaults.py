@@ -14,6 +14,7 @@ from invfold.components.design.score import ScoreConfig
 from invfold.components.evaluate.evaluate import EvaluateConfig
 from invfold.components.export.onnx_export import ExportConfig
 from invfold.components.model.cli import WeightsImport
+from invfold.components.model.reference import ModelSource
 from invfold.components.prep.config import PrepConfig
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.launch import LocalProcesses
@@ -24,11 +25,11 @@ from invfold.pipelines.parameters import OWN_OPTIONS, pipeline_parameters
 # subcommand -> the config dataclasses its options are generated from
 CONFIGS = {
     "prep": (PrepConfig,),
-    "train": (TrainConfig, LocalProcesses),
-    "evaluate": (EvaluateConfig,),
-    "export": (ExportConfig,),
-    "design": (DesignConfig,),
-    "score": (ScoreConfig,),
+    "train": (TrainConfig, LocalProcesses, ModelSource),
+    "evaluate": (EvaluateConfig, ModelSource),
+    "export": (ExportConfig, ModelSource),
+    "design": (DesignConfig, ModelSource),
+    "score": (ScoreConfig, ModelSource),
     "run": (RunOptions,),
     "submit": (SubmitOptions,),
     "compile": (CompileOptions,),

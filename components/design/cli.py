@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import argparse
 
+# the subcommands this module adds, with their line in `invfold --help` (listed without building them)
+COMMANDS = {
+    "design": "sample sequences for backbones with a trained model",
+}
+
 
 def add_parser(subparsers) -> None:
-    from invfold.components.design.design import DesignConfig
+    from invfold.components.design.config import DesignConfig
+    from invfold.components.model.reference import ModelSource
     from invfold.options import add_command
 
     add_command(
@@ -15,7 +21,8 @@ def add_parser(subparsers) -> None:
         "design",
         run,
         DesignConfig,
-        help="sample sequences for backbones with a trained model",
+        ModelSource,
+        help=COMMANDS["design"],
         description="Sample sequences for one protein chain with a model checkpoint (.pt) or an "
         "exported ONNX model (.onnx); write FASTA with each sequence's mean NLL and its recovery "
         "of the native sequence. Batch: STRUCTURE a folder of PDB/mmCIF files, a chain-set jsonl or "
@@ -26,18 +33,27 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold.components.design.batch import design_batch, is_batch
-    from invfold.components.design.design import DesignConfig, design
+    from invfold import storage
+    from invfold.components.design.config import DesignConfig
+    from invfold.components.model.reference import ModelSource, check_model, resolve_model
+    from invfold.errors import ConfigError
     from invfold.options import from_args
 
+    # every input judged before torch is imported: a mistake costs a fraction of a second
     cfg = from_args(DesignConfig, args)
-    if is_batch(cfg) and cfg.out_structure:
-        from invfold.errors import ConfigError
+    check_model(cfg.model)
+    storage.require_local(cfg.structure, "an existing structure file or folder")
+    for constraint in (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa):
+        storage.require_local(constraint, "an existing JSON file")
+    from invfold.components.design.batch import design_batch, is_batch
+    from invfold.components.design.design import design
 
+    if is_batch(cfg) and cfg.out_structure:
         raise ConfigError(
             f"--out-structure {cfg.out_structure}: structures are written for one record (--out x.fasta with one "
             "structure), not in batch mode"
         )
+    cfg.model = resolve_model(cfg.model, from_args(ModelSource, args).tracking_uri)
     if is_batch(cfg):
         summary = design_batch(cfg)
         print(f"designed {summary.designs} sequences for {summary.designed} records in {summary.seconds:.1f} s")

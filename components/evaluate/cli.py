@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 
+# the subcommands this module adds, with their line in `invfold --help` (listed without building them)
+COMMANDS = {
+    "evaluate": "perplexity, recovery, confusion matrix and a report for a trained model",
+}
+
 
 def add_parser(subparsers) -> None:
-    from invfold.components.evaluate.evaluate import EvaluateConfig
+    from invfold.components.evaluate.config import EvaluateConfig
+    from invfold.components.model.reference import ModelSource
     from invfold.options import add_command
 
     add_command(
@@ -15,7 +21,8 @@ def add_parser(subparsers) -> None:
         "evaluate",
         run,
         EvaluateConfig,
-        help="perplexity, recovery, confusion matrix and a report for a trained model",
+        ModelSource,
+        help=COMMANDS["evaluate"],
         description="Score a model on the prepared test set and its subsets (short chains, "
         "single-chain, any subset datasets): perplexity, median recovery of designed sequences, "
         "confusion matrix, recovery by length, burial and secondary structure, recall per residue, "
@@ -25,10 +32,18 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
+    from invfold import storage
+    from invfold.components.evaluate.config import EvaluateConfig
+    from invfold.components.model.reference import ModelSource, check_model, resolve_model
     from invfold.options import from_args
 
-    cfg = from_args(EvaluateConfig, args)
+    cfg = from_args(EvaluateConfig, args)  # inputs judged before torch is imported
+    check_model(cfg.model_path, onnx=False)
+    storage.require_local(cfg.data, "an existing prepared folder (invfold prep --out)")
+    cfg.model_path = resolve_model(cfg.model_path, from_args(ModelSource, args).tracking_uri)
+    check_model(cfg.model_path, onnx=False)  # a registered model without its checkpoint is ONNX only
+    from invfold.components.evaluate.evaluate import evaluate
+
     metrics = evaluate(cfg)
     print(
         json.dumps(

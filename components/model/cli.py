@@ -7,6 +7,11 @@ from dataclasses import dataclass
 
 from invfold.options import add_command, from_args, option
 
+# the subcommands this module adds, with their line in `invfold --help` (listed without building them)
+COMMANDS = {
+    "weights": "list or import published model weights (ProteinMPNN)",
+}
+
 
 @dataclass
 class WeightsImport:
@@ -19,7 +24,7 @@ class WeightsImport:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "weights",
-        help="list or import published model weights (ProteinMPNN)",
+        help=COMMANDS["weights"],
         description="Convert published ProteinMPNN weights (from the optional proteinmpnn package, "
         "never downloaded at run time) into an invfold model file of the `proteinmpnn` preset.",
     )
@@ -39,9 +44,11 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_import(args: argparse.Namespace) -> int:
     from invfold.components.model import published
-    from invfold.components.model.io import save_model
 
     opts = from_args(WeightsImport, args)
+    published.locate(opts.name)  # an unknown name is one line, before torch is imported
+    from invfold.components.model.io import save_model
+
     model, provenance = published.load_published(opts.name)
     save_model(opts.out, model, provenance)
     print(f"{opts.name} -> {opts.out} ({model.num_parameters()} parameters, preset proteinmpnn)")

@@ -8,6 +8,7 @@ from invfold.components.tracking.tracker import (
     Tracker,
     TrackingError,
     default_tracking_uri,
+    fetch_model_uri,
     fetch_registered_file,
     finish_pipeline,
     in_cluster,
@@ -15,6 +16,7 @@ from invfold.components.tracking.tracker import (
 )
 
 __all__ = [
+    "fetch_model_uri",
     "fetch_registered_file",
     "CHAMPION",
     "DEFAULT_EXPERIMENT",

@@ -13,8 +13,8 @@ import sys
 from invfold import __version__
 from invfold.errors import InvfoldError
 
-# Each module exposes add_parser(subparsers) and keeps heavy imports inside its handlers,
-# so `invfold --help` stays fast.
+# Each module exposes COMMANDS (name -> its line in `invfold --help`) and add_parser(subparsers),
+# and keeps heavy imports inside its handlers.
 SUBCOMMAND_MODULES = (
     "invfold.components.prep.cli",
     "invfold.components.train.cli",
@@ -25,9 +25,13 @@ SUBCOMMAND_MODULES = (
     "invfold.components.model.cli",
     "invfold.pipelines.cli",
 )
+GLOBAL_FLAGS = ("-h", "--help", "--version", "-v", "--verbose")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given `command`, only the module that adds it builds its options (the
+    others are listed by name and help line), so `invfold X` imports X's config alone and
+    `invfold --help` none: help and mistakes answer without importing torch (issue 25)."""
     parser = argparse.ArgumentParser(
         prog="invfold",
         description="Train protein inverse-folding models: prep -> train -> evaluate -> export, "
@@ -37,12 +41,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
-        importlib.import_module(name).add_parser(subparsers)
+        module = importlib.import_module(name)
+        if command is None or command in module.COMMANDS:
+            module.add_parser(subparsers)
+        else:
+            for listed, line in module.COMMANDS.items():
+                subparsers.add_parser(listed, help=line)
     return parser
 
 
+def command_of(argv: list[str]) -> str:
+    """The subcommand word of a command line ("" when there is none: `invfold --help`)."""
+    for word in argv:
+        if word not in GLOBAL_FLAGS:
+            return "" if word.startswith("-") else word
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_of(argv))
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
+import sys
 import types
 import typing
 from typing import Any, Literal
@@ -82,9 +84,30 @@ def choices_of(f: dataclasses.Field, hint: Any) -> tuple | None:
     return None
 
 
+@functools.cache
+def field_types(cls) -> dict[str, Any]:
+    """Each field's resolved type; a field off the command line (option(cli=False)) whose type
+    names a class imported only for type checkers (so that a config module stays light) keeps
+    its annotation text."""
+    try:
+        return typing.get_type_hints(cls)
+    except NameError:
+        module = vars(sys.modules[cls.__module__])
+        types_: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            try:
+                # the annotation is the module's own source text, evaluated as get_type_hints would
+                types_[f.name] = eval(f.type, module) if isinstance(f.type, str) else f.type  # noqa: S307
+            except NameError:
+                if f.metadata.get("cli", True):
+                    raise
+                types_[f.name] = f.type
+        return types_
+
+
 def cli_fields(cls) -> list[tuple[dataclasses.Field, Any]]:
     """(field, resolved type) of every field that is on the command line."""
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     return [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.metadata.get("cli", True)]
 
 
@@ -178,7 +201,7 @@ def from_args(cls, args: argparse.Namespace, **extra: Any):
 
 def check_choices(config) -> None:
     """Raise ConfigError naming the field when a value is not one of its choices."""
-    hints = typing.get_type_hints(type(config))
+    hints = field_types(type(config))
     for f in dataclasses.fields(config):
         choices = choices_of(f, hints[f.name])
         value = getattr(config, f.name)
