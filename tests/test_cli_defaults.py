@@ -55,8 +55,21 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
     return found
 
 
+LOGGING_FLAGS = ("verbose", "quiet")  # -v/-q, accepted after every subcommand too (src/invfold/cli.py)
+
+
 def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [a for a in parser._actions if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+    return [
+        a
+        for a in parser._actions
+        if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)) and a.dest not in LOGGING_FLAGS
+    ]
+
+
+@pytest.mark.parametrize("command", sorted(CONFIGS))
+def test_logging_flags_work_after_the_subcommand(command):
+    flags = {s for a in _subcommands()[command]._actions if a.dest in LOGGING_FLAGS for s in a.option_strings}
+    assert {"-v", "-q"} <= flags
 
 
 def test_every_subcommand_is_covered():

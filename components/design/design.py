@@ -150,7 +150,7 @@ def design(cfg: DesignConfig) -> list[Design]:
 def check_backend(backend: TorchBackend | OnnxBackend, cfg: DesignConfig) -> None:
     """Options the model cannot honour, refused before any record is read."""
     if cfg.fixed_positions and not backend.cfg.autoregressive:
-        raise ValueError(
+        raise ConfigError(
             f"{cfg.model}: a one-shot model predicts every position from the structure alone, so fixed "
             "positions would not inform the others; use an autoregressive model (preset proteinmpnn, e.g. "
             "`invfold weights import proteinmpnn:v_48_020 --out model.pt`, or train with --preset proteinmpnn)"
@@ -205,7 +205,7 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
     user_fixed[[p - 1 for p in cfg.fixed_positions]] = True
     user_fixed |= torch.from_numpy(constraints.fixed)
     if user_fixed.any() and not backend.cfg.autoregressive:
-        raise ValueError(
+        raise ConfigError(
             f"{cfg.model}: a one-shot model predicts every position from the structure alone, so fixed "
             "positions would not inform the others; use an autoregressive model (preset proteinmpnn, e.g. "
             "`invfold weights import proteinmpnn:v_48_020 --out model.pt`, or train with --preset proteinmpnn)"

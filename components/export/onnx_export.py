@@ -23,7 +23,7 @@ from invfold.components.protein.alphabet import ALPHABET
 from invfold.components.protein.batch import collate
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
-from invfold.errors import InvfoldError
+from invfold.errors import ConfigError, InputError, InvfoldError
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +72,9 @@ def report_path(out_path: str | os.PathLike) -> Path:
 def bundled_sample() -> str:
     path = resources.files("invfold.data") / SAMPLE_RESOURCE
     if not path.is_file():
-        raise FileNotFoundError(
-            f"the bundled sample {SAMPLE_RESOURCE} is missing from invfold.data; give parity records or a data path"
+        raise ConfigError(
+            f"the bundled sample {SAMPLE_RESOURCE} is missing from invfold.data; give --parity-data (a prepared "
+            "folder or a protein set)"
         )
     return str(path)
 
@@ -82,9 +83,13 @@ def load_parity_records(data: str | None, count: int, max_length: int) -> list[C
     """`count` real chains of different lengths (shortest, longest and evenly between)."""
     records = [r for r in _read_records(data or bundled_sample()) if len(r) <= max_length and np.asarray(r.mask).any()]
     if not records:
-        raise ValueError(
-            f"{data or SAMPLE_RESOURCE}: no chain of at most {max_length} residues "
-            "with an observed residue for the parity check"
+        raise InputError(
+            data or SAMPLE_RESOURCE,
+            None,
+            None,
+            f"a chain of at most {max_length} residues (--max-length) with an observed residue for the parity check",
+            "none",
+            reason="no_parity_chain",
         )
     records.sort(key=len)
     picks = np.unique(np.linspace(0, len(records) - 1, min(count, len(records))).round().astype(int))

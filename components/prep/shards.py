@@ -228,7 +228,7 @@ class PreparedData:
 
     def open(self, name: str) -> ShardedDataset:
         if name not in self.index["datasets"]:
-            raise KeyError(f"no dataset '{name}' in {self.root} (has {self.datasets})")
+            raise InputError(self.root, None, "datasets", f"one of {self.datasets}", repr(name), reason="no_dataset")
         return ShardedDataset(self.root / self.index["datasets"][name]["file"], name)
 
 

@@ -22,6 +22,7 @@ from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.batch import collate
 from invfold.components.register.decision import METRIC, Champion, Comparison, Evaluation, StartingPoint, decide
 from invfold.components.tracking import RunContext, Tracker
+from invfold.errors import InputError
 from invfold.runtime import record_timing
 
 TAG_RECOVERY = "invfold.validation_recovery"  # what champions are compared on
@@ -42,7 +43,9 @@ def validation_recovery(model: str, prepared_path: str) -> float:
 
     recovery = score_split(model, prepared_path, "validation", threads=os.cpu_count())["recovery"]
     if recovery != recovery:
-        raise ValueError(f"{model}: validation recovery is not finite on {prepared_path}")
+        raise InputError(
+            prepared_path, None, "validation", f"a finite validation recovery of {model}", recovery, reason="not_finite"
+        )
     return float(recovery)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from invfold import storage
+from invfold.errors import InputError
 
 MARKER = "COMPLETE"
 STEP_DIR = re.compile(r"^step-(\d{8})$")
@@ -29,7 +30,7 @@ def step_dir(root: str, step: int) -> str:
 def step_of(path: str) -> int:
     match = STEP_DIR.match(path.rstrip("/").rsplit("/", 1)[-1])
     if not match:
-        raise ValueError(f"{path}: not a checkpoint folder (expected step-XXXXXXXX)")
+        raise InputError(path, None, None, "a checkpoint folder named step-XXXXXXXX", "another name")
     return int(match.group(1))
 
 

@@ -4,7 +4,8 @@
 
 under torchrun (ddp, deepspeed), horovodrun or mpirun (horovod, deepspeed). Exit status: 0 when
 training finished (or its time budget ran out), 143 after SIGTERM with a checkpoint written, 3 when
-a run of non-finite steps stopped training (nothing saved).
+a run of non-finite steps stopped training (nothing saved), an InvfoldError's exit code (2 for a
+config the run cannot use) with its one-line message and no traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import sys
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.distributed import setup, teardown
 from invfold.components.train.trainer import EXIT_DIVERGED, NonFiniteTrainingError, train
+from invfold.errors import InvfoldError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,8 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="TrainConfig as JSON")
     args = parser.parse_args(argv)
 
-    cfg = TrainConfig.from_json(args.config)
-    info = setup(cfg.strategy, cfg.dist_timeout_s, trace_dir=os.path.join(cfg.out, "nccl-traces"))
+    try:
+        cfg = TrainConfig.from_json(args.config)
+        info = setup(cfg.strategy, cfg.dist_timeout_s, trace_dir=os.path.join(cfg.out, "nccl-traces"))
+    except InvfoldError as err:  # a bad config or launch environment: one line, the error's exit code
+        print(f"invfold train: error: {err}", file=sys.stderr, flush=True)
+        return err.exit_code
     logging.basicConfig(
         level=logging.INFO if info.is_main else logging.WARNING,
         format=f"%(asctime)s rank{info.rank} %(levelname)s %(name)s: %(message)s",
@@ -41,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
             logging.getLogger("invfold.train").error("training failed: %s", err)
         teardown(info)
         return EXIT_DIVERGED
+    except InvfoldError as err:  # a mistake the rank found (e.g. checkpoints of another strategy): no traceback
+        logging.getLogger("invfold.train").error("training failed: %s", err)
+        return err.exit_code
     teardown(info)
     return result.exit_code
 
