@@ -25,7 +25,19 @@ COMMANDS = {
 class RunOptions:
     """Where `invfold run` runs the pipeline on this machine, and what it shows."""
 
-    data: str | None = option(None, "protein set path or URI (default: the bundled sample)")
+    data: str | None = option(
+        None, "protein set path or URI; the structures to design with --pipeline design (default: the bundled sample)"
+    )
+    pipeline: str = option(
+        "train",
+        "train: prep, train, evaluate, register; design: designs for --data from a registered model (--model)",
+        choices=("train", "design"),
+    )
+    model: str | None = option(
+        None,
+        "--pipeline design: the registered model, models:/NAME@ALIAS or models:/NAME/VERSION "
+        "(default: models:/REGISTERED_MODEL_NAME@champion, what `invfold run` registered)",
+    )
     runs_dir: str = option("runs", "where pipeline outputs, checkpoints and mlflow.db go")
     tracking_uri: str | None = option(None, "MLflow tracking URI (default: sqlite:///RUNS_DIR/mlflow.db)")
     cache: bool = option(True, "reuse prep's output when its inputs are unchanged (--no-cache: run it again)")
@@ -55,10 +67,24 @@ class SubmitOptions:
     """Where `invfold submit` sends the pipeline, as whom, and on which data."""
 
     host: str = option(help="KFP API endpoint, e.g. https://kubeflow.example.com/pipeline")
-    data: str = option(help="protein set URI the cluster can read (s3://, gs://, https://)")
+    data: str = option(
+        help="protein set URI the cluster can read (s3://, gs://, https://); with --pipeline design, the structures"
+    )
+    pipeline: str = option(
+        "train",
+        "train: prep, train, evaluate, register; design: designs for --data from a registered model (--model)",
+        choices=("train", "design"),
+    )
+    model: str | None = option(
+        None,
+        "--pipeline design: the registered model, models:/NAME@ALIAS or models:/NAME/VERSION "
+        "(default: models:/REGISTERED_MODEL_NAME@champion)",
+    )
     token: str | None = option(None, "bearer token (default: KFP_TOKEN env, else kubeconfig / in-cluster)")
     namespace: str | None = option(None, "Kubeflow profile namespace (multi-user)")
-    package: str | None = option(None, "compiled YAML (default: the committed pipelines/invfold_pipeline.yaml)")
+    package: str | None = option(
+        None, "compiled YAML (default: the committed pipelines/invfold_pipeline.yaml, or design_pipeline.yaml)"
+    )
     kfp_experiment: str = option("invfold", "KFP experiment")
     run_name: str | None = option(None, "KFP run name")
     param: list[str] = option(
@@ -98,11 +124,32 @@ def add_parser(subparsers) -> None:
     add_pipeline_options(sub, "submit")
 
 
+def design_parameters(args: argparse.Namespace, model: str | None, structures: str) -> dict:
+    """The design pipeline's parameters: those given, the structures, and the registered model
+    that --model names (or --registered-model-name / --model-name, at its champion)."""
+    from invfold.components.model.reference import registered_model
+
+    params = given_parameters(args, "design")
+    params["structures"] = structures
+    if model is not None:
+        params["model_name"], params["model_version"] = registered_model(model, "--model")
+    elif getattr(args, "registered_model_name", None):
+        params["model_name"] = args.registered_model_name
+    return params
+
+
 def run_command(args: argparse.Namespace) -> int:
     from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
-    from invfold.pipelines.local import run_local
 
     opts = from_args(RunOptions, args)
+    if opts.pipeline == "design":
+        return run_design_command(args, opts)
+    if opts.model is not None:
+        from invfold.errors import ConfigError
+
+        raise ConfigError("--model names the registered model of --pipeline design (training: --init-from)")
+    from invfold.pipelines.local import run_local
+
     params = given_parameters(args)
     params["data_uri"] = opts.data or str(SAMPLE_CHAIN_SET)
     if opts.data is None:
@@ -120,6 +167,24 @@ def run_command(args: argparse.Namespace) -> int:
         verbose=opts.show_logs or args.verbose,
     )
     console.print(summary_table(result))
+    return 0
+
+
+def run_design_command(args: argparse.Namespace, opts: RunOptions) -> int:
+    from invfold.data import SAMPLE_CHAIN_SET
+    from invfold.pipelines.local import run_design_local
+
+    params = design_parameters(args, opts.model, opts.data or str(SAMPLE_CHAIN_SET))
+    print(
+        f"invfold run --pipeline design: models:/{params.get('model_name', 'default')}@"
+        f"{params.get('model_version', 'champion')} on {params['structures']} ({opts.runs_dir}/)",
+        flush=True,
+    )
+    result = run_design_local(params, runs_dir=opts.runs_dir, tracking_uri=opts.tracking_uri)
+    print(f"designs: {result.run_folder}")
+    run_id = result.mlflow_run_id or "not recorded"
+    print(f"MLflow run {run_id} (experiment {result.experiment!r}) at {result.tracking_uri}")
+    print(f"finished in {result.wall_s:.0f} s")
     return 0
 
 
@@ -172,11 +237,16 @@ def submit_command(args: argparse.Namespace) -> int:
     import os
 
     from invfold.errors import ConfigError
-    from invfold.pipelines.compile import submit
+    from invfold.pipelines.compile import COMMITTED_DESIGN_YAML, submit
 
-    params = given_parameters(args)
     opts = from_args(SubmitOptions, args)
-    params["data_uri"] = opts.data
+    if opts.pipeline == "design":
+        params = design_parameters(args, opts.model, opts.data)
+    elif opts.model is not None:
+        raise ConfigError("--model names the registered model of --pipeline design (training: --init-from)")
+    else:
+        params = given_parameters(args)
+        params["data_uri"] = opts.data
     for item in opts.param:
         name, sep, value = item.partition("=")
         if not sep:
@@ -188,7 +258,7 @@ def submit_command(args: argparse.Namespace) -> int:
     result = submit(
         opts.host,
         params,
-        package=opts.package,
+        package=opts.package or (str(COMMITTED_DESIGN_YAML) if opts.pipeline == "design" else None),
         experiment=opts.kfp_experiment,
         run_name=opts.run_name,
         token=opts.token or os.environ.get("KFP_TOKEN"),

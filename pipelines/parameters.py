@@ -37,18 +37,23 @@ FLAG_ALIASES = {
 }
 # parameters the commands take under an option of their own (--data; run's --tracking-uri)
 OWN_OPTIONS = {"run": ("data_uri", "mlflow_tracking_uri"), "submit": ("data_uri",)}
+# the design pipeline's (`--pipeline design`): the structures are --data, the registered model is
+# --model models:/NAME@ALIAS (or /VERSION); its other parameters that the training pipeline also
+# has (seed, threads, mlflow_*) share that flag
+DESIGN_OWN_OPTIONS = ("structures", "model_name", "model_version")
 _TYPES = {"STRING": str, "NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "STRUCT": json.loads, "LIST": json.loads}
 
 
 @cache
-def pipeline_parameters() -> dict[str, dict]:
-    """name -> the compiled pipeline's definition (parameterType, description, defaultValue)."""
+def pipeline_parameters(pipeline: str = "train") -> dict[str, dict]:
+    """name -> the compiled pipeline's definition (parameterType, description, defaultValue);
+    pipeline "train" (invfold_pipeline.yaml) or "design" (design_pipeline.yaml)."""
     import yaml
 
-    from invfold.pipelines.compile import COMMITTED_YAML
+    from invfold.pipelines.compile import COMMITTED_DESIGN_YAML, COMMITTED_YAML
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    with open(COMMITTED_YAML) as fh:
+    with open(COMMITTED_YAML if pipeline == "train" else COMMITTED_DESIGN_YAML) as fh:
         text = fh.read()
     # only the top-level `root:` block (a quarter of the file): `invfold run --help` reads it
     start = text.find("\nroot:\n")
@@ -71,35 +76,48 @@ def _choices(name: str) -> tuple | None:
 
 
 def add_pipeline_options(parser: argparse.ArgumentParser, command: str) -> None:
-    """A flag per pipeline parameter (unset: the pipeline's default)."""
-    group = parser.add_argument_group("pipeline parameters (unset: the pipeline's defaults)")
-    for name, spec in pipeline_parameters().items():
-        if name in OWN_OPTIONS[command]:
-            continue
-        help_text = spec["description"].replace("%", "%%")
-        if spec["parameterType"] == "BOOLEAN":  # a switch: given sets it, absent keeps the pipeline's default
-            kwargs = dict(dest=name, default=None, action="store_const", const=True, help=help_text)
-            group.add_argument("--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, ()), **kwargs)
-            continue
-        kind = _TYPES[spec["parameterType"]]
-        if "defaultValue" in spec:
-            default = int(spec["defaultValue"]) if kind is int else spec["defaultValue"]
-            help_text += f" (pipeline default: {json.dumps(default)})"
-        kwargs = dict(dest=name, default=None, type=kind, help=help_text)
-        if kind is json.loads:
-            kwargs["metavar"] = "JSON"
-        choices = _choices(name)
-        if choices is not None:
-            kwargs["choices"] = choices
+    """A flag per pipeline parameter (unset: the pipeline's default): the training pipeline's,
+    then the design pipeline's that the training pipeline has not."""
+    groups = (
+        ("train", "pipeline parameters (unset: the pipeline's defaults)", OWN_OPTIONS[command]),
+        ("design", "design pipeline parameters (--pipeline design; unset: its defaults)", DESIGN_OWN_OPTIONS),
+    )
+    added: set[str] = set()
+    for pipeline, title, own in groups:
+        group = parser.add_argument_group(title)
+        for name, spec in pipeline_parameters(pipeline).items():
+            if name in own or name in added or name in OWN_OPTIONS[command]:
+                continue
+            added.add(name)
+            _add_parameter(group, name, spec)
+
+
+def _add_parameter(group, name: str, spec: dict) -> None:
+    help_text = spec["description"].replace("%", "%%")
+    if spec["parameterType"] == "BOOLEAN":  # a switch: given sets it, absent keeps the pipeline's default
+        kwargs = dict(dest=name, default=None, action="store_const", const=True, help=help_text)
         group.add_argument("--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, ()), **kwargs)
+        return
+    kind = _TYPES[spec["parameterType"]]
+    if "defaultValue" in spec:
+        default = int(spec["defaultValue"]) if kind is int else spec["defaultValue"]
+        help_text += f" (pipeline default: {json.dumps(default)})"
+    kwargs = dict(dest=name, default=None, type=kind, help=help_text)
+    if kind is json.loads:
+        kwargs["metavar"] = "JSON"
+    choices = _choices(name)
+    if choices is not None:
+        kwargs["choices"] = choices
+    group.add_argument("--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, ()), **kwargs)
 
 
-def given_parameters(args: argparse.Namespace) -> dict:
-    """The pipeline parameters set on the command line; with --init-from (fine-tuning) and no
-    --lr / --warmup-steps, the fine-tuning recipe's lower peak and shorter warm-up."""
+def given_parameters(args: argparse.Namespace, pipeline: str = "train") -> dict:
+    """The parameters of `pipeline` set on the command line; for training with --init-from
+    (fine-tuning) and no --lr / --warmup-steps, the fine-tuning recipe's lower peak and shorter
+    warm-up."""
     from invfold.pipelines import defaults
 
-    params = {n: getattr(args, n) for n in pipeline_parameters() if getattr(args, n, None) is not None}
+    params = {n: getattr(args, n) for n in pipeline_parameters(pipeline) if getattr(args, n, None) is not None}
     if params.get("init_from"):
         params.setdefault("lr", defaults.FINE_TUNE_LR)
         params.setdefault("warmup_steps", defaults.FINE_TUNE_WARMUP_STEPS)

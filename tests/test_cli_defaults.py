@@ -20,7 +20,7 @@ from invfold.components.train.config import TrainConfig
 from invfold.components.train.launch import LocalProcesses
 from invfold.options import cli_fields
 from invfold.pipelines.cli import CompileOptions, RunOptions, SubmitOptions
-from invfold.pipelines.parameters import OWN_OPTIONS, pipeline_parameters
+from invfold.pipelines.parameters import DESIGN_OWN_OPTIONS, OWN_OPTIONS, pipeline_parameters
 
 # subcommand -> the config dataclasses its options are generated from
 CONFIGS = {
@@ -80,7 +80,7 @@ def test_every_subcommand_is_covered():
 def test_options_are_the_config_fields_with_their_defaults(command):
     fields = {f.name: f for config in CONFIGS[command] for f, _ in cli_fields(config)}
     actions = {a.dest: a for a in _options(_subcommands()[command])}
-    pipeline = set(pipeline_parameters()) - set(OWN_OPTIONS[command]) if command in PIPELINE_COMMANDS else set()
+    pipeline = _pipeline_flags(command) if command in PIPELINE_COMMANDS else set()
     assert set(actions) == set(fields) | pipeline, "an option restated outside its config, or a field not on the CLI"
     for name, field in fields.items():
         action = actions[name]
@@ -103,10 +103,16 @@ def test_design_defaults_agree_where_they_once_did_not():
     assert "-n" in action.option_strings
 
 
+def _pipeline_flags(command: str) -> set[str]:
+    """Both pipelines' parameters, less those the command takes under options of its own."""
+    design = set(pipeline_parameters("design")) - set(DESIGN_OWN_OPTIONS)
+    return (set(pipeline_parameters()) | design) - set(OWN_OPTIONS[command])
+
+
 @pytest.mark.parametrize("command", PIPELINE_COMMANDS)
 def test_pipeline_commands_take_every_pipeline_parameter_unset_by_default(command):
     actions = {a.dest: a for a in _options(_subcommands()[command])}
-    parameters = set(pipeline_parameters()) - set(OWN_OPTIONS[command])
+    parameters = _pipeline_flags(command)
     assert parameters <= set(actions)
     train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
     for name in parameters:

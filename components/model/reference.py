@@ -124,3 +124,12 @@ def resolve_model(text: str, tracking_uri: str | None = None, *, dst: str | None
     else:
         raise ConfigError(f"{text!r}: expected an MLflow model URI {MLFLOW_FORMS}")
     return found
+
+
+def registered_model(text: str, what: str = "MODEL") -> tuple[str, str]:
+    """(name, version or alias) of `models:/NAME@ALIAS` or `models:/NAME/VERSION`: what the
+    design pipeline's fetch step reads from the registry."""
+    found = _MODELS_URI.match(str(text))
+    if not found:
+        raise ConfigError(f"{what} {text!r}: expected a registered model, models:/NAME@ALIAS or models:/NAME/VERSION")
+    return found["name"], found["version"] or found["alias"]

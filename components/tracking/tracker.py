@@ -510,6 +510,9 @@ def fetch_model_uri(
     if not ok:
         raise TrackingError(f"{what}: the MLflow server {tracking_uri} does not answer ({detail})")
     where = f"{what} (at {tracking_uri})"
+    # MLflow draws a progress bar per download on stderr: a model file is small, and the CLI's
+    # error (or --json) output should be the one line it prints
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     client = MlflowClient(tracking_uri)
     if model_name:
         try:
