@@ -76,19 +76,25 @@ def _choices(name: str) -> tuple | None:
 
 
 def add_pipeline_options(parser: argparse.ArgumentParser, command: str) -> None:
-    """A flag per pipeline parameter (unset: the pipeline's default): the training pipeline's,
-    then the design pipeline's that the training pipeline has not."""
-    groups = (
-        ("train", "pipeline parameters (unset: the pipeline's defaults)", OWN_OPTIONS[command]),
-        ("design", "design pipeline parameters (--pipeline design; unset: its defaults)", DESIGN_OWN_OPTIONS),
+    """A flag per pipeline parameter (unset: the pipeline's default): `--recipe`, the training
+    pipeline's, then the design pipeline's that the training pipeline has not."""
+    from invfold.components.train import recipes
+
+    group = parser.add_argument_group("pipeline parameters (unset: the pipeline's defaults)")
+    group.add_argument(
+        "--recipe",
+        choices=tuple(recipes.RECIPES),
+        default=None,
+        help=recipes.help_text().replace("%", "%%") + "; the flags below override its fields",
     )
     added: set[str] = set()
-    for pipeline, title, own in groups:
-        group = parser.add_argument_group(title)
-        for name, spec in pipeline_parameters(pipeline).items():
-            if name in own or name in added or name in OWN_OPTIONS[command]:
-                continue
+    for name, spec in pipeline_parameters().items():
+        if name not in OWN_OPTIONS[command]:
             added.add(name)
+            _add_parameter(group, name, spec)
+    group = parser.add_argument_group("design pipeline parameters (--pipeline design; unset: its defaults)")
+    for name, spec in pipeline_parameters("design").items():
+        if name not in DESIGN_OWN_OPTIONS and name not in added and name not in OWN_OPTIONS[command]:
             _add_parameter(group, name, spec)
 
 
@@ -112,13 +118,21 @@ def _add_parameter(group, name: str, spec: dict) -> None:
 
 
 def given_parameters(args: argparse.Namespace, pipeline: str = "train") -> dict:
-    """The parameters of `pipeline` set on the command line; for training with --init-from
-    (fine-tuning) and no --lr / --warmup-steps, the fine-tuning recipe's lower peak and shorter
-    warm-up."""
-    from invfold.pipelines import defaults
+    """The parameters of `pipeline` set on the command line. Training: on top of `--recipe`
+    where it is not the pipeline's own (its fields that are pipeline parameters; None -> 0, the
+    pipeline's "unset"); with --init-from (fine-tuning), recipes.FINE_TUNE where --lr /
+    --warmup-steps are not given."""
+    from invfold.components.train import recipes
 
-    params = {n: getattr(args, n) for n in pipeline_parameters(pipeline) if getattr(args, n, None) is not None}
+    names = pipeline_parameters(pipeline)
+    params = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    if pipeline != "train":
+        return params
+    name = getattr(args, "recipe", None) or recipes.DEFAULT
+    base = recipes.recipe(name).values() if name != recipes.DEFAULT else {}
     if params.get("init_from"):
-        params.setdefault("lr", defaults.FINE_TUNE_LR)
-        params.setdefault("warmup_steps", defaults.FINE_TUNE_WARMUP_STEPS)
+        base = recipes.fine_tuning(base, given=set(params))
+    for field, value in base.items():
+        if field in names and field not in params:
+            params[field] = 0 if value is None else value
     return params

@@ -51,6 +51,7 @@ INTERNAL_GUARDS = {
     "components/protein/complexes.py": 2,  # a complex built without chains or with repeated ids
     "components/protein/alphabet.py": 1,  # a KeyError the readers turn into InputError
     "components/design/thread.py": 1,  # a sequence threaded onto a record of another length
+    "components/protein/synthetic.py": 6,  # the synthetic set's own arguments (tests and benches, no CLI)
     "pipelines/console.py": 1,  # TrainLimit built with negative numbers
     "src/invfold/options.py": 2,  # a config field without help or without a command-line form
 }
@@ -115,7 +116,8 @@ CASES = [
     ("export {archive} --out {tmp}/model.onnx --tolerance 0", "--tolerance: expected > 0"),
     ("train --data {tmp} --out {tmp}/t --zero-stage 2 --max-steps 1", "needs strategy 'deepspeed'"),
     ("train --data {tmp} --out {tmp}/t --model nonsense=1 --max-steps 1", "unknown ModelConfig fields ['nonsense']"),
-    ("train --data {tmp} --out {tmp}/t", "give --max-steps, --epochs, --time-budget-s or --cpu-time-budget-s"),
+    ("train --data {tmp} --out {tmp}/t --recipe full", "give --max-steps, --epochs, --time-budget-s or"),
+    ("train --data {tmp} --out {tmp}/t", "index.json: expected an existing file"),  # before any process starts
     ("train --data {tmp}/none --out {tmp}/t --max-steps 1", "expected an existing prepared folder"),
     ("train --data {tmp} --out {tmp}/t --max-steps 1 --init-from {tmp}/m.onnx", "needs the PyTorch model"),
     ("train --data {tmp} --out {tmp}/t --max-steps 1 --checkpoint-dir {tmp}/ckpt --no-resume", "--no-resume: "),
@@ -126,10 +128,12 @@ CASES = [
     ("submit --host http://127.0.0.1:9 --data s3://b/x --param oops", "--param expects NAME=VALUE"),
     ("submit --host http://127.0.0.1:9 --data s3://b/x --zero-stage 7", "argument --zero-stage: invalid choice"),
 ]
-# lines whose mistake is only found in the model itself (so torch is loaded), or in the checkpoints
+# lines whose mistake is only found in the model itself (so torch is loaded), in the checkpoints,
+# or in the prepared data's index (read through pyarrow's dataset module)
 NEEDS_TORCH = {
     "design {oneshot} {tmp}/x.pdb --out {tmp}/d.fasta --fixed 1-3",
     "train --data {tmp} --out {tmp}/t --max-steps 1 --checkpoint-dir {tmp}/ckpt --no-resume",
+    "train --data {tmp} --out {tmp}/t",
 }
 
 

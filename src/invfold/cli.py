@@ -18,7 +18,7 @@ from invfold.errors import InvfoldError
 # and keeps heavy imports inside its handlers.
 SUBCOMMAND_MODULES = (
     "invfold.components.prep.cli",
-    "invfold.components.train.cli",
+    "invfold.components.launch.cli",
     "invfold.components.evaluate.cli",
     "invfold.components.export.cli",
     "invfold.components.design.cli",
