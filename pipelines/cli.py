@@ -20,6 +20,24 @@ COMMANDS = {
     "submit": "submit the pipeline to Kubeflow Pipelines",
 }
 
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "run": (
+        "invfold run                                  # the bundled sample, MLflow in runs/mlflow.db",
+        "invfold run --data chain_set.jsonl.gz --split-file chain_set_splits.json --time-budget-s 300",
+        "invfold run --pipeline design --model models:/invfold-inverse-folding@champion --data structures/",
+    ),
+    "compile": (
+        "invfold compile --registry ghcr.io/acme/invfold --tag 0.1.0",
+        "invfold compile --pipeline design",
+    ),
+    "submit": (
+        "invfold submit --host https://kubeflow.example.com/pipeline --data s3://bucket/chain_set.jsonl.gz",
+        "invfold submit --host URL --namespace team-a --data s3://b/set.jsonl.gz --nodes 2 --nproc 8 --gpus-per-node 8",
+        "invfold submit --host URL --pipeline design --data s3://b/pdbs/ --model models:/invfold-inverse-folding/3",
+    ),
+}
+
 
 @dataclass
 class RunOptions:

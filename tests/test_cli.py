@@ -204,3 +204,14 @@ def test_a_user_mistake_is_answered_without_the_heavy_libraries(line, expected, 
 def test_logging_flags_after_the_subcommand(capsys):
     assert main(["weights", "list", "-q"]) == 0 and main(["weights", "list", "-v"]) == 0
     assert "proteinmpnn:v_48_020" in capsys.readouterr().out
+
+
+def test_proteinmpnn_spellings_of_omitted_letters():
+    """`--omit-aa C` means letters, as ProteinMPNN's --omit_AAs; the per-position file is --omit-aa-jsonl."""
+    from invfold.cli import build_parser
+
+    parse = build_parser("design").parse_args
+    args = parse(["design", "m.pt", "x.pdb", "--out", "d.fa", "--omit-aa", "C", "--omit-aa-jsonl", "o.jsonl"])
+    assert (args.excluded, args.omit_aa_jsonl) == ("C", "o.jsonl")
+    args = parse(["design", "m.pt", "x.pdb", "--out", "d.fa", "--omit_AAs", "CW", "--omit_AA_jsonl", "p.jsonl"])
+    assert (args.excluded, args.omit_aa_jsonl) == ("CW", "p.jsonl")

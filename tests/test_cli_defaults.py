@@ -128,3 +128,13 @@ def test_pipeline_commands_take_every_pipeline_parameter_unset_by_default(comman
         if name in train_fields and TrainConfig.__dataclass_fields__[name].metadata.get("choices"):
             assert tuple(actions[name].choices) == tuple(TrainConfig.__dataclass_fields__[name].metadata["choices"])
     assert tuple(actions["zero_stage"].choices) == (0, 1, 2, 3)  # from TrainConfig's Literal
+
+
+@pytest.mark.parametrize("command", sorted(CONFIGS))
+def test_every_help_ends_with_examples_and_the_exit_status(command):
+    from invfold.errors import EXIT_STATUS
+
+    text = _subcommands()[command].format_help()
+    examples = text.split("examples:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert 1 <= len(examples) <= 4 and all(line.startswith(f"  invfold {command}") for line in examples), examples
+    assert text.rstrip().endswith(EXIT_STATUS.rstrip())

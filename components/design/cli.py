@@ -10,6 +10,16 @@ COMMANDS = {
     "design": "sample sequences for backbones with a trained model",
 }
 
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "design": (
+        "invfold design model.pt 1abc.cif --chain A -n 8 -T 0.1 --out designs.fasta",
+        "invfold design model.pt structures/ -T 0.1,0.2 -n 4 --out designs/   # one FASTA per structure",
+        "invfold design proteinmpnn:v_48_020 complex.pdb --design-chains A --omit-aa C --out d.fasta",
+        "invfold design models:/invfold-inverse-folding@champion 1abc.cif --chain A --out d.fasta --tracking-uri URI",
+    ),
+}
+
 
 def add_parser(subparsers) -> None:
     from invfold.components.design.config import DesignConfig
@@ -43,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = from_args(DesignConfig, args)
     check_model(cfg.model)
     storage.require_local(cfg.structure, "an existing structure file or folder")
-    for constraint in (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa):
+    for constraint in (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa_jsonl):
         storage.require_local(constraint, "an existing JSON file")
     from invfold.components.design.batch import design_batch, is_batch
     from invfold.components.design.design import design

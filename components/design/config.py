@@ -31,7 +31,7 @@ class DesignConfig:
     temperature: one or several ("0.1,0.2", as ProteinMPNN's --sampling_temp "0.1 0.2"), each
     with num_sequences samples.
     excluded: letters never designed (e.g. "C").
-    fixed_positions_json, tied_positions, bias_aa, bias_by_res, omit_aa: ProteinMPNN's JSON inputs
+    fixed_positions_json, tied_positions, bias_aa, bias_by_res, omit_aa_jsonl: ProteinMPNN's JSON inputs
     (constraints.py), keyed by the entry name, 1-based positions per chain.
     """
 
@@ -66,7 +66,12 @@ class DesignConfig:
         help="1-based sequence positions kept native, e.g. 1-10,15 (autoregressive models only: a one-shot "
         "model could not condition the other positions on them)",
     )
-    excluded: str = option("", "amino acids never designed, e.g. C", aliases=("--exclude",), metavar="LETTERS")
+    excluded: str = option(
+        "",
+        "amino acids never designed, e.g. C (ProteinMPNN's --omit_AAs)",
+        aliases=("--omit-aa", "--omit_AAs", "--exclude"),
+        metavar="LETTERS",
+    )
     fixed_positions_json: str | None = option(
         None,
         "ProteinMPNN fixed positions {entry: {chain: [positions]}} (.json/.jsonl), kept native with --fixed",
@@ -92,9 +97,9 @@ class DesignConfig:
         aliases=("--bias_by_res_jsonl",),
         metavar="FILE",
     )
-    omit_aa: str | None = option(
+    omit_aa_jsonl: str | None = option(
         None,
-        'per-position omitted letters {entry: {chain: [[[positions], "LETTERS"], ...]}} (.json/.jsonl)',
+        'ProteinMPNN per-position omitted letters {entry: {chain: [[[positions], "LETTERS"], ...]}} (.json/.jsonl)',
         aliases=("--omit_AA_jsonl",),
         metavar="FILE",
     )

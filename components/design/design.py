@@ -194,7 +194,7 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
             f"({record.name}; positions are 1-based sequence positions)"
         )
     constraints = load_constraints(
-        ConstraintFiles(cfg.fixed_positions_json, cfg.omit_aa, cfg.bias_by_res, cfg.bias_aa, cfg.tied_positions),
+        ConstraintFiles(cfg.fixed_positions_json, cfg.omit_aa_jsonl, cfg.bias_by_res, cfg.bias_aa, cfg.tied_positions),
         record,
     )
     n = cfg.num_sequences
@@ -229,7 +229,7 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
         g = int((designed_group & ~open_letters).nonzero()[0])
         raise ConfigError(
             f"{record.name}: position {int(groups.members[g, 0]) + 1} (1-based) has every letter omitted or "
-            "excluded (--omit-aa, --exclude); nothing can be designed there"
+            "excluded (--omit-aa, --omit-aa-jsonl); nothing can be designed there"
         )
     noise = [
         sampling_noise(fixed[:1], backend.cfg.autoregressive, torch.Generator().manual_seed(cfg.seed + i))

@@ -9,6 +9,14 @@ COMMANDS = {
     "score": "score sequences on a backbone (mean and per-residue NLL)",
 }
 
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "score": (
+        "invfold score model.pt 1abc.cif --chain A --out native.csv             # the native sequence",
+        "invfold score model.onnx 1abc.cif --chain A --fasta designs.fasta --out scores.csv",
+    ),
+}
+
 
 def add_parser(subparsers) -> None:
     from invfold.components.design.config import ScoreConfig

@@ -10,6 +10,15 @@ COMMANDS = {
     "evaluate": "perplexity, recovery, confusion matrix and a report for a trained model",
 }
 
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "evaluate": (
+        "invfold evaluate train/model.pt --data prepared/ --out eval/",
+        "invfold evaluate proteinmpnn:v_48_020 --data prepared/ --out eval-published/",
+        "invfold evaluate models:/invfold-inverse-folding@champion --data prepared/ --out eval/ --tracking-uri http://mlflow:5000",
+    ),
+}
+
 
 def add_parser(subparsers) -> None:
     from invfold.components.evaluate.config import EvaluateConfig

@@ -10,6 +10,14 @@ COMMANDS = {
     "export": "export a model to one ONNX file, gated on onnxruntime/PyTorch parity",
 }
 
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "export": (
+        "invfold export train/model.pt --data prepared/ --out model.onnx",
+        "invfold export proteinmpnn:v_48_020 --out v_48_020.onnx",
+    ),
+}
+
 
 def add_parser(subparsers) -> None:
     from invfold.components.export.config import ExportConfig

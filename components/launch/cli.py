@@ -14,6 +14,15 @@ COMMANDS = {
     "train": "train a model on prepared data with N local processes",
 }
 
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "train": (
+        "invfold train --data prepared/ --out train/ --nproc 2 --time-budget 600",
+        "invfold train --data prepared/ --out ds/ --strategy deepspeed --zero-stage 2 --recipe full --max-steps 2000",
+        "invfold train --data prepared/ --out ft/ --init-from proteinmpnn:v_48_020 --time-budget 900",
+    ),
+}
+
 
 def add_parser(subparsers) -> None:
     from invfold.components.launch.processes import LocalProcesses

@@ -12,6 +12,15 @@ COMMANDS = {
     "weights": "list or import published model weights (ProteinMPNN)",
 }
 
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "weights list": ("invfold weights list",),
+    "weights import": (
+        "invfold weights import proteinmpnn:v_48_020 --out v_48_020.pt",
+        "invfold weights import proteinmpnn-soluble:v_48_020 --out soluble.pt",
+    ),
+}
+
 
 @dataclass
 class WeightsImport:

@@ -9,6 +9,15 @@ COMMANDS = {
     "prep": "validate, filter, split and shard a protein set, with a dataset card",
 }
 
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "prep": (
+        "invfold prep chain_set.jsonl.gz --split-file chain_set_splits.json --out prepared/",
+        "invfold prep structures/ --out prepared/ --split-by identity   # a folder of PDB/mmCIF files, split made here",
+        "invfold prep s3://bucket/chain_set.jsonl.gz --subset test_split_L100.json --out s3://bucket/prepared/",
+    ),
+}
+
 
 def add_parser(subparsers) -> None:
     from invfold.components.prep.config import PrepConfig

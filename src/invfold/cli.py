@@ -12,7 +12,7 @@ import re
 import sys
 
 from invfold import __version__
-from invfold.errors import InvfoldError
+from invfold.errors import EXIT_STATUS, InvfoldError
 
 # Each module exposes COMMANDS (name -> its line in `invfold --help`) and add_parser(subparsers),
 # and keeps heavy imports inside its handlers.
@@ -56,9 +56,25 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         else:
             for listed, line in module.COMMANDS.items():
                 subparsers.add_parser(listed, help=line)
+    examples = {}
+    for name in SUBCOMMAND_MODULES:
+        examples.update(getattr(importlib.import_module(name), "EXAMPLES", {}))
     for sub in _leaf_parsers(parser):
         add_logging_flags(sub, default=argparse.SUPPRESS)  # absent after the command: the global value
+        lines = examples.get(sub.prog.removeprefix("invfold "), ())
+        sub.epilog = ("examples:\n" + "".join(f"  {line}\n" for line in lines) + "\n" if lines else "") + EXIT_STATUS
+        sub.formatter_class = ExamplesFormatter
+    parser.epilog, parser.formatter_class = EXIT_STATUS, ExamplesFormatter
     return parser
+
+
+class ExamplesFormatter(argparse.HelpFormatter):
+    """Wraps the description as argparse does; the epilog (examples, exit status) keeps its lines."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith(("examples:", "exit status:")):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
 
 
 def add_logging_flags(parser: argparse.ArgumentParser, default) -> None:

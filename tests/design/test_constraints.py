@@ -80,7 +80,9 @@ def test_bias_forces_omit_removes_and_fixed_keep(tmp_path, models, record):
     rows = [[0.0] * 21 for _ in range(len(record))]
     rows[39][18] = 200.0  # position 40: W (column 18 of ACDEFGHIKLMNPQRSTVWYX)
     by_res = write(tmp_path / "by_res.jsonl", {"1A8O": {"A": rows}})
-    designs = run_both(tmp_path, models, bias_aa=glycine, omit_aa=omit, fixed_positions_json=fixed, bias_by_res=by_res)
+    designs = run_both(
+        tmp_path, models, bias_aa=glycine, omit_aa_jsonl=omit, fixed_positions_json=fixed, bias_by_res=by_res
+    )
     observed = np.asarray(record.mask)
     for seq in designs:
         for i, letter in enumerate(seq):
@@ -118,8 +120,8 @@ def test_ties_bias_and_excluded_together(tmp_path, models, record):
         ("bias_by_res", {"1A8O": {"A": [[0.0] * 21] * 3}}, r"chain 'A': expected 70 rows.*got 3 rows"),
         ("bias_by_res", {"1A8O": {"A": [[0.0] * 19] * 70}}, r"\[0\] \(position 1\): expected 21 finite numbers"),
         ("bias_aa", {"B": 1.0}, r"key 'B': expected one of ACDEFGHIKLMNPQRSTVWYX"),
-        ("omit_aa", {"1A8O": {"A": [[[3], "GZ"]]}}, r"chain 'A'\[0\]: letters \['Z'\]"),
-        ("omit_aa", {"1A8O": {"C": []}}, r"chain 'C': the structure has no such chain"),
+        ("omit_aa_jsonl", {"1A8O": {"A": [[[3], "GZ"]]}}, r"chain 'A'\[0\]: letters \['Z'\]"),
+        ("omit_aa_jsonl", {"1A8O": {"C": []}}, r"chain 'C': the structure has no such chain"),
         ("fixed_positions", {"1A8O": {"A": [0]}}, r"position 0 of chain 'A': expected 1\.\.70"),
         ("fixed_positions", {"1A8O": {"A": "1-3"}}, r"expected a list of 1-based positions"),
     ],
@@ -143,7 +145,7 @@ def test_jsonl_lines_merge_and_a_repeated_entry_is_refused(tmp_path, record):
 def test_everything_omitted_somewhere_is_refused(tmp_path, models):
     omit = write(tmp_path / "o.jsonl", {"1A8O": {"A": [[[7], "ACDEFGHIKLMNPQRSTVWY"]]}})
     cfg = DesignConfig(
-        model=str(models[0]), structure=str(SAMPLE_CHAIN_SET), name=NAME, out=str(tmp_path / "x.fa"), omit_aa=omit
+        model=str(models[0]), structure=str(SAMPLE_CHAIN_SET), name=NAME, out=str(tmp_path / "x.fa"), omit_aa_jsonl=omit
     )
     with pytest.raises(ValueError, match="position 7 .*every letter omitted"):
         design(cfg)
