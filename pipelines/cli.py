@@ -185,6 +185,9 @@ def run_command(args: argparse.Namespace) -> int:
         verbose=opts.show_logs or args.verbose,
     )
     console.print(summary_table(result))
+    keys = ("run_folder", "tracking_uri", "experiment", "mlflow_run_id", "registered_model", "registered_version")
+    args.result = {"pipeline": "train", **{k: getattr(result, k) for k in keys}, "wall_s": result.wall_s}
+    args.result |= {"test": result.figures("evaluate"), "decision": result.figures("compare").get("decision")}
     return 0
 
 
@@ -203,6 +206,8 @@ def run_design_command(args: argparse.Namespace, opts: RunOptions) -> int:
     run_id = result.mlflow_run_id or "not recorded"
     print(f"MLflow run {run_id} (experiment {result.experiment!r}) at {result.tracking_uri}")
     print(f"finished in {result.wall_s:.0f} s")
+    args.result = {"pipeline": "design", "run_folder": result.run_folder, "mlflow_run_id": result.mlflow_run_id}
+    args.result |= {"tracking_uri": result.tracking_uri, "experiment": result.experiment, "wall_s": result.wall_s}
     return 0
 
 
@@ -248,6 +253,7 @@ def compile_command(args: argparse.Namespace) -> int:
     out = opts.out or f"pipelines/{'invfold' if opts.pipeline == 'train' else 'design'}_pipeline.yaml"
     compile_pipeline(out, registry, tag, pipeline=opts.pipeline)
     print(f"wrote {out} (steps run in {runtime_image(registry, tag)})")
+    args.result = {"out": out, "image": runtime_image(registry, tag)}
     return 0
 
 
@@ -283,4 +289,5 @@ def submit_command(args: argparse.Namespace) -> int:
         namespace=opts.namespace,
     )
     print(f"submitted run {result['run_id']}: {result['url']}")
+    args.result = {"pipeline": opts.pipeline, **result}
     return 0

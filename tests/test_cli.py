@@ -111,7 +111,7 @@ CASES = [
     ("score {archive} {tmp}/x.pdb --out {tmp}/s.csv --num-orders 0", "--num-orders: expected >= 1"),
     ("score {archive} {tmp}/x.pdb --out {tmp}/s.csv --fasta {tmp}/none.fasta", "none.fasta: expected an existing"),
     ("score foo:bar {tmp}/x.pdb --out {tmp}/s.csv", "unknown published family 'foo'"),
-    ("export {garbage} --out {tmp}/model.txt", "--out-path: expected a path ending in .onnx"),
+    ("export {garbage} --out {tmp}/model.txt", "--out: expected a path ending in .onnx"),
     ("export {garbage} --out {tmp}/model.onnx", "expected an invfold model file"),
     ("export {archive} --out {tmp}/model.onnx --tolerance 0", "--tolerance: expected > 0"),
     ("train --data {tmp} --out {tmp}/t --zero-stage 2 --max-steps 1", "needs strategy 'deepspeed'"),
@@ -122,6 +122,10 @@ CASES = [
     ("train --data {tmp} --out {tmp}/t --max-steps 1 --init-from {tmp}/m.onnx", "needs the PyTorch model"),
     ("train --data {tmp} --out {tmp}/t --max-steps 1 --checkpoint-dir {tmp}/ckpt --no-resume", "--no-resume: "),
     ("train --data {tmp} --out {tmp}/t --max-steps 1 --strategy nope", "argument --strategy: invalid choice"),
+    (
+        "train --data {tmp} --out {tmp}/t --max-steps 1 --init-from proteinmpnn:v_48_020 --preset small",
+        "--preset small conflicts with --init-from proteinmpnn:v_48_020, whose architecture is preset proteinmpnn",
+    ),
     ("weights import nosuch:v1 --out {tmp}/w.pt", "nosuch:v1"),
     ("run --preset nope", "argument --preset: invalid choice: 'nope'"),
     ("compile --pipeline nope", "argument --pipeline: invalid choice: 'nope'"),
@@ -134,6 +138,7 @@ NEEDS_TORCH = {
     "design {oneshot} {tmp}/x.pdb --out {tmp}/d.fasta --fixed 1-3",
     "train --data {tmp} --out {tmp}/t --max-steps 1 --checkpoint-dir {tmp}/ckpt --no-resume",
     "train --data {tmp} --out {tmp}/t",
+    "train --data {tmp} --out {tmp}/t --max-steps 1 --init-from proteinmpnn:v_48_020 --preset small",
 }
 
 
@@ -203,6 +208,7 @@ def test_a_user_mistake_is_answered_without_the_heavy_libraries(line, expected, 
 
 def test_logging_flags_after_the_subcommand(capsys):
     assert main(["weights", "list", "-q"]) == 0 and main(["weights", "list", "-v"]) == 0
+    assert main(["-q", "weights", "list"]) == 0 and main(["--json", "-v", "weights", "list"]) == 0
     assert "proteinmpnn:v_48_020" in capsys.readouterr().out
 
 
@@ -215,3 +221,31 @@ def test_proteinmpnn_spellings_of_omitted_letters():
     assert (args.excluded, args.omit_aa_jsonl) == ("C", "o.jsonl")
     args = parse(["design", "m.pt", "x.pdb", "--out", "d.fa", "--omit_AAs", "CW", "--omit_AA_jsonl", "p.jsonl"])
     assert (args.excluded, args.omit_aa_jsonl) == ("CW", "p.jsonl")
+
+
+def test_fine_tuning_records_the_preset_that_runs(tmp_path):
+    """MLflow once showed preset=small on a ProteinMPNN network: the recorded preset is the initial model's."""
+    from invfold.components.launch.cli import record_initial_preset
+    from invfold.components.train.config import TrainConfig
+
+    cfg = TrainConfig(data=str(tmp_path), out=str(tmp_path / "t"), init_from="proteinmpnn:v_48_020", max_steps=1)
+    assert cfg.preset != "proteinmpnn"
+    record_initial_preset(cfg, preset_given=False)
+    assert cfg.preset == "proteinmpnn"
+
+
+def test_json_puts_one_object_on_stdout_and_the_lines_on_stderr(capsys):
+    assert main(["weights", "list", "--json"]) == 0
+    out = capsys.readouterr()
+    result = json.loads(out.out)
+    assert "proteinmpnn:v_48_020" in result["weights"] and result["exit_code"] == 0
+    assert "proteinmpnn:v_48_020" in out.err  # what it prints without --json
+
+
+@pytest.mark.parametrize("line, expected", [c for c in LIGHT_CASES if "argument " not in c[1]][:6])
+def test_json_reports_a_mistake_as_an_object(line, expected, tmp_path, capsys):
+    files = _files(tmp_path, line)
+    assert main(["--json", *line.format(**files).split()]) == 2
+    out = capsys.readouterr()
+    result = json.loads(out.out)
+    assert result["exit_code"] == 2 and expected.format(**files) in result["error"]

@@ -57,7 +57,7 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
     return found
 
 
-LOGGING_FLAGS = ("verbose", "quiet")  # -v/-q, accepted after every subcommand too (src/invfold/cli.py)
+LOGGING_FLAGS = ("verbose", "quiet", "json")  # -v/-q/--json, on every subcommand too (src/invfold/cli.py)
 
 
 def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:

@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import tempfile
 
 # the subcommands this module adds, with their line in `invfold --help` (listed without building them)
 COMMANDS = {
@@ -55,9 +58,15 @@ def run(args: argparse.Namespace) -> int:
     storage.require_local(cfg.structure, "an existing structure file or folder")
     for constraint in (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa_jsonl):
         storage.require_local(constraint, "an existing JSON file")
+    to_stdout = cfg.out == "-"  # the FASTA on stdout (one record), what was done on stderr
+    if to_stdout:
+        cfg.out = os.path.join(tempfile.mkdtemp(prefix="invfold-design-"), "designs.fasta")
+    report = sys.stderr if to_stdout else sys.stdout
     from invfold.components.design.batch import design_batch, is_batch
     from invfold.components.design.design import design
 
+    if to_stdout and is_batch(cfg):
+        raise ConfigError(f"--out -: FASTA on stdout is for one record; {cfg.structure} holds several (--out FOLDER)")
     if is_batch(cfg) and cfg.out_structure:
         raise ConfigError(
             f"--out-structure {cfg.out_structure}: structures are written for one record (--out x.fasta with one "
@@ -71,9 +80,18 @@ def run(args: argparse.Namespace) -> int:
             counts = ", ".join(f"{reason} {n}" for reason, n in sorted(summary.skip_counts.items()))
             print(f"skipped {len(summary.skipped)} records ({counts}); see the summary")
         print(f"wrote {cfg.out} (summary: {summary.path})")
+        args.result = {"out": cfg.out, "summary": str(summary.path), "designs": summary.designs}
+        args.result |= {"records": summary.designed, "skipped": len(summary.skipped)}
         return 0
     designs = design(cfg)
     for d in designs:
-        print(f"{d.name} sample {d.index} T={d.temperature:g}: mean NLL {d.mean_nll:.3f}, recovery {d.recovery:.3f}")
+        line = f"{d.name} sample {d.index} T={d.temperature:g}: mean NLL {d.mean_nll:.3f}, recovery {d.recovery:.3f}"
+        print(line, file=report)
+    keys = ("name", "index", "seed", "temperature", "sequence", "mean_nll", "recovery")
+    args.result = {"out": "-" if to_stdout else cfg.out, "designs": [{k: getattr(d, k) for k in keys} for d in designs]}
+    if to_stdout:
+        with open(cfg.out) as fh:
+            sys.stdout.write(fh.read())
+        return 0
     print(f"wrote {len(designs)} sequences to {cfg.out}")
     return 0

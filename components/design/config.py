@@ -38,8 +38,8 @@ class DesignConfig:
     model: str = option(positional=True, help="model.pt (training output) or model.onnx (invfold export)")
     structure: str = option(positional=True, help="PDB/mmCIF file (or .gz), chain-set .jsonl[.gz], or TS50 json")
     out: str = option(
-        help="FASTA file to write (one structure), or a folder (one FASTA per structure) or designs.jsonl "
-        "(every design of every structure) for a batch"
+        help="FASTA file to write (one structure; - for stdout), or a folder (one FASTA per structure) or "
+        "designs.jsonl (every design of every structure) for a batch"
     )
     name: str | None = option(None, "record name to design (e.g. 1abc.A)")
     chain: str | None = option(None, "chain id to design alone (e.g. A), as a single-chain record")

@@ -49,10 +49,13 @@ def run(args: argparse.Namespace) -> int:
     cfg.model = resolve_model(cfg.model, from_args(ModelSource, args).tracking_uri)
     from invfold.components.design.score import score
 
-    for s in score(cfg):
+    scores = score(cfg)
+    for s in scores:
         print(
             f"{s.structure} {s.sequence_name}: mean NLL {s.mean_nll:.3f} (+- {s.std_nll:.3f} over "
             f"{s.orders} orders), perplexity {s.perplexity:.2f}, {s.scored} residues"
         )
     print(f"wrote {cfg.out}")
+    keys = ("structure", "sequence_name", "mean_nll", "std_nll", "perplexity", "scored", "orders")
+    args.result = {"out": cfg.out, "scores": [{k: getattr(s, k) for k in keys} for s in scores]}
     return 0

@@ -54,14 +54,11 @@ def run(args: argparse.Namespace) -> int:
     from invfold.components.evaluate.evaluate import evaluate
 
     metrics = evaluate(cfg)
-    print(
-        json.dumps(
-            {
-                name: {k: v for k, v in m.items() if k in ("perplexity", "recovery", "proteins")}
-                for name, m in metrics["datasets"].items()
-            },
-            indent=2,
-        )
-    )
+    figures = {
+        name: {k: v for k, v in m.items() if k in ("perplexity", "recovery", "proteins")}
+        for name, m in metrics["datasets"].items()
+    }
+    print(json.dumps(figures, indent=2))
     print(f"wrote {cfg.out} (report.html)")
+    args.result = {"out": cfg.out, "datasets": figures}
     return 0

@@ -50,13 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from invfold.components.export.onnx_export import export_onnx
 
     result = export_onnx(cfg)  # a ParityError exits 1 with its message (src/invfold/cli.py)
-    print(
-        json.dumps(
-            {
-                k: getattr(result, k)
-                for k in ("onnx", "opset", "max_abs_diff", "tolerance", "size_bytes", "report_path")
-            },
-            indent=2,
-        )
-    )
+    keys = ("onnx", "opset", "max_abs_diff", "tolerance", "size_bytes", "report_path")
+    args.result = {k: getattr(result, k) for k in keys}
+    print(json.dumps(args.result, indent=2))
     return 0

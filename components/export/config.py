@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class ExportConfig:
-    """model_path: an invfold model file (save_model). out_path: the .onnx to write; the parity
+    """model_path: an invfold model file (save_model). out: the .onnx to write; the parity
     report goes beside it as <stem>.parity.json.
     parity_records: proteins to check parity on; else parity_data (a prepared-data folder, or any
     protein set read_protein_set accepts); else the bundled real sample.
@@ -23,7 +23,7 @@ class ExportConfig:
     """
 
     model_path: str = option(positional=True, metavar="MODEL", help="model file written by training (model.pt)")
-    out_path: str = option(aliases=("--out",), help="the .onnx file to write")
+    out: str = option(aliases=("--out-path",), help="the .onnx file to write")
     parity_records: list[ChainRecord] | None = option(None, "proteins to check parity on (Python only)", cli=False)
     parity_data: str | None = option(
         None,
@@ -38,8 +38,8 @@ class ExportConfig:
     opset: int | None = option(None, "ONNX opset (default: the exporter's)")
 
     def __post_init__(self):
-        if not str(self.out_path).endswith(".onnx"):
-            raise ConfigError(f"ExportConfig.out_path: expected a path ending in .onnx, got {self.out_path!r}")
+        if not str(self.out).endswith(".onnx"):
+            raise ConfigError(f"ExportConfig.out: expected a path ending in .onnx, got {self.out!r}")
         if not self.tolerance > 0:
             raise ConfigError(f"ExportConfig.tolerance: expected > 0, got {self.tolerance!r}")
         if self.parity_chains < 1:

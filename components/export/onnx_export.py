@@ -195,7 +195,7 @@ def check_parity(
 
 def export_onnx(cfg: ExportConfig) -> ExportResult:
     """Export, check parity, and write <stem>.parity.json. On a parity failure the graph is kept
-    as <stem>.rejected.onnx (for inspection), nothing is left at out_path, and ParityError is
+    as <stem>.rejected.onnx (for inspection), nothing is left at cfg.out, and ParityError is
     raised."""
     import onnxruntime
 
@@ -205,7 +205,7 @@ def export_onnx(cfg: ExportConfig) -> ExportResult:
         if cfg.parity_records is not None
         else load_parity_records(cfg.parity_data, cfg.parity_chains, cfg.max_length)
     )
-    out = Path(cfg.out_path)
+    out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.with_name(out.stem + ".rejected.onnx")
     opset = write_onnx(model, staging, cfg.opset)

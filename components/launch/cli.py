@@ -64,12 +64,28 @@ def chosen_settings(args: argparse.Namespace) -> dict:
     return {k: unmarked(v) for k, v in settings.items() if hasattr(args, k) and not given(args, k)}
 
 
+def record_initial_preset(cfg, preset_given: bool) -> None:
+    """Fine-tuning keeps the initial model's architecture: a --preset that names another one is
+    refused, and the preset recorded (train_config.json, MLflow) is the initial model's."""
+    from invfold.components.train.config import FINE_TUNE_OVERRIDES
+    from invfold.errors import ConfigError
+
+    initial = cfg.initial_model().cfg.preset_name(ignore=FINE_TUNE_OVERRIDES)
+    if preset_given and initial != cfg.preset:
+        raise ConfigError(
+            f"--preset {cfg.preset} conflicts with --init-from {cfg.init_from}, whose architecture is "
+            f"{f'preset {initial}' if initial else 'of its own'}: fine-tuning keeps it; leave out --preset"
+        )
+    if initial is not None:
+        cfg.preset = initial
+
+
 def run(args: argparse.Namespace) -> int:
     from invfold import storage
     from invfold.components.launch.processes import LocalProcesses, launch_local
     from invfold.components.model.reference import ModelSource, check_model, resolve_model
     from invfold.components.train.config import TrainConfig
-    from invfold.options import from_args, unmarked
+    from invfold.options import from_args, given, unmarked
 
     cfg = from_args(TrainConfig, args, **chosen_settings(args))
     processes = from_args(LocalProcesses, args)
@@ -78,8 +94,13 @@ def run(args: argparse.Namespace) -> int:
         check_model(cfg.init_from, "--init-from", onnx=False)
         cfg.init_from = resolve_model(cfg.init_from, from_args(ModelSource, args).tracking_uri)
         check_model(cfg.init_from, "--init-from", onnx=False)
+        record_initial_preset(cfg, preset_given=given(args, "preset"))
     # a bad --model override or init_from fails in launch_local, before any process starts
     code = launch_local(cfg, unmarked(processes.procs_per_node), launcher=processes.launcher)
     if code != 0:
         print(f"invfold train: the {cfg.strategy} job exited with status {code}", file=sys.stderr)
+    else:
+        print(f"wrote {cfg.out}/model.pt, metrics.jsonl, summary.json (checkpoints: {cfg.checkpoint_dir})")
+    args.result = {"out": cfg.out, "model": f"{cfg.out}/model.pt" if code == 0 else None, "preset": cfg.preset}
+    args.result |= {"checkpoint_dir": cfg.checkpoint_dir, "strategy": cfg.strategy}
     return code

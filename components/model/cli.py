@@ -46,8 +46,9 @@ def add_parser(subparsers) -> None:
 def run_list(args: argparse.Namespace) -> int:
     from invfold.components.model import published
 
-    for weights in published.available():
-        print(weights.name)
+    names = [weights.name for weights in published.available()]
+    print("\n".join(names))
+    args.result = {"weights": names}
     return 0
 
 
@@ -61,4 +62,5 @@ def run_import(args: argparse.Namespace) -> int:
     model, provenance = published.load_published(opts.name)
     save_model(opts.out, model, provenance)
     print(f"{opts.name} -> {opts.out} ({model.num_parameters()} parameters, preset proteinmpnn)")
+    args.result = {"name": opts.name, "out": opts.out, "parameters": model.num_parameters()}
     return 0

@@ -64,4 +64,5 @@ def run(args: argparse.Namespace) -> int:
             )
     print(f"digest: {result.digest}")
     print(f"wrote {result.output} (card: card.md)")
+    args.result = {"out": result.output, "digest": result.digest, "counts": c, "datasets": result.datasets}
     return 0

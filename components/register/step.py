@@ -149,7 +149,7 @@ def register_step(
     with Tracker(ctx, "register") as tracker:
         start = time.perf_counter()
         exported = export_onnx(
-            ExportConfig(model_path=os.path.join(model_path, "model.pt"), out_path=onnx_path, parity_data=prepared_path)
+            ExportConfig(model_path=os.path.join(model_path, "model.pt"), out=onnx_path, parity_data=prepared_path)
         )
         export_metrics = {
             "parity_max_abs_diff": exported.max_abs_diff,

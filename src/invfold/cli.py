@@ -6,7 +6,9 @@ Errors the project raises on purpose (`invfold.errors.InvfoldError`) are reporte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import json
 import logging
 import re
 import sys
@@ -26,7 +28,7 @@ SUBCOMMAND_MODULES = (
     "invfold.components.model.cli",
     "invfold.pipelines.cli",
 )
-GLOBAL_FLAGS = ("-h", "--help", "--version", "-v", "--verbose")
+GLOBAL_FLAGS = ("-h", "--help", "--version", "-v", "--verbose", "-q", "--quiet", "--json")
 
 
 class CommandLineParser(argparse.ArgumentParser):
@@ -84,6 +86,12 @@ def add_logging_flags(parser: argparse.ArgumentParser, default) -> None:
         taken = {s for action in parser._actions for s in action.option_strings}
         names = [short] + ([long] if long not in taken else [])
         parser.add_argument(*names, dest=long[2:], action="store_true", default=default, help=help_text)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=default,
+        help="the result as one JSON object on stdout (what the command prints goes to stderr)",
+    )
 
 
 def _leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
@@ -149,13 +157,21 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    stdout = sys.stdout
     try:
-        result = args.func(args)
+        # --json: the handler's lines go to stderr, its `args.result` is the one object on stdout
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            code = int(args.func(args) or 0)
     except InvfoldError as err:  # a mistake the user can fix: its message, no traceback
         command = subcommand_parser(parser, argv)
-        print(f"{command.prog}: error: {with_flag_names(str(err), command)}", file=sys.stderr)
+        message = with_flag_names(str(err), command)
+        print(f"{command.prog}: error: {message}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"error": message, "exit_code": err.exit_code}), file=stdout)
         return err.exit_code
-    return int(result or 0)
+    if args.json:
+        print(json.dumps({**getattr(args, "result", {}), "exit_code": code}, default=str), file=stdout)
+    return code
 
 
 if __name__ == "__main__":

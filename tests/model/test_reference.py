@@ -5,6 +5,7 @@ MLflow server (tests/tracking/server.py), registered the way the register step r
 
 from __future__ import annotations
 
+import json
 import secrets
 
 import pytest
@@ -110,3 +111,20 @@ def test_without_a_tracking_uri_an_mlflow_reference_says_what_is_missing(monkeyp
     argv = ["design", "models:/any@champion", str(SAMPLE_CHAIN_SET), "--out", str(tmp_path / "d.fasta")]
     assert main(argv) == 1
     assert "no tracking URI; give --tracking-uri or set MLFLOW_TRACKING_URI" in capsys.readouterr().err
+
+
+def test_out_dash_writes_the_fasta_to_stdout(registry, tmp_path, capsys):
+    code, expected = _design(registry, str(registry["root"] / "model.pt"), tmp_path / "file.fasta")
+    capsys.readouterr()
+    argv = ["design", str(registry["root"] / "model.pt"), str(SAMPLE_CHAIN_SET), "--name", registry["record"]]
+    assert main([*argv, "--out", "-", "-n", "2"]) == 0
+    out = capsys.readouterr()
+    assert out.out == (tmp_path / "file.fasta").read_text() and len(expected) == 2
+    assert "mean NLL" in out.err and "mean NLL" not in out.out
+
+
+def test_json_design_result_matches_the_fasta(registry, tmp_path, capsys):
+    code, sequences = _design(registry, f"models:/{registry['name']}@champion", tmp_path / "d.fasta", "--json")
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["exit_code"] == 0 and result["out"] == str(tmp_path / "d.fasta")
+    assert [d["sequence"] for d in result["designs"]] == sequences
