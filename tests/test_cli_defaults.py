@@ -19,7 +19,7 @@ from invfold.components.model.reference import ModelSource
 from invfold.components.prep.config import PrepConfig
 from invfold.components.train import recipes
 from invfold.components.train.config import TrainConfig
-from invfold.options import cli_fields, unmarked
+from invfold.options import cli_fields, negated_help, unmarked
 from invfold.pipelines.cli import CompileOptions, RunOptions, SubmitOptions
 from invfold.pipelines.parameters import DESIGN_OWN_OPTIONS, OWN_OPTIONS, pipeline_parameters
 
@@ -101,7 +101,8 @@ def test_options_are_the_config_fields_with_their_defaults(command):
         assert cli == default, f"invfold {command} {name}: CLI {action.default!r}, config {default!r}"
         # one name: the option is the field's name (older spellings follow as aliases)
         assert action.option_strings[0] in ("--" + name.replace("_", "-"), "--no-" + name.replace("_", "-"))
-        assert action.help and field.metadata["help"].replace("%", "%%") in action.help
+        text = field.metadata["help"].replace("%", "%%")
+        assert action.help and (text in action.help or action.help.startswith(negated_help(text)))
 
 
 def test_design_defaults_agree_where_they_once_did_not():

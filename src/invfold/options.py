@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import re
 import sys
 import types
 import typing
@@ -119,6 +120,14 @@ def _default(f: dataclasses.Field) -> Any:
     return dataclasses.MISSING
 
 
+def negated_help(text: str) -> str:
+    """The help of a --no-NAME switch read the way the switch works: the field's help says what
+    NAME does ("resume from the newest checkpoint (--no-resume: ignore them)"), the switch turns
+    it off ("ignore them (without it: resume from the newest checkpoint)")."""
+    found = re.match(r"^(.*) \(--no-[\w-]+: (.*)\)$", text)
+    return f"{found[2]} (without it: {found[1]})" if found else f"turn off: {text}"
+
+
 def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, skip: tuple[str, ...] = ()) -> None:
     """An option per field of dataclass `cls` (fields named in `skip` left out)."""
     for f, hint in cli_fields(cls):
@@ -158,13 +167,15 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, 
             continue
         if base is bool and default is True:
             names = ["--no-" + f.name.replace("_", "-"), *meta.get("aliases", ())]
+            kwargs["help"] = negated_help(kwargs["help"])
         else:
             names = [flag(f.name), *meta.get("aliases", ())]
         if required:
             kwargs["required"] = True
         # collected values (append) start empty; the dataclass's own default applies when unset
         kwargs["default"] = None if kwargs.get("action") == "append" or required else default
-        if not (kwargs["default"] is None or kwargs["default"] is False or kwargs["default"] in ("", [], ())):
+        switch = base is bool  # a switch's help says what it does; "(default: True)" would not help
+        if not (switch or kwargs["default"] is None or kwargs["default"] is False or kwargs["default"] in ("", [], ())):
             kwargs["help"] += " (default: %(default)s)"
         parser.add_argument(*names, dest=f.name, **kwargs)
 
