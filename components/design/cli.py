@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = from_args(DesignConfig, args)
     check_model(cfg.model)
     storage.require_local(cfg.structure, "an existing structure file or folder")
-    for constraint in (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa_jsonl):
+    constraints = (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa_jsonl)
+    for constraint in (*constraints, cfg.chain_id_jsonl):
         storage.require_local(constraint, "an existing JSON file")
     to_stdout = cfg.out == "-"  # the FASTA on stdout (one record), what was done on stderr
     if to_stdout:
@@ -65,6 +66,12 @@ def run(args: argparse.Namespace) -> int:
     from invfold.components.design.batch import design_batch, is_batch
     from invfold.components.design.design import design
 
+    if cfg.chain_id_jsonl:  # ProteinMPNN's file form of --design-chains, for the one structure designed
+        if is_batch(cfg):
+            raise ConfigError("--chain-id-jsonl: designs one structure (--out x.fasta); a batch takes --design-chains")
+        from invfold.components.design.constraints import designed_chains
+
+        cfg.design_chains = designed_chains(cfg.chain_id_jsonl, cfg.name)
     if to_stdout and is_batch(cfg):
         raise ConfigError(f"--out -: FASTA on stdout is for one record; {cfg.structure} holds several (--out FOLDER)")
     if is_batch(cfg) and cfg.out_structure:

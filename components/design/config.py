@@ -49,6 +49,13 @@ class DesignConfig:
         "context (structure and native sequence); default: no complex, one chain",
         metavar="CHAINS",
     )
+    chain_id_jsonl: str | None = option(
+        None,
+        "ProteinMPNN's chains to design {entry: [[designed chains], [fixed chains]]} (.json/.jsonl): "
+        "--design-chains from a file, for the entry --name picks (or the file's only entry)",
+        aliases=("--chain_id_jsonl",),
+        metavar="FILE",
+    )
     num_sequences: int = option(4, "sequences to sample per temperature", aliases=("-n",))
     temperature: str | float | list[float] = option(
         "0.1",
@@ -122,6 +129,8 @@ class DesignConfig:
             raise ConfigError("DesignConfig.excluded: all 20 amino acids are excluded")
         if isinstance(self.fixed_positions, str):
             self.fixed_positions = parse_positions(self.fixed_positions)
+        if self.chain_id_jsonl and self.design_chains:
+            raise ConfigError("DesignConfig: --chain-id-jsonl and --design-chains both name the chains to design")
         if self.design_chains and self.chain is not None:
             raise ConfigError(
                 "DesignConfig: --chain picks one chain as a single-chain record; --design-chains reads the whole "
