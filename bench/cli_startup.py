@@ -48,7 +48,7 @@ def main() -> int:
         "invfold run --help": [*cli, "run", "--help"],
         "invfold design: missing model": [*cli, "design", f"{tmp}/missing.pt", f"{tmp}/x.pdb", "--out", f"{tmp}/d.fa"],
         "invfold evaluate: not a model": [*cli, "evaluate", garbage, "--data", tmp, "--out", f"{tmp}/e"],
-        "invfold train: no budget": [*cli, "train", "--data", tmp, "--out", f"{tmp}/t"],
+        "invfold train: no budget": [*cli, "train", "--data", tmp, "--out", f"{tmp}/t", "--recipe", "full"],
         "invfold run: bad choice": [*cli, "run", "--preset", "nope"],
     }
     seen: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
