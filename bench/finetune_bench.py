@@ -110,7 +110,7 @@ def main() -> None:
     prepared = args.data
     if prepared is None:
         prepared = os.path.join(work, "prepared")
-        run_prep(PrepConfig(input=args.chain_set, split_file=args.split_file, output=prepared))
+        run_prep(PrepConfig(input=args.chain_set, split_file=args.split_file, out=prepared))
     published, provenance = load_published(args.weights)
     results = {}
     if "published" in args.sides:

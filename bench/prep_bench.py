@@ -39,7 +39,7 @@ def prep(path: str, split_file: str | None, out: str) -> None:
     from invfold.components.prep.config import PrepConfig
     from invfold.components.prep.run import run_prep
 
-    result = run_prep(PrepConfig(input=path, output=out, split_file=split_file))
+    result = run_prep(PrepConfig(input=path, out=out, split_file=split_file))
     print(
         json.dumps(
             {

@@ -44,7 +44,7 @@ def prepare_sample(root: Path) -> str:
     from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
     out = root / "prepared"
-    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS), output=str(out)))
+    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS), out=str(out)))
     return str(out)
 
 

@@ -482,7 +482,7 @@ def prepare(root: Path, chain_set: str, splits: str) -> str:
     from invfold.components.prep.run import run_prep
 
     out = root / "prepared"
-    run_prep(PrepConfig(input=chain_set, split_file=splits, output=str(out)))
+    run_prep(PrepConfig(input=chain_set, split_file=splits, out=str(out)))
     return str(out)
 
 

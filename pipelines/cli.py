@@ -13,12 +13,49 @@ from dataclasses import dataclass
 from invfold.options import add_command, from_args, option
 from invfold.pipelines.parameters import add_pipeline_options, given_parameters
 
+# the subcommands this module adds, with their line in `invfold --help` (listed without building them)
+COMMANDS = {
+    "run": "run the whole pipeline locally (KFP local runner, MLflow in ./runs)",
+    "compile": "write the pipeline YAML for Kubeflow",
+    "submit": "submit the pipeline to Kubeflow Pipelines",
+}
+
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "run": (
+        "invfold run                                  # the bundled sample, MLflow in runs/mlflow.db",
+        "invfold run --data chain_set.jsonl.gz --split-file chain_set_splits.json --time-budget-s 300",
+        "invfold run --pipeline design --model models:/invfold-inverse-folding@champion --data structures/",
+    ),
+    "compile": (
+        "invfold compile --registry ghcr.io/acme/invfold --tag 0.1.0",
+        "invfold compile --pipeline design",
+    ),
+    "submit": (
+        "invfold submit --host https://kubeflow.example.com/pipeline --data s3://bucket/chain_set.jsonl.gz",
+        "invfold submit --host URL --namespace team-a --data s3://b/set.jsonl.gz --nodes 2 --nproc 8 --gpus-per-node 8",
+        "invfold submit --host URL --pipeline design --data s3://b/pdbs/ --model models:/invfold-inverse-folding/3",
+    ),
+}
+
 
 @dataclass
 class RunOptions:
     """Where `invfold run` runs the pipeline on this machine, and what it shows."""
 
-    data: str | None = option(None, "protein set path or URI (default: the bundled sample)")
+    data: str | None = option(
+        None, "protein set path or URI; the structures to design with --pipeline design (default: the bundled sample)"
+    )
+    pipeline: str = option(
+        "train",
+        "train: prep, train, evaluate, register; design: designs for --data from a registered model (--model)",
+        choices=("train", "design"),
+    )
+    model: str | None = option(
+        None,
+        "--pipeline design: the registered model, models:/NAME@ALIAS or models:/NAME/VERSION "
+        "(default: models:/REGISTERED_MODEL_NAME@champion, what `invfold run` registered)",
+    )
     runs_dir: str = option("runs", "where pipeline outputs, checkpoints and mlflow.db go")
     tracking_uri: str | None = option(None, "MLflow tracking URI (default: sqlite:///RUNS_DIR/mlflow.db)")
     cache: bool = option(True, "reuse prep's output when its inputs are unchanged (--no-cache: run it again)")
@@ -48,10 +85,24 @@ class SubmitOptions:
     """Where `invfold submit` sends the pipeline, as whom, and on which data."""
 
     host: str = option(help="KFP API endpoint, e.g. https://kubeflow.example.com/pipeline")
-    data: str = option(help="protein set URI the cluster can read (s3://, gs://, https://)")
+    data: str = option(
+        help="protein set URI the cluster can read (s3://, gs://, https://); with --pipeline design, the structures"
+    )
+    pipeline: str = option(
+        "train",
+        "train: prep, train, evaluate, register; design: designs for --data from a registered model (--model)",
+        choices=("train", "design"),
+    )
+    model: str | None = option(
+        None,
+        "--pipeline design: the registered model, models:/NAME@ALIAS or models:/NAME/VERSION "
+        "(default: models:/REGISTERED_MODEL_NAME@champion)",
+    )
     token: str | None = option(None, "bearer token (default: KFP_TOKEN env, else kubeconfig / in-cluster)")
     namespace: str | None = option(None, "Kubeflow profile namespace (multi-user)")
-    package: str | None = option(None, "compiled YAML (default: the committed pipelines/invfold_pipeline.yaml)")
+    package: str | None = option(
+        None, "compiled YAML (default: the committed pipelines/invfold_pipeline.yaml, or design_pipeline.yaml)"
+    )
     kfp_experiment: str = option("invfold", "KFP experiment")
     run_name: str | None = option(None, "KFP run name")
     param: list[str] = option(
@@ -67,7 +118,7 @@ def add_parser(subparsers) -> None:
         "run",
         run_command,
         RunOptions,
-        help="run the whole pipeline locally (KFP local runner, MLflow in ./runs)",
+        help=COMMANDS["run"],
         description="Run fingerprint -> prep -> train -> evaluate -> compare -> register on this machine "
         "through KFP's local runner, on the bundled sample data unless --data is given.",
     )
@@ -77,7 +128,7 @@ def add_parser(subparsers) -> None:
         "compile",
         compile_command,
         CompileOptions,
-        help="write the pipeline YAML for Kubeflow",
+        help=COMMANDS["compile"],
         description="Compile the pipeline; every step names the runtime image REGISTRY/invfold-runtime:TAG.",
     )
     sub = add_command(
@@ -85,17 +136,38 @@ def add_parser(subparsers) -> None:
         "submit",
         submit_command,
         SubmitOptions,
-        help="submit the pipeline to Kubeflow Pipelines",
+        help=COMMANDS["submit"],
         description="Submit the compiled pipeline with kfp.Client (token or the kubeconfig's credentials).",
     )
     add_pipeline_options(sub, "submit")
 
 
+def design_parameters(args: argparse.Namespace, model: str | None, structures: str) -> dict:
+    """The design pipeline's parameters: those given, the structures, and the registered model
+    that --model names (or --registered-model-name / --model-name, at its champion)."""
+    from invfold.components.model.reference import registered_model
+
+    params = given_parameters(args, "design")
+    params["structures"] = structures
+    if model is not None:
+        params["model_name"], params["model_version"] = registered_model(model, "--model")
+    elif getattr(args, "registered_model_name", None):
+        params["model_name"] = args.registered_model_name
+    return params
+
+
 def run_command(args: argparse.Namespace) -> int:
     from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
-    from invfold.pipelines.local import run_local
 
     opts = from_args(RunOptions, args)
+    if opts.pipeline == "design":
+        return run_design_command(args, opts)
+    if opts.model is not None:
+        from invfold.errors import ConfigError
+
+        raise ConfigError("--model names the registered model of --pipeline design (training: --init-from)")
+    from invfold.pipelines.local import run_local
+
     params = given_parameters(args)
     params["data_uri"] = opts.data or str(SAMPLE_CHAIN_SET)
     if opts.data is None:
@@ -113,6 +185,29 @@ def run_command(args: argparse.Namespace) -> int:
         verbose=opts.show_logs or args.verbose,
     )
     console.print(summary_table(result))
+    keys = ("run_folder", "tracking_uri", "experiment", "mlflow_run_id", "registered_model", "registered_version")
+    args.result = {"pipeline": "train", **{k: getattr(result, k) for k in keys}, "wall_s": result.wall_s}
+    args.result |= {"test": result.figures("evaluate"), "decision": result.figures("compare").get("decision")}
+    return 0
+
+
+def run_design_command(args: argparse.Namespace, opts: RunOptions) -> int:
+    from invfold.data import SAMPLE_CHAIN_SET
+    from invfold.pipelines.local import run_design_local
+
+    params = design_parameters(args, opts.model, opts.data or str(SAMPLE_CHAIN_SET))
+    print(
+        f"invfold run --pipeline design: models:/{params.get('model_name', 'default')}@"
+        f"{params.get('model_version', 'champion')} on {params['structures']} ({opts.runs_dir}/)",
+        flush=True,
+    )
+    result = run_design_local(params, runs_dir=opts.runs_dir, tracking_uri=opts.tracking_uri)
+    print(f"designs: {result.run_folder}")
+    run_id = result.mlflow_run_id or "not recorded"
+    print(f"MLflow run {run_id} (experiment {result.experiment!r}) at {result.tracking_uri}")
+    print(f"finished in {result.wall_s:.0f} s")
+    args.result = {"pipeline": "design", "run_folder": result.run_folder, "mlflow_run_id": result.mlflow_run_id}
+    args.result |= {"tracking_uri": result.tracking_uri, "experiment": result.experiment, "wall_s": result.wall_s}
     return 0
 
 
@@ -158,6 +253,7 @@ def compile_command(args: argparse.Namespace) -> int:
     out = opts.out or f"pipelines/{'invfold' if opts.pipeline == 'train' else 'design'}_pipeline.yaml"
     compile_pipeline(out, registry, tag, pipeline=opts.pipeline)
     print(f"wrote {out} (steps run in {runtime_image(registry, tag)})")
+    args.result = {"out": out, "image": runtime_image(registry, tag)}
     return 0
 
 
@@ -165,11 +261,16 @@ def submit_command(args: argparse.Namespace) -> int:
     import os
 
     from invfold.errors import ConfigError
-    from invfold.pipelines.compile import submit
+    from invfold.pipelines.compile import COMMITTED_DESIGN_YAML, submit
 
-    params = given_parameters(args)
     opts = from_args(SubmitOptions, args)
-    params["data_uri"] = opts.data
+    if opts.pipeline == "design":
+        params = design_parameters(args, opts.model, opts.data)
+    elif opts.model is not None:
+        raise ConfigError("--model names the registered model of --pipeline design (training: --init-from)")
+    else:
+        params = given_parameters(args)
+        params["data_uri"] = opts.data
     for item in opts.param:
         name, sep, value = item.partition("=")
         if not sep:
@@ -181,11 +282,12 @@ def submit_command(args: argparse.Namespace) -> int:
     result = submit(
         opts.host,
         params,
-        package=opts.package,
+        package=opts.package or (str(COMMITTED_DESIGN_YAML) if opts.pipeline == "design" else None),
         experiment=opts.kfp_experiment,
         run_name=opts.run_name,
         token=opts.token or os.environ.get("KFP_TOKEN"),
         namespace=opts.namespace,
     )
     print(f"submitted run {result['run_id']}: {result['url']}")
+    args.result = {"pipeline": opts.pipeline, **result}
     return 0

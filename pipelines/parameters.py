@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import typing
+import re
 from functools import cache
 
 # The imports inside functions below keep `invfold --help` fast: pipelines/cli.py imports this
@@ -37,34 +37,47 @@ FLAG_ALIASES = {
 }
 # parameters the commands take under an option of their own (--data; run's --tracking-uri)
 OWN_OPTIONS = {"run": ("data_uri", "mlflow_tracking_uri"), "submit": ("data_uri",)}
+# the design pipeline's (`--pipeline design`): the structures are --data, the registered model is
+# --model models:/NAME@ALIAS (or /VERSION); its other parameters that the training pipeline also
+# has (seed, threads, mlflow_*) share that flag
+DESIGN_OWN_OPTIONS = ("structures", "model_name", "model_version")
 _TYPES = {"STRING": str, "NUMBER_INTEGER": int, "NUMBER_DOUBLE": float, "STRUCT": json.loads, "LIST": json.loads}
 
 
 @cache
-def pipeline_parameters() -> dict[str, dict]:
-    """name -> the compiled pipeline's definition (parameterType, description, defaultValue)."""
+def pipeline_parameters(pipeline: str = "train") -> dict[str, dict]:
+    """name -> the compiled pipeline's definition (parameterType, description, defaultValue);
+    pipeline "train" (invfold_pipeline.yaml) or "design" (design_pipeline.yaml)."""
     import yaml
 
-    from invfold.pipelines.compile import COMMITTED_YAML
+    from invfold.pipelines.compile import COMMITTED_DESIGN_YAML, COMMITTED_YAML
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    with open(COMMITTED_YAML) as fh:
-        spec = next(yaml.load_all(fh, Loader=loader))
+    with open(COMMITTED_YAML if pipeline == "train" else COMMITTED_DESIGN_YAML) as fh:
+        text = fh.read()
+    # only the top-level `root:` block (a quarter of the file): `invfold run --help` reads it
+    start = text.find("\nroot:\n")
+    if start >= 0:
+        block = text[start + 1 :]
+        end = re.search(r"^\S", block[len("root:") :], re.MULTILINE)
+        text = block[: len("root:") + end.start()] if end else block
+    spec = next(yaml.load_all(text, Loader=loader))
     return spec["root"]["inputDefinitions"]["parameters"]
 
 
 def _choices(name: str) -> tuple | None:
     """The choices of the config field the parameter sets, if it has any."""
     from invfold.components.train.config import TrainConfig
-    from invfold.options import choices_of
+    from invfold.options import choices_of, field_types
 
-    hints = typing.get_type_hints(TrainConfig)
+    hints = field_types(TrainConfig)
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     return choices_of(fields[name], hints[name]) if name in fields else None
 
 
 def add_pipeline_options(parser: argparse.ArgumentParser, command: str) -> None:
-    """A flag per pipeline parameter (unset: the pipeline's default)."""
+    """A flag per pipeline parameter (unset: the pipeline's default): `--recipe`, the training
+    pipeline's, then the design pipeline's that the training pipeline has not."""
     from invfold.components.train import recipes
 
     group = parser.add_argument_group("pipeline parameters (unset: the pipeline's defaults)")
@@ -74,35 +87,47 @@ def add_pipeline_options(parser: argparse.ArgumentParser, command: str) -> None:
         default=None,
         help=recipes.help_text().replace("%", "%%") + "; the flags below override its fields",
     )
+    added: set[str] = set()
     for name, spec in pipeline_parameters().items():
-        if name in OWN_OPTIONS[command]:
-            continue
-        help_text = spec["description"].replace("%", "%%")
-        if spec["parameterType"] == "BOOLEAN":  # a switch: given sets it, absent keeps the pipeline's default
-            kwargs = dict(dest=name, default=None, action="store_const", const=True, help=help_text)
-            group.add_argument("--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, ()), **kwargs)
-            continue
-        kind = _TYPES[spec["parameterType"]]
-        if "defaultValue" in spec:
-            default = int(spec["defaultValue"]) if kind is int else spec["defaultValue"]
-            help_text += f" (pipeline default: {json.dumps(default)})"
-        kwargs = dict(dest=name, default=None, type=kind, help=help_text)
-        if kind is json.loads:
-            kwargs["metavar"] = "JSON"
-        choices = _choices(name)
-        if choices is not None:
-            kwargs["choices"] = choices
+        if name not in OWN_OPTIONS[command]:
+            added.add(name)
+            _add_parameter(group, name, spec)
+    group = parser.add_argument_group("design pipeline parameters (--pipeline design; unset: its defaults)")
+    for name, spec in pipeline_parameters("design").items():
+        if name not in DESIGN_OWN_OPTIONS and name not in added and name not in OWN_OPTIONS[command]:
+            _add_parameter(group, name, spec)
+
+
+def _add_parameter(group, name: str, spec: dict) -> None:
+    help_text = spec["description"].replace("%", "%%")
+    if spec["parameterType"] == "BOOLEAN":  # a switch: given sets it, absent keeps the pipeline's default
+        kwargs = dict(dest=name, default=None, action="store_const", const=True, help=help_text)
         group.add_argument("--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, ()), **kwargs)
+        return
+    kind = _TYPES[spec["parameterType"]]
+    if "defaultValue" in spec:
+        default = int(spec["defaultValue"]) if kind is int else spec["defaultValue"]
+        help_text += f" (pipeline default: {json.dumps(default)})"
+    kwargs = dict(dest=name, default=None, type=kind, help=help_text)
+    if kind is json.loads:
+        kwargs["metavar"] = "JSON"
+    choices = _choices(name)
+    if choices is not None:
+        kwargs["choices"] = choices
+    group.add_argument("--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, ()), **kwargs)
 
 
-def given_parameters(args: argparse.Namespace) -> dict:
-    """The pipeline parameters set on the command line, on top of `--recipe` where it is not the
-    pipeline's own (its fields that are pipeline parameters; None -> 0, the pipeline's "unset");
-    with --init-from (fine-tuning), recipes.FINE_TUNE where --lr / --warmup-steps are not given."""
+def given_parameters(args: argparse.Namespace, pipeline: str = "train") -> dict:
+    """The parameters of `pipeline` set on the command line. Training: on top of `--recipe`
+    where it is not the pipeline's own (its fields that are pipeline parameters; None -> 0, the
+    pipeline's "unset"); with --init-from (fine-tuning), recipes.FINE_TUNE where --lr /
+    --warmup-steps are not given."""
     from invfold.components.train import recipes
 
-    names = pipeline_parameters()
+    names = pipeline_parameters(pipeline)
     params = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    if pipeline != "train":
+        return params
     name = getattr(args, "recipe", None) or recipes.DEFAULT
     base = recipes.recipe(name).values() if name != recipes.DEFAULT else {}
     if params.get("init_from"):

@@ -178,5 +178,5 @@ def sample_prepared(tmp_path_factory) -> str:
     from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
     out = tmp_path_factory.mktemp("sample") / "prepared"
-    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS), output=str(out)))
+    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS), out=str(out)))
     return str(out)

@@ -15,22 +15,23 @@ from invfold.components.evaluate.evaluate import EvaluateConfig
 from invfold.components.export.onnx_export import ExportConfig
 from invfold.components.launch.processes import LocalProcesses
 from invfold.components.model.cli import WeightsImport
+from invfold.components.model.reference import ModelSource
 from invfold.components.prep.config import PrepConfig
 from invfold.components.tracking import CommandTracking
 from invfold.components.train import recipes
 from invfold.components.train.config import TrainConfig
-from invfold.options import cli_fields, unmarked
+from invfold.options import cli_fields, negated_help, unmarked
 from invfold.pipelines.cli import CompileOptions, RunOptions, SubmitOptions
-from invfold.pipelines.parameters import OWN_OPTIONS, pipeline_parameters
+from invfold.pipelines.parameters import DESIGN_OWN_OPTIONS, OWN_OPTIONS, pipeline_parameters
 
 # subcommand -> the config dataclasses its options are generated from
 CONFIGS = {
     "prep": (PrepConfig,),
     "train": (TrainConfig, LocalProcesses, CommandTracking),
     "evaluate": (EvaluateConfig, CommandTracking),
-    "export": (ExportConfig,),
+    "export": (ExportConfig, ModelSource),
     "design": (DesignConfig, CommandTracking),
-    "score": (ScoreConfig,),
+    "score": (ScoreConfig, ModelSource),
     "run": (RunOptions,),
     "submit": (SubmitOptions,),
     "compile": (CompileOptions,),
@@ -57,8 +58,21 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
     return found
 
 
+LOGGING_FLAGS = ("verbose", "quiet", "json")  # -v/-q/--json, on every subcommand too (src/invfold/cli.py)
+
+
 def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [a for a in parser._actions if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
+    return [
+        a
+        for a in parser._actions
+        if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)) and a.dest not in LOGGING_FLAGS
+    ]
+
+
+@pytest.mark.parametrize("command", sorted(CONFIGS))
+def test_logging_flags_work_after_the_subcommand(command):
+    flags = {s for a in _subcommands()[command]._actions if a.dest in LOGGING_FLAGS for s in a.option_strings}
+    assert {"-v", "-q"} <= flags
 
 
 def test_every_subcommand_is_covered():
@@ -69,7 +83,7 @@ def test_every_subcommand_is_covered():
 def test_options_are_the_config_fields_with_their_defaults(command):
     fields = {f.name: f for config in CONFIGS[command] for f, _ in cli_fields(config)}
     actions = {a.dest: a for a in _options(_subcommands()[command])}
-    pipeline = set(pipeline_parameters()) - set(OWN_OPTIONS[command]) if command in PIPELINE_COMMANDS else set()
+    pipeline = _pipeline_flags(command) if command in PIPELINE_COMMANDS else set()
     recipe = {"recipe"} if command in RECIPE_COMMANDS else set()  # a set of field values, not a field
     assert set(actions) == set(fields) | pipeline | recipe, (
         "an option restated outside its config, or a field not on the CLI"
@@ -88,7 +102,8 @@ def test_options_are_the_config_fields_with_their_defaults(command):
         assert cli == default, f"invfold {command} {name}: CLI {action.default!r}, config {default!r}"
         # one name: the option is the field's name (older spellings follow as aliases)
         assert action.option_strings[0] in ("--" + name.replace("_", "-"), "--no-" + name.replace("_", "-"))
-        assert action.help and field.metadata["help"].replace("%", "%%") in action.help
+        text = field.metadata["help"].replace("%", "%%")
+        assert action.help and (text in action.help or action.help.startswith(negated_help(text)))
 
 
 def test_design_defaults_agree_where_they_once_did_not():
@@ -97,10 +112,16 @@ def test_design_defaults_agree_where_they_once_did_not():
     assert "-n" in action.option_strings
 
 
+def _pipeline_flags(command: str) -> set[str]:
+    """Both pipelines' parameters, less those the command takes under options of its own."""
+    design = set(pipeline_parameters("design")) - set(DESIGN_OWN_OPTIONS)
+    return (set(pipeline_parameters()) | design) - set(OWN_OPTIONS[command])
+
+
 @pytest.mark.parametrize("command", PIPELINE_COMMANDS)
 def test_pipeline_commands_take_every_pipeline_parameter_unset_by_default(command):
     actions = {a.dest: a for a in _options(_subcommands()[command])}
-    parameters = set(pipeline_parameters()) - set(OWN_OPTIONS[command])
+    parameters = _pipeline_flags(command)
     assert parameters <= set(actions)
     train_fields = {f.name for f in dataclasses.fields(TrainConfig)}
     for name in parameters:
@@ -109,3 +130,13 @@ def test_pipeline_commands_take_every_pipeline_parameter_unset_by_default(comman
         if name in train_fields and TrainConfig.__dataclass_fields__[name].metadata.get("choices"):
             assert tuple(actions[name].choices) == tuple(TrainConfig.__dataclass_fields__[name].metadata["choices"])
     assert tuple(actions["zero_stage"].choices) == (0, 1, 2, 3)  # from TrainConfig's Literal
+
+
+@pytest.mark.parametrize("command", sorted(CONFIGS))
+def test_every_help_ends_with_examples_and_the_exit_status(command):
+    from invfold.errors import EXIT_STATUS
+
+    text = _subcommands()[command].format_help()
+    examples = text.split("examples:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert 1 <= len(examples) <= 4 and all(line.startswith(f"  invfold {command}") for line in examples), examples
+    assert text.rstrip().endswith(EXIT_STATUS.rstrip())

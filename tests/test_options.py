@@ -90,3 +90,11 @@ def test_choices_are_checked_in_python_too():
 def test_an_option_needs_help():
     with pytest.raises(TypeError, match="help"):
         option(1)
+
+
+def test_a_no_switch_reads_the_way_it_works():
+    from invfold.options import negated_help
+
+    text = negated_help("resume from the newest complete checkpoint (--no-resume: ignore them)")
+    assert text == "ignore them (without it: resume from the newest complete checkpoint)"
+    assert negated_help("show colours") == "turn off: show colours"

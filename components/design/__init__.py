@@ -1,5 +1,40 @@
-"""Sequence design for a backbone with a trained model (checkpoint or ONNX)."""
+"""Sequence design for a backbone with a trained model (checkpoint or ONNX).
 
-from invfold.components.design.design import Design, DesignConfig, design, design_record, load_backend, parse_positions
+The names below load on first use (PEP 562), so `invfold.components.design.config` imports
+without torch (the CLI builds its options from it). `design` is both a function and the module
+that defines it: the package's `design` attribute is the function (as it was when this file
+imported it eagerly), whether or not the module has been imported; the module is
+`invfold.components.design.design` in sys.modules."""
 
-__all__ = ["Design", "DesignConfig", "design", "design_record", "load_backend", "parse_positions"]
+import importlib
+import sys
+import types
+
+_WHERE = {
+    "Design": "invfold.components.design.design",
+    "DesignConfig": "invfold.components.design.config",
+    "design": "invfold.components.design.design",
+    "design_record": "invfold.components.design.design",
+    "load_backend": "invfold.components.design.design",
+    "parse_positions": "invfold.components.design.config",
+}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _DesignPackage(types.ModuleType):
+    @property
+    def design(self):
+        return importlib.import_module("invfold.components.design.design").design
+
+    @design.setter
+    def design(self, module) -> None:
+        """The import system binds the submodule here on import: the function stays the name."""
+
+
+sys.modules[__name__].__class__ = _DesignPackage

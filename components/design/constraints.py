@@ -187,6 +187,22 @@ def _read(path: str):
     return merged
 
 
+def designed_chains(path: str, entry: str | None) -> str:
+    """ProteinMPNN's chain_id_jsonl {entry: [[designed], [fixed]]} -> "A,B", the designed chains of
+    `entry` (None: the file's only entry), as --design-chains takes them."""
+    if entry is None:
+        data = _read(path)
+        if not isinstance(data, dict) or len(data) != 1:
+            raise ConfigError(f"{path}: several entries (or none): give --name to pick one")
+        entry = next(iter(data))
+    value = _entry(path, entry)
+    if not (isinstance(value, list) and len(value) == 2 and all(isinstance(part, list) for part in value)):
+        raise ConfigError(f"{path}: entry {entry!r}: expected [[designed chains], [fixed chains]], got {value!r}")
+    if not value[0] or not all(isinstance(c, str) and c for c in value[0]):
+        raise ConfigError(f"{path}: entry {entry!r}: expected at least one designed chain id, got {value[0]!r}")
+    return ",".join(value[0])
+
+
 def _entry(path: str, entry: str):
     data = _read(path)
     if not isinstance(data, dict):

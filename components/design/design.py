@@ -16,11 +16,12 @@ import numpy as np
 import torch
 
 from invfold.components.design import positions
+from invfold.components.design.config import DesignConfig
 from invfold.components.design.constraints import ConstraintFiles, load_constraints
 from invfold.components.design.fasta import CHAIN_SEPARATOR
 from invfold.components.design.thread import structure_paths, write_structures
 from invfold.components.export import runtime
-from invfold.components.model.io import load_model
+from invfold.components.model.io import load_model_or_published
 from invfold.components.model.network import sample_one_shot, sampling_noise
 from invfold.components.model.sampling import Groups, letter_bias, pick_group_letters, tied_order
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET
@@ -28,121 +29,8 @@ from invfold.components.protein.batch import Batch, collate
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
 from invfold.errors import ConfigError
-from invfold.options import option
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class DesignConfig:
-    """model: model.pt (save_model) or model.onnx (invfold export).
-    structure: a PDB/mmCIF file, a chain-set jsonl, or any protein set read_protein_set accepts;
-    name / chain pick one record when it holds several (chain matches the part after the last
-    "." of the record name, e.g. "A" in "1abc.A").
-    design_chains: chains to design, e.g. "A,B": the structure is read as a complex (all protein
-        chains of a PDB/mmCIF file, the lines of one entry of a chain set; `name` then picks the
-        entry, e.g. "1abc") and the model sees every chain; the other chains are fixed context:
-        their structure and native sequence condition the design (an autoregressive model
-        decodes them first; a one-shot model does not read sequence, so it conditions on their
-        structure only, and they keep their native letters either way). Not with `chain`.
-    fixed_positions: 1-based sequence positions kept native, e.g. "1-10,15" (in a complex:
-        positions in the chains concatenated in record order).
-    out: x.fasta designs one record; a folder or x.jsonl designs every record of `structure`
-    (also a folder of structures or a text list of paths; see batch.py), name / chain filtering.
-    temperature: one or several ("0.1,0.2", as ProteinMPNN's --sampling_temp "0.1 0.2"), each
-    with num_sequences samples.
-    excluded: letters never designed (e.g. "C").
-    fixed_positions_json, tied_positions, bias_aa, bias_by_res, omit_aa: ProteinMPNN's JSON inputs
-    (constraints.py), keyed by the entry name, 1-based positions per chain.
-    """
-
-    model: str = option(positional=True, help="model.pt (training output) or model.onnx (invfold export)")
-    structure: str = option(positional=True, help="PDB/mmCIF file (or .gz), chain-set .jsonl[.gz], or TS50 json")
-    out: str = option(
-        help="FASTA file to write (one structure), or a folder (one FASTA per structure) or designs.jsonl "
-        "(every design of every structure) for a batch"
-    )
-    name: str | None = option(None, "record name to design (e.g. 1abc.A)")
-    chain: str | None = option(None, "chain id to design alone (e.g. A), as a single-chain record")
-    design_chains: str = option(
-        "",
-        "chains of a complex to design, e.g. A,B: every chain is read and the others are kept as fixed "
-        "context (structure and native sequence); default: no complex, one chain",
-        metavar="CHAINS",
-    )
-    num_sequences: int = option(4, "sequences to sample per temperature", aliases=("-n",))
-    temperature: str | float | list[float] = option(
-        "0.1",
-        "sampling temperature(s), e.g. 0.1 or 0.1,0.2 (num_sequences at each)",
-        type=str,
-        aliases=("-T",),
-        metavar="T[,T...]",
-    )
-    seed: int = option(0, "sample i (at each temperature) uses seed + i")
-    fixed_positions: str | list[int] = option(
-        factory=list,
-        type=str,
-        aliases=("--fixed",),
-        metavar="POSITIONS",
-        help="1-based sequence positions kept native, e.g. 1-10,15 (autoregressive models only: a one-shot "
-        "model could not condition the other positions on them)",
-    )
-    excluded: str = option("", "amino acids never designed, e.g. C", aliases=("--exclude",), metavar="LETTERS")
-    fixed_positions_json: str | None = option(
-        None,
-        "ProteinMPNN fixed positions {entry: {chain: [positions]}} (.json/.jsonl), kept native with --fixed",
-        aliases=("--fixed_positions_jsonl",),
-        metavar="FILE",
-    )
-    tied_positions: str | None = option(
-        None,
-        'ProteinMPNN tied positions {entry: [{"A": [1], "B": [1]}, ...]} (.json/.jsonl): one letter per group '
-        'from the members\' averaged logits (optionally weighted: {"A": [[1], [1.0]]})',
-        aliases=("--tied_positions_jsonl",),
-        metavar="FILE",
-    )
-    bias_aa: str | None = option(
-        None,
-        'global logit bias per letter {"A": -1.1, ...} (.json/.jsonl), p ~ softmax((logits + bias) / T)',
-        aliases=("--bias_AA_jsonl",),
-        metavar="FILE",
-    )
-    bias_by_res: str | None = option(
-        None,
-        "per-residue logit bias {entry: {chain: [[21 floats, ACDEFGHIKLMNPQRSTVWYX] per residue]}} (.json/.jsonl)",
-        aliases=("--bias_by_res_jsonl",),
-        metavar="FILE",
-    )
-    omit_aa: str | None = option(
-        None,
-        'per-position omitted letters {entry: {chain: [[[positions], "LETTERS"], ...]}} (.json/.jsonl)',
-        aliases=("--omit_AA_jsonl",),
-        metavar="FILE",
-    )
-    out_structure: str | None = option(
-        None,
-        "also write each design threaded onto the input backbone (N, CA, C, O; observed residues), one file "
-        "per design: designs.pdb -> designs_0.pdb, designs_1.pdb, ... (.cif for mmCIF)",
-        metavar="FILE",
-    )
-    threads: int | None = option(None, "CPU threads")
-
-    def __post_init__(self):
-        if self.num_sequences < 1:
-            raise ConfigError(f"DesignConfig.num_sequences: expected >= 1, got {self.num_sequences!r}")
-        self.temperature = parse_temperatures(self.temperature)
-        unknown = sorted(set(self.excluded.upper()) - set(ALPHABET))
-        if unknown:
-            raise ConfigError(f"DesignConfig.excluded: {unknown} are not among the 20 amino acids {ALPHABET}")
-        if set(self.excluded.upper()) >= set(ALPHABET):
-            raise ConfigError("DesignConfig.excluded: all 20 amino acids are excluded")
-        if isinstance(self.fixed_positions, str):
-            self.fixed_positions = parse_positions(self.fixed_positions)
-        if self.design_chains and self.chain is not None:
-            raise ConfigError(
-                "DesignConfig: --chain picks one chain as a single-chain record; --design-chains reads the whole "
-                "complex and designs some of its chains: give one of them"
-            )
 
 
 @dataclass
@@ -157,34 +45,6 @@ class Design:
     chain_lengths: tuple[int, ...] | None = None  # a complex: residues per chain ("/" between them in FASTA)
     designed_chains: tuple[str, ...] = ()  # a complex: the chains designed
     fixed_chains: tuple[str, ...] = ()  # a complex: the chains kept as context
-
-
-def parse_temperatures(value: str | float | list[float]) -> list[float]:
-    """0.1, "0.1", "0.1,0.2" or "0.1 0.2" (ProteinMPNN's --sampling_temp) -> [0.1, ...], each > 0."""
-    parts = value.replace(",", " ").split() if isinstance(value, str) else value
-    parts = parts if isinstance(parts, (list, tuple)) else [parts]
-    try:
-        temperatures = [float(t) for t in parts]
-    except (TypeError, ValueError):
-        raise ConfigError(f"DesignConfig.temperature: expected numbers like 0.1,0.2, got {value!r}") from None
-    if not temperatures or not all(t > 0 for t in temperatures):
-        raise ConfigError(f"DesignConfig.temperature: expected one or more temperatures > 0, got {value!r}")
-    return temperatures
-
-
-def parse_positions(text: str) -> list[int]:
-    """ "1-3,7" -> [1, 2, 3, 7] (1-based)."""
-    positions: list[int] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        try:
-            lo, _, hi = part.partition("-")
-            start, end = int(lo), int(hi or lo)
-        except ValueError:
-            raise ConfigError(f"fixed positions: {part!r} is not a position or a range like 5-12") from None
-        if start < 1 or end < start:
-            raise ConfigError(f"fixed positions: {part!r}: expected 1-based positions, start <= end")
-        positions.extend(range(start, end + 1))
-    return sorted(set(positions))
 
 
 def select_record(structure: str, name: str | None, chain: str | None, complexes: bool = False) -> ChainRecord:
@@ -209,7 +69,7 @@ def select_record(structure: str, name: str | None, chain: str | None, complexes
 class TorchBackend:
     def __init__(self, path: str):
 
-        self.model = load_model(path)
+        self.model = load_model_or_published(path)
         self.cfg = self.model.cfg
 
     def logits(self, b: Batch, S, order) -> torch.Tensor:
@@ -291,7 +151,7 @@ def design(cfg: DesignConfig) -> list[Design]:
 def check_backend(backend: TorchBackend | OnnxBackend, cfg: DesignConfig) -> None:
     """Options the model cannot honour, refused before any record is read."""
     if cfg.fixed_positions and not backend.cfg.autoregressive:
-        raise ValueError(
+        raise ConfigError(
             f"{cfg.model}: a one-shot model predicts every position from the structure alone, so fixed "
             "positions would not inform the others; use an autoregressive model (preset proteinmpnn, e.g. "
             "`invfold weights import proteinmpnn:v_48_020 --out model.pt`, or train with --preset proteinmpnn)"
@@ -335,7 +195,7 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
             f"({record.name}; positions are 1-based sequence positions)"
         )
     constraints = load_constraints(
-        ConstraintFiles(cfg.fixed_positions_json, cfg.omit_aa, cfg.bias_by_res, cfg.bias_aa, cfg.tied_positions),
+        ConstraintFiles(cfg.fixed_positions_json, cfg.omit_aa_jsonl, cfg.bias_by_res, cfg.bias_aa, cfg.tied_positions),
         record,
     )
     n = cfg.num_sequences
@@ -346,7 +206,7 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
     user_fixed[[p - 1 for p in cfg.fixed_positions]] = True
     user_fixed |= torch.from_numpy(constraints.fixed)
     if user_fixed.any() and not backend.cfg.autoregressive:
-        raise ValueError(
+        raise ConfigError(
             f"{cfg.model}: a one-shot model predicts every position from the structure alone, so fixed "
             "positions would not inform the others; use an autoregressive model (preset proteinmpnn, e.g. "
             "`invfold weights import proteinmpnn:v_48_020 --out model.pt`, or train with --preset proteinmpnn)"
@@ -370,7 +230,7 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
         g = int((designed_group & ~open_letters).nonzero()[0])
         raise ConfigError(
             f"{record.name}: position {int(groups.members[g, 0]) + 1} (1-based) has every letter omitted or "
-            "excluded (--omit-aa, --exclude); nothing can be designed there"
+            "excluded (--omit-aa, --omit-aa-jsonl); nothing can be designed there"
         )
     noise = [
         sampling_noise(fixed[:1], backend.cfg.autoregressive, torch.Generator().manual_seed(cfg.seed + i))

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from invfold.components.design.config import ScoreConfig
 from invfold.components.design.design import OnnxBackend, TorchBackend, select_record
 from invfold.components.design.fasta import FastaEntry, read_fasta
 from invfold.components.design.positions import chain_of, chain_positions, selected_chains
@@ -23,39 +24,7 @@ from invfold.components.model.network import random_decoding_order
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET
 from invfold.components.protein.batch import collate
 from invfold.components.protein.record import ChainRecord
-from invfold.errors import ConfigError, InputError
-from invfold.options import option
-
-
-@dataclass
-class ScoreConfig:
-    """model: model.pt or model.onnx (autoregressive models average over decoding orders; a
-    one-shot model's scores do not depend on the order). structure: as for `invfold design`.
-    fasta: sequences to score, each as long as the record (chains concatenated in the record's
-    order; "/" between chains as ProteinMPNN writes them is accepted and checked); default: the
-    native sequence. out: CSV, one row per sequence; <out stem>.json holds the per-residue NLL.
-    """
-
-    model: str = option(positional=True, help="model.pt (training output) or model.onnx (invfold export)")
-    structure: str = option(positional=True, help="PDB/mmCIF file (or .gz), chain-set .jsonl[.gz], or TS50 json")
-    out: str = option(help="CSV to write (one row per sequence); the per-residue JSON goes beside it")
-    fasta: str | None = option(None, "FASTA of sequences to score (default: the structure's native sequence)")
-    name: str | None = option(None, "record name to score (e.g. 1abc.A)")
-    chain: str | None = option(None, "chain id of the record to score (e.g. A)")
-    score_chains: str = option(
-        "", "chains whose residues are scored, e.g. A,B (default: all); the others are decoded first as context"
-    )
-    num_orders: int = option(
-        8, "random decoding orders averaged (ProteinMPNN: --num_seq_per_target with --score_only 1)"
-    )
-    batch_size: int = option(8, "decoding orders per model run")
-    seed: int = option(0, "order k is drawn from seed + k")
-    threads: int | None = option(None, "CPU threads")
-
-    def __post_init__(self):
-        for name in ("num_orders", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"ScoreConfig.{name}: expected >= 1, got {getattr(self, name)!r}")
+from invfold.errors import InputError
 
 
 @dataclass

@@ -4,9 +4,23 @@ from __future__ import annotations
 
 import argparse
 
+# the subcommands this module adds, with their line in `invfold --help` (listed without building them)
+COMMANDS = {
+    "score": "score sequences on a backbone (mean and per-residue NLL)",
+}
+
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "score": (
+        "invfold score model.pt 1abc.cif --chain A --out native.csv             # the native sequence",
+        "invfold score model.onnx 1abc.cif --chain A --fasta designs.fasta --out scores.csv",
+    ),
+}
+
 
 def add_parser(subparsers) -> None:
-    from invfold.components.design.score import ScoreConfig
+    from invfold.components.design.config import ScoreConfig
+    from invfold.components.model.reference import ModelSource
     from invfold.options import add_command
 
     add_command(
@@ -14,7 +28,8 @@ def add_parser(subparsers) -> None:
         "score",
         run,
         ScoreConfig,
-        help="score sequences on a backbone (mean and per-residue NLL)",
+        ModelSource,
+        help=COMMANDS["score"],
         description="Negative log-likelihood of given sequences (FASTA, or the native) on a structure, "
         "averaged over random decoding orders as ProteinMPNN's --score_only does; writes CSV (one row per "
         "sequence) and JSON (per-residue NLL) beside it. Works with model.pt and model.onnx alike.",
@@ -22,14 +37,25 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold.components.design.score import ScoreConfig, score
+    from invfold import storage
+    from invfold.components.design.config import ScoreConfig
+    from invfold.components.model.reference import ModelSource, check_model, resolve_model
     from invfold.options import from_args
 
-    cfg = from_args(ScoreConfig, args)
-    for s in score(cfg):
+    cfg = from_args(ScoreConfig, args)  # inputs judged before torch is imported
+    check_model(cfg.model)
+    storage.require_local(cfg.structure, "an existing structure file")
+    storage.require_local(cfg.fasta, "an existing FASTA file")
+    cfg.model = resolve_model(cfg.model, from_args(ModelSource, args).tracking_uri)
+    from invfold.components.design.score import score
+
+    scores = score(cfg)
+    for s in scores:
         print(
             f"{s.structure} {s.sequence_name}: mean NLL {s.mean_nll:.3f} (+- {s.std_nll:.3f} over "
             f"{s.orders} orders), perplexity {s.perplexity:.2f}, {s.scored} residues"
         )
     print(f"wrote {cfg.out}")
+    keys = ("structure", "sequence_name", "mean_nll", "std_nll", "perplexity", "scored", "orders")
+    args.result = {"out": cfg.out, "scores": [{k: getattr(s, k) for k in keys} for s in scores]}
     return 0

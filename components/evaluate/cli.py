@@ -7,10 +7,24 @@ import dataclasses
 import json
 import sys
 
+# the subcommands this module adds, with their line in `invfold --help` (listed without building them)
+COMMANDS = {
+    "evaluate": "perplexity, recovery, confusion matrix and a report for a trained model",
+}
+
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "evaluate": (
+        "invfold evaluate train/model.pt --data prepared/ --out eval/",
+        "invfold evaluate proteinmpnn:v_48_020 --data prepared/ --out eval-published/",
+        "invfold evaluate models:/invfold-inverse-folding@champion --data prepared/ --out eval/ --tracking-uri http://mlflow:5000",
+    ),
+}
+
 
 def add_parser(subparsers) -> None:
-    from invfold.components.evaluate.evaluate import EvaluateConfig
-    from invfold.components.tracking import CommandTracking
+    from invfold.components.evaluate.config import EvaluateConfig
+    from invfold.components.tracking.tracker import CommandTracking
     from invfold.options import add_command
 
     add_command(
@@ -19,7 +33,7 @@ def add_parser(subparsers) -> None:
         run,
         EvaluateConfig,
         CommandTracking,
-        help="perplexity, recovery, confusion matrix and a report for a trained model",
+        help=COMMANDS["evaluate"],
         description="Score a model on the prepared test set and its subsets (short chains, "
         "single-chain, any subset datasets): perplexity, median recovery of designed sequences, "
         "confusion matrix, recovery by length, burial and secondary structure, recall per residue, "
@@ -29,30 +43,36 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
-    from invfold.components.tracking import CommandTracking
+    from invfold import storage
+    from invfold.components.evaluate.config import EvaluateConfig
+    from invfold.components.model.reference import check_model, resolve_model
+    from invfold.components.tracking.tracker import CommandTracking
     from invfold.options import from_args
 
-    cfg = from_args(EvaluateConfig, args)
-    tracking = from_args(CommandTracking, args).context()
-    if tracking is None:
+    cfg = from_args(EvaluateConfig, args)  # inputs judged before torch is imported
+    check_model(cfg.model_path, onnx=False)
+    storage.require_local(cfg.data, "an existing prepared folder (invfold prep --out)")
+    tracking = from_args(CommandTracking, args)
+    cfg.model_path = resolve_model(cfg.model_path, tracking.tracking_uri)
+    check_model(cfg.model_path, onnx=False)  # a registered model without its checkpoint is ONNX only
+    from invfold.components.evaluate.evaluate import evaluate
+
+    context = tracking.context()
+    if context is None:
         metrics = evaluate(cfg)
     else:
         from invfold.components.evaluate.step import record_evaluation
         from invfold.components.tracking import Tracker
 
-        with Tracker(tracking, "evaluate", params=dataclasses.asdict(cfg)) as tracker:
+        with Tracker(context, "evaluate", params=dataclasses.asdict(cfg)) as tracker:
             metrics = evaluate(cfg)
             record_evaluation(tracker, metrics, cfg.data, cfg.out)
         print(tracker.where(), file=sys.stderr)
-    print(
-        json.dumps(
-            {
-                name: {k: v for k, v in m.items() if k in ("perplexity", "recovery", "proteins")}
-                for name, m in metrics["datasets"].items()
-            },
-            indent=2,
-        )
-    )
+    figures = {
+        name: {k: v for k, v in m.items() if k in ("perplexity", "recovery", "proteins")}
+        for name, m in metrics["datasets"].items()
+    }
+    print(json.dumps(figures, indent=2))
     print(f"wrote {cfg.out} (report.html)")
+    args.result = {"out": cfg.out, "datasets": figures}
     return 0

@@ -1,5 +1,21 @@
-"""ONNX export with an onnxruntime parity gate (see README.md for the I/O contract)."""
+"""ONNX export with an onnxruntime parity gate (see README.md for the I/O contract).
 
-from invfold.components.export.onnx_export import ExportConfig, ParityError, check_parity, export_onnx, write_onnx
+The names below load on first use (PEP 562), so `invfold.components.export.config` imports
+without torch (the CLI builds its options from it)."""
 
-__all__ = ["ExportConfig", "ParityError", "check_parity", "export_onnx", "write_onnx"]
+import importlib
+
+_WHERE = {
+    "ExportConfig": "invfold.components.export.config",
+    "ParityError": "invfold.components.export.onnx_export",
+    "check_parity": "invfold.components.export.onnx_export",
+    "export_onnx": "invfold.components.export.onnx_export",
+    "write_onnx": "invfold.components.export.onnx_export",
+}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,9 +5,23 @@ from __future__ import annotations
 import argparse
 import json
 
+# the subcommands this module adds, with their line in `invfold --help` (listed without building them)
+COMMANDS = {
+    "export": "export a model to one ONNX file, gated on onnxruntime/PyTorch parity",
+}
+
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "export": (
+        "invfold export train/model.pt --data prepared/ --out model.onnx",
+        "invfold export proteinmpnn:v_48_020 --out v_48_020.onnx",
+    ),
+}
+
 
 def add_parser(subparsers) -> None:
-    from invfold.components.export.onnx_export import ExportConfig
+    from invfold.components.export.config import ExportConfig
+    from invfold.components.model.reference import ModelSource
     from invfold.options import add_command
 
     add_command(
@@ -15,25 +29,28 @@ def add_parser(subparsers) -> None:
         "export",
         run,
         ExportConfig,
-        help="export a model to one ONNX file, gated on onnxruntime/PyTorch parity",
+        ModelSource,
+        help=COMMANDS["export"],
         description="Export an invfold model file to ONNX (dynamic batch and length) and check "
         "that onnxruntime reproduces PyTorch's logits on real proteins; exits 1 when it does not.",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold.components.export.onnx_export import ExportConfig, export_onnx
+    from invfold import storage
+    from invfold.components.export.config import ExportConfig
+    from invfold.components.model.reference import ModelSource, check_model, resolve_model
     from invfold.options import from_args
 
-    cfg = from_args(ExportConfig, args)
+    cfg = from_args(ExportConfig, args)  # inputs judged before torch is imported
+    check_model(cfg.model_path, onnx=False)
+    storage.require_local(cfg.parity_data, "an existing prepared folder or protein set")
+    cfg.model_path = resolve_model(cfg.model_path, from_args(ModelSource, args).tracking_uri)
+    check_model(cfg.model_path, onnx=False)
+    from invfold.components.export.onnx_export import export_onnx
+
     result = export_onnx(cfg)  # a ParityError exits 1 with its message (src/invfold/cli.py)
-    print(
-        json.dumps(
-            {
-                k: getattr(result, k)
-                for k in ("onnx", "opset", "max_abs_diff", "tolerance", "size_bytes", "report_path")
-            },
-            indent=2,
-        )
-    )
+    keys = ("onnx", "opset", "max_abs_diff", "tolerance", "size_bytes", "report_path")
+    args.result = {k: getattr(result, k) for k in keys}
+    print(json.dumps(args.result, indent=2))
     return 0

@@ -17,13 +17,13 @@ import torch
 
 from invfold import storage
 from invfold.components.export import runtime
-from invfold.components.model.io import load_model
+from invfold.components.export.config import ExportConfig
+from invfold.components.model.io import load_model_or_published
 from invfold.components.protein.alphabet import ALPHABET
 from invfold.components.protein.batch import collate
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
-from invfold.errors import ConfigError, InvfoldError
-from invfold.options import option
+from invfold.errors import ConfigError, InputError, InvfoldError
 
 log = logging.getLogger(__name__)
 
@@ -41,41 +41,6 @@ class ParityError(InvfoldError, RuntimeError):
         self.max_abs_diff = max_abs_diff
         self.tolerance = tolerance
         self.report = report
-
-
-@dataclass
-class ExportConfig:
-    """model_path: an invfold model file (save_model). out_path: the .onnx to write; the parity
-    report goes beside it as <stem>.parity.json.
-    parity_records: proteins to check parity on; else parity_data (a prepared-data folder, or any
-    protein set read_protein_set accepts); else the bundled real sample.
-    parity_chains: how many chains, spread over the length range (at most max_length residues).
-    """
-
-    model_path: str = option(positional=True, metavar="MODEL", help="model file written by training (model.pt)")
-    out_path: str = option(aliases=("--out",), help="the .onnx file to write")
-    parity_records: list[ChainRecord] | None = option(None, "proteins to check parity on (Python only)", cli=False)
-    parity_data: str | None = option(
-        None,
-        "proteins for the parity check: a prepared-data folder or any protein set (jsonl, TS50 json, "
-        "PDB/mmCIF); default: the bundled real sample",
-        aliases=("--data",),
-    )
-    tolerance: float = option(1e-4, "largest allowed |logit difference|")
-    parity_chains: int = option(4, "parity chains of different lengths", aliases=("--chains",))
-    max_length: int = option(500, "longest parity chain, in residues")
-    seed: int = option(0, "seed of the decoding order of the parity check")
-    opset: int | None = option(None, "ONNX opset (default: the exporter's)")
-
-    def __post_init__(self):
-        if not str(self.out_path).endswith(".onnx"):
-            raise ConfigError(f"ExportConfig.out_path: expected a path ending in .onnx, got {self.out_path!r}")
-        if not self.tolerance > 0:
-            raise ConfigError(f"ExportConfig.tolerance: expected > 0, got {self.tolerance!r}")
-        if self.parity_chains < 1:
-            raise ConfigError(f"ExportConfig.parity_chains: expected >= 1, got {self.parity_chains!r}")
-        if self.parity_records is not None and not self.parity_records:
-            raise ConfigError("ExportConfig.parity_records: expected at least one record, got an empty list")
 
 
 @dataclass(frozen=True)
@@ -107,8 +72,9 @@ def report_path(out_path: str | os.PathLike) -> Path:
 def bundled_sample() -> str:
     path = resources.files("invfold.data") / SAMPLE_RESOURCE
     if not path.is_file():
-        raise FileNotFoundError(
-            f"the bundled sample {SAMPLE_RESOURCE} is missing from invfold.data; give parity records or a data path"
+        raise ConfigError(
+            f"the bundled sample {SAMPLE_RESOURCE} is missing from invfold.data; give --parity-data (a prepared "
+            "folder or a protein set)"
         )
     return str(path)
 
@@ -117,9 +83,13 @@ def load_parity_records(data: str | None, count: int, max_length: int) -> list[C
     """`count` real chains of different lengths (shortest, longest and evenly between)."""
     records = [r for r in _read_records(data or bundled_sample()) if len(r) <= max_length and np.asarray(r.mask).any()]
     if not records:
-        raise ValueError(
-            f"{data or SAMPLE_RESOURCE}: no chain of at most {max_length} residues "
-            "with an observed residue for the parity check"
+        raise InputError(
+            data or SAMPLE_RESOURCE,
+            None,
+            None,
+            f"a chain of at most {max_length} residues (--max-length) with an observed residue for the parity check",
+            "none",
+            reason="no_parity_chain",
         )
     records.sort(key=len)
     picks = np.unique(np.linspace(0, len(records) - 1, min(count, len(records))).round().astype(int))
@@ -225,17 +195,17 @@ def check_parity(
 
 def export_onnx(cfg: ExportConfig) -> ExportResult:
     """Export, check parity, and write <stem>.parity.json. On a parity failure the graph is kept
-    as <stem>.rejected.onnx (for inspection), nothing is left at out_path, and ParityError is
+    as <stem>.rejected.onnx (for inspection), nothing is left at cfg.out, and ParityError is
     raised."""
     import onnxruntime
 
-    model = load_model(cfg.model_path)
+    model = load_model_or_published(cfg.model_path)
     records = (
         cfg.parity_records
         if cfg.parity_records is not None
         else load_parity_records(cfg.parity_data, cfg.parity_chains, cfg.max_length)
     )
-    out = Path(cfg.out_path)
+    out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.with_name(out.stem + ".rejected.onnx")
     opset = write_onnx(model, staging, cfg.opset)

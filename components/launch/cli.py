@@ -9,10 +9,24 @@ from __future__ import annotations
 import argparse
 import sys
 
+# the subcommands this module adds, with their line in `invfold --help` (listed without building them)
+COMMANDS = {
+    "train": "train a model on prepared data with N local processes",
+}
+
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "train": (
+        "invfold train --data prepared/ --out train/ --nproc 2 --time-budget 600",
+        "invfold train --data prepared/ --out ds/ --strategy deepspeed --zero-stage 2 --recipe full --max-steps 2000",
+        "invfold train --data prepared/ --out ft/ --init-from proteinmpnn:v_48_020 --time-budget 900",
+    ),
+}
+
 
 def add_parser(subparsers) -> None:
     from invfold.components.launch.processes import LocalProcesses
-    from invfold.components.tracking import CommandTracking
+    from invfold.components.tracking.tracker import CommandTracking
     from invfold.components.train import recipes
     from invfold.components.train.config import TrainConfig
     from invfold.options import add_command, marked_defaults
@@ -24,7 +38,7 @@ def add_parser(subparsers) -> None:
         TrainConfig,
         LocalProcesses,
         CommandTracking,
-        help="train a model on prepared data with N local processes",
+        help=COMMANDS["train"],
         description="Train an inverse-folding model on a prep output folder with DDP, Horovod or "
         "DeepSpeed, on N processes of this machine. Writes model.pt, checkpoints/, metrics.jsonl, "
         "tensorboard/ and summary.json under --out; resumes from the newest complete checkpoint.",
@@ -50,23 +64,52 @@ def chosen_settings(args: argparse.Namespace) -> dict:
     return {k: unmarked(v) for k, v in settings.items() if hasattr(args, k) and not given(args, k)}
 
 
+def record_initial_preset(cfg, preset_given: bool) -> None:
+    """Fine-tuning keeps the initial model's architecture: a --preset that names another one is
+    refused, and the preset recorded (train_config.json, MLflow) is the initial model's."""
+    from invfold.components.train.config import FINE_TUNE_OVERRIDES
+    from invfold.errors import ConfigError
+
+    initial = cfg.initial_model().cfg.preset_name(ignore=FINE_TUNE_OVERRIDES)
+    if preset_given and initial != cfg.preset:
+        raise ConfigError(
+            f"--preset {cfg.preset} conflicts with --init-from {cfg.init_from}, whose architecture is "
+            f"{f'preset {initial}' if initial else 'of its own'}: fine-tuning keeps it; leave out --preset"
+        )
+    if initial is not None:
+        cfg.preset = initial
+
+
 def run(args: argparse.Namespace) -> int:
+    from invfold import storage
     from invfold.components.launch.processes import LocalProcesses, launch_local
-    from invfold.components.tracking import CommandTracking
+    from invfold.components.model.reference import check_model, resolve_model
+    from invfold.components.tracking.tracker import CommandTracking
     from invfold.components.train.config import TrainConfig
-    from invfold.options import from_args, unmarked
+    from invfold.options import from_args, given, unmarked
 
     cfg = from_args(TrainConfig, args, **chosen_settings(args))
     processes = from_args(LocalProcesses, args)
+    tracking = from_args(CommandTracking, args)
+    storage.require_local(cfg.data, "an existing prepared folder (invfold prep --out)")
+    if cfg.init_from is not None:  # judged before torch is imported, then an MLflow URI downloaded
+        check_model(cfg.init_from, "--init-from", onnx=False)
+        cfg.init_from = resolve_model(cfg.init_from, tracking.tracking_uri)
+        check_model(cfg.init_from, "--init-from", onnx=False)
+        record_initial_preset(cfg, preset_given=given(args, "preset"))
     nproc = unmarked(processes.procs_per_node)
-    tracking = from_args(CommandTracking, args).context()
+    context = tracking.context()
     # a bad --model override or init_from fails in launch_local, before any process starts
-    if tracking is None:
+    if context is None:
         code = launch_local(cfg, nproc, launcher=processes.launcher)
     else:
-        code = _train_recorded(cfg, nproc, processes.launcher, tracking)
+        code = _train_recorded(cfg, nproc, processes.launcher, context)
     if code != 0:
         print(f"invfold train: the {cfg.strategy} job exited with status {code}", file=sys.stderr)
+    else:
+        print(f"wrote {cfg.out}/model.pt, metrics.jsonl, summary.json (checkpoints: {cfg.checkpoint_dir})")
+    args.result = {"out": cfg.out, "model": f"{cfg.out}/model.pt" if code == 0 else None, "preset": cfg.preset}
+    args.result |= {"checkpoint_dir": cfg.checkpoint_dir, "strategy": cfg.strategy}
     return code
 
 

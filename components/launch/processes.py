@@ -23,7 +23,6 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from invfold.components.prep.shards import open_prepared
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.memory import allocator_env, memory_warning
 from invfold.components.train.strategies import STRATEGIES, local_launchers, strategy_spec
@@ -53,7 +52,7 @@ def _horovodrun() -> str:
     beside = Path(sys.executable).parent / "horovodrun"
     found = str(beside) if beside.exists() else shutil.which("horovodrun")
     if not found:
-        raise RuntimeError("horovodrun not found: install Horovod (scripts/build_horovod.sh)")
+        raise ConfigError("--strategy horovod: horovodrun not found; install Horovod (scripts/build_horovod.sh)")
     return found
 
 
@@ -92,6 +91,21 @@ def launch_command(cfg: TrainConfig, nproc: int, config_path: str, launcher: str
     ]
 
 
+def refuse_earlier_checkpoints(cfg: TrainConfig) -> None:
+    """--no-resume over a checkpoint folder that holds complete checkpoints: every rank would
+    refuse it (trainer.py); refused here in one line before any process starts."""
+    if cfg.resume or ("://" not in cfg.checkpoint_dir and not os.path.isdir(cfg.checkpoint_dir)):
+        return
+    from invfold.components.train import checkpoint as ckpt
+
+    latest = ckpt.latest_complete(cfg.checkpoint_dir)
+    if latest:
+        raise ConfigError(
+            f"--no-resume: {cfg.checkpoint_dir} holds checkpoints of an earlier run (newest {latest}); remove "
+            "them, choose another --checkpoint-dir, or resume from them (leave out --no-resume)"
+        )
+
+
 def launch_local(
     cfg: TrainConfig, nproc: int, launcher: str | None = None, extra_env: dict[str, str] | None = None
 ) -> int:
@@ -99,10 +113,13 @@ def launch_local(
     SIGTERM/SIGINT to this process are passed on, so the ranks checkpoint before leaving."""
     if nproc < 1:
         raise ConfigError(f"nproc: expected a positive number of processes, got {nproc}")
+    refuse_earlier_checkpoints(cfg)
     initial = cfg.initial_model()
     warning = memory_warning(
         cfg.model_config(initial.cfg if initial is not None else None), cfg.tokens_per_batch, nproc
     )
+    from invfold.components.prep.shards import open_prepared  # here: `invfold train --help` needs no pyarrow
+
     open_prepared(cfg.data).open(cfg.train_dataset)  # a bad --data fails here, not in every rank
     if warning:
         print(f"invfold train: warning: {warning}", file=sys.stderr, flush=True)

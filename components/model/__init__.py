@@ -1,7 +1,22 @@
-"""The inverse-folding network, its config and its file format."""
+"""The inverse-folding network, its config and its file format.
 
-from invfold.components.model.config import ModelConfig
-from invfold.components.model.io import load_model, save_model
-from invfold.components.model.network import InverseFoldingModel, random_decoding_order, sampling_noise
+The names below load on first use (PEP 562), so `invfold.components.model.config` (a light
+dataclass the CLI builds its options from) imports without torch."""
 
-__all__ = ["ModelConfig", "InverseFoldingModel", "load_model", "save_model", "random_decoding_order", "sampling_noise"]
+import importlib
+
+_WHERE = {
+    "ModelConfig": "invfold.components.model.config",
+    "load_model": "invfold.components.model.io",
+    "save_model": "invfold.components.model.io",
+    "InverseFoldingModel": "invfold.components.model.network",
+    "random_decoding_order": "invfold.components.model.network",
+    "sampling_noise": "invfold.components.model.network",
+}
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str):
+    if name in _WHERE:
+        return getattr(importlib.import_module(_WHERE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

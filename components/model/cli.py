@@ -7,6 +7,20 @@ from dataclasses import dataclass
 
 from invfold.options import add_command, from_args, option
 
+# the subcommands this module adds, with their line in `invfold --help` (listed without building them)
+COMMANDS = {
+    "weights": "list or import published model weights (ProteinMPNN)",
+}
+
+# examples at the end of each subcommand's --help (real commands, as the README runs them)
+EXAMPLES = {
+    "weights list": ("invfold weights list",),
+    "weights import": (
+        "invfold weights import proteinmpnn:v_48_020 --out v_48_020.pt",
+        "invfold weights import proteinmpnn-soluble:v_48_020 --out soluble.pt",
+    ),
+}
+
 
 @dataclass
 class WeightsImport:
@@ -19,7 +33,7 @@ class WeightsImport:
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "weights",
-        help="list or import published model weights (ProteinMPNN)",
+        help=COMMANDS["weights"],
         description="Convert published ProteinMPNN weights (from the optional proteinmpnn package, "
         "never downloaded at run time) into an invfold model file of the `proteinmpnn` preset.",
     )
@@ -32,17 +46,21 @@ def add_parser(subparsers) -> None:
 def run_list(args: argparse.Namespace) -> int:
     from invfold.components.model import published
 
-    for weights in published.available():
-        print(weights.name)
+    names = [weights.name for weights in published.available()]
+    print("\n".join(names))
+    args.result = {"weights": names}
     return 0
 
 
 def run_import(args: argparse.Namespace) -> int:
     from invfold.components.model import published
-    from invfold.components.model.io import save_model
 
     opts = from_args(WeightsImport, args)
+    published.locate(opts.name)  # an unknown name is one line, before torch is imported
+    from invfold.components.model.io import save_model
+
     model, provenance = published.load_published(opts.name)
     save_model(opts.out, model, provenance)
     print(f"{opts.name} -> {opts.out} ({model.num_parameters()} parameters, preset proteinmpnn)")
+    args.result = {"name": opts.name, "out": opts.out, "parameters": model.num_parameters()}
     return 0

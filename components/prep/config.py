@@ -18,7 +18,7 @@ class PrepConfig:
     input: a chain_set.jsonl[.gz], a TS50 JSON list, a structure file or a folder of them (local
         path or remote URI). split_file: train/validation/test names; when absent prep makes the
         split (see split.py). subset_files: `test`-only files that become named datasets.
-    output: folder (local path or remote URI) for the Arrow files, index.json and the card.
+    out: folder (local path or remote URI) for the Arrow files, index.json and the card.
     Filters (the field's defaults): alphabet = the 20 standard letters (chains with other letters
         are dropped, except X: an unknown residue or a numbering gap, kept in place and masked);
         max_length = 500 (CATH 4.2 and ProteinMPNN-style training cap); min_length = 30 (shorter
@@ -47,7 +47,7 @@ class PrepConfig:
     """
 
     input: str = option(positional=True, help="protein set path or URI")
-    output: str = option(aliases=("--out",), help="output folder (path or URI)")
+    out: str = option(aliases=("--output",), help="output folder (path or URI)")
     split_file: str | None = option(
         None,
         "chain_set_splits.json with train/validation/test; without it prep makes a split that keeps "
@@ -88,14 +88,14 @@ class PrepConfig:
     log_every: int = option(5000, "records between progress lines")
 
     def __post_init__(self):
-        self.input, self.output = str(self.input), str(self.output)
+        self.input, self.out = str(self.input), str(self.out)
         if self.split_file is not None:
             self.split_file = str(self.split_file)
         self.subset_files = [str(p) for p in self.subset_files]
         self.check_against = str(self.check_against) if self.check_against else None
         self.split_fractions = tuple(float(f) for f in self.split_fractions)
-        if not self.input or not self.output:
-            raise ConfigError("input and output must be given")
+        if not self.input or not self.out:
+            raise ConfigError("PrepConfig: input and out must be given")
         if not 1 <= self.min_length <= self.max_length:
             raise ConfigError(
                 f"need 1 <= min_length <= max_length, got min_length={self.min_length}, max_length={self.max_length}"

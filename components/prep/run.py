@@ -384,12 +384,12 @@ class _Written:
 
 
 def run_prep(cfg: PrepConfig) -> PrepResult:
-    """Prepare `cfg.input` into `cfg.output`; raises InputError on bad input (see module policy)."""
+    """Prepare `cfg.input` into `cfg.out`; raises InputError on bad input (see module policy)."""
     start = time.monotonic()
     reference = _open_reference(cfg) if cfg.check_against else None  # fail before the first pass
     plan = _plan_split(cfg)
-    remote = storage.is_remote(cfg.output)
-    out_dir = Path(cfg.output.removeprefix("file://")).absolute()
+    remote = storage.is_remote(cfg.out)
+    out_dir = Path(cfg.out.removeprefix("file://")).absolute()
     if remote:
         staging = Path(tempfile.mkdtemp(prefix=".prep-"))
     else:
@@ -400,7 +400,7 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
         written = _write_shards(cfg, plan, staging, collect_external=reference is not None)
         _check_split(cfg, plan, written, reference)
         card = _write_card(cfg, plan, written, staging)
-        _publish(staging, cfg.output, remote, out_dir)
+        _publish(staging, cfg.out, remote, out_dir)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     seconds = time.monotonic() - start
@@ -413,7 +413,7 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
         card["digest"],
     )
     datasets = {n: d["chains"] for n, d in card["datasets"].items()}
-    return PrepResult(cfg.output, card["digest"], card["counts"], datasets, card, seconds)
+    return PrepResult(cfg.out, card["digest"], card["counts"], datasets, card, seconds)
 
 
 def _plan_split(cfg: PrepConfig) -> _SplitPlan:

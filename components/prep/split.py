@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from invfold.components.protein.complexes import entry_of
-from invfold.errors import ConfigError
+from invfold.errors import ConfigError, InvfoldError
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ def _mmseqs(*args: str, cwd: Path) -> None:
     cmd = ["mmseqs", *args, "--threads", "1", "-v", "1"]
     done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+        raise InvfoldError(f"{' '.join(cmd)} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
 
 
 def _mmseqs_cluster(seqs: dict[str, str], threshold: float) -> dict[str, str]:
@@ -249,7 +249,7 @@ def _mmseqs_cluster(seqs: dict[str, str], threshold: float) -> dict[str, str]:
             out[names[int(member)]] = names[int(rep)]
     missing = set(seqs) - set(out)
     if missing:
-        raise RuntimeError(f"mmseqs easy-cluster left {len(missing)} sequence(s) unassigned")
+        raise InvfoldError(f"mmseqs easy-cluster left {len(missing)} sequence(s) unassigned")
     return out
 
 

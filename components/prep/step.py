@@ -21,9 +21,7 @@ def prep_step(
     """Prep into prepared_path, copy its card to card_path; returns the artifact metadata."""
 
     start = time.perf_counter()
-    result = run_prep(
-        PrepConfig(input=data_uri, output=prepared_path, split_file=split_file or None, complexes=complexes)
-    )
+    result = run_prep(PrepConfig(input=data_uri, out=prepared_path, split_file=split_file or None, complexes=complexes))
     shutil.copyfile(open_prepared(prepared_path).root / "card.md", card_path)
     seconds = time.perf_counter() - start
     record_timing("prep", seconds, digest=result.digest[:19])

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ALPHABET = "ACDEFGHIKLMNPQRSTVWY"
 NUM_AA = len(ALPHABET)
@@ -37,6 +40,8 @@ THREE_TO_ONE = {
 
 def encode(seq: str) -> np.ndarray:
     """Indices into ALPHABET; raises KeyError naming the first letter outside it."""
+    import numpy as np  # here, not at the top: configs import ALPHABET, and `invfold --help` needs no numpy
+
     try:
         return np.fromiter((AA_TO_INDEX[c] for c in seq), dtype=np.int64, count=len(seq))
     except KeyError as err:

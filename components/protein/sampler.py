@@ -17,8 +17,10 @@ process this is exactly the greedy packing of pack_by_length.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where it runs: TrainConfig reads BALANCE_MODES, and the CLI's
+    import numpy as np  # parser (built from TrainConfig) must answer --help without numpy
 
 BALANCE_STEPS = 16
 BALANCE_MODES = ("interleaved", "pairs")
@@ -27,6 +29,8 @@ BALANCE_MODES = ("interleaved", "pairs")
 def pack_by_length(lengths: np.ndarray, indices, tokens_per_batch: int) -> list[list[int]]:
     """`indices` sorted by length (stable: ties keep their given order) and packed into batches
     whose padded size (rows x longest) stays within the residue budget."""
+    import numpy as np
+
     indices = np.asarray(indices, dtype=np.int64)
     batches, current, longest = [], [], 0
     for index in indices[np.argsort(lengths[indices], kind="stable")].tolist():
@@ -46,6 +50,8 @@ def pack_steps(lengths: np.ndarray, indices, tokens_per_batch: int, world: int) 
     world x rows consecutive chains, as many rows as the budget allows for the step's longest
     chain, and rank r's batch is every world-th of them. Returns (batches in step order, the
     last < world chains, which make no step)."""
+    import numpy as np
+
     indices = np.asarray(indices, dtype=np.int64)
     ordered = indices[np.argsort(lengths[indices], kind="stable")]
     batches: list[list[int]] = []
@@ -84,6 +90,8 @@ class TokenBudgetSampler:
     balance: str = "interleaved"
 
     def __post_init__(self) -> None:
+        import numpy as np
+
         self.lengths = np.asarray(self.lengths, dtype=np.int64)
         if self.lengths.ndim != 1 or len(self.lengths) == 0:
             raise ValueError("TokenBudgetSampler.lengths: expected a non-empty 1-d array of chain lengths")
@@ -110,6 +118,8 @@ class TokenBudgetSampler:
     def _pools(self, epoch: int, steps: bool) -> tuple[list[np.ndarray], np.random.Generator]:
         """The epoch's shuffled order cut into pools of about pool_batches x budget residues
         (steps=True: pool_batches steps of world_size batches each)."""
+        import numpy as np
+
         rng = np.random.default_rng([self.seed, epoch])
         order = rng.permutation(len(self.lengths)) if self.shuffle else np.arange(len(self.lengths))
         pool_tokens = self.pool_batches * self.tokens_per_batch * (self.world_size if steps else 1)

@@ -23,6 +23,7 @@ from invfold.components.protein.batch import collate
 from invfold.components.register.decision import Champion, Comparison, Evaluation, StartingPoint, decide
 from invfold.components.tracking import RunContext, Tracker
 from invfold.components.train.record import MODEL_PT_ARTIFACT
+from invfold.errors import InputError
 from invfold.runtime import record_timing
 
 TAG_RECOVERY = "invfold.validation_recovery"  # what champions are compared on
@@ -43,7 +44,9 @@ def validation_recovery(model: str, prepared_path: str) -> float:
 
     recovery = score_split(model, prepared_path, "validation", threads=os.cpu_count())["recovery"]
     if recovery != recovery:
-        raise ValueError(f"{model}: validation recovery is not finite on {prepared_path}")
+        raise InputError(
+            prepared_path, None, "validation", f"a finite validation recovery of {model}", recovery, reason="not_finite"
+        )
     return float(recovery)
 
 
@@ -147,7 +150,7 @@ def register_step(
     with Tracker(ctx, "register") as tracker:
         start = time.perf_counter()
         exported = export_onnx(
-            ExportConfig(model_path=os.path.join(model_path, "model.pt"), out_path=onnx_path, parity_data=prepared_path)
+            ExportConfig(model_path=os.path.join(model_path, "model.pt"), out=onnx_path, parity_data=prepared_path)
         )
         export_metrics = {
             "parity_max_abs_diff": exported.max_abs_diff,

@@ -9,6 +9,7 @@ from invfold.components.tracking.tracker import (
     Tracker,
     TrackingError,
     default_tracking_uri,
+    fetch_model_uri,
     fetch_registered_file,
     finish_pipeline,
     in_cluster,
@@ -16,6 +17,7 @@ from invfold.components.tracking.tracker import (
 )
 
 __all__ = [
+    "fetch_model_uri",
     "fetch_registered_file",
     "CHAMPION",
     "CommandTracking",

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from invfold import __version__, storage
-from invfold.errors import ConfigError, InvfoldError
+from invfold.errors import ConfigError, InputError, InvfoldError
 from invfold.options import option
 
 log = logging.getLogger(__name__)
@@ -127,8 +127,9 @@ class CommandTracking:
 
     tracking_uri: str | None = option(
         None,
-        "record this run in MLflow at URI (a server, or sqlite:///FILE such as invfold run's "
-        "runs/mlflow.db); with only --experiment: MLFLOW_TRACKING_URI",
+        "MLflow at URI (a server, or sqlite:///FILE such as invfold run's runs/mlflow.db): where a "
+        "models:/ or runs:/ MODEL is read from (default MLFLOW_TRACKING_URI), and where this command "
+        "records a run of its own when given (with only --experiment: at MLFLOW_TRACKING_URI)",
         metavar="URI",
     )
     experiment: str | None = option(
@@ -600,3 +601,74 @@ def fetch_registered_file(tracking_uri: str, model_name: str, version: str, arti
     except (MlflowException, OSError) as err:
         raise TrackingError(f"{what}: its run {found.run_id} has no {artifact_path} ({err})") from None
     return {"path": path, "version": str(found.version), "run_id": found.run_id}
+
+
+def fetch_model_uri(
+    tracking_uri: str,
+    dst: str,
+    *,
+    model_name: str | None = None,
+    version: str | None = None,
+    checkpoint: str | None = None,
+    run_id: str | None = None,
+    artifact_path: str | None = None,
+) -> str:
+    """The local model file an MLflow model URI names (components/model/reference.py parses it):
+    a registered version (number or alias) -> its run's `checkpoint` artifact when the run logged
+    one, else the version's own (ONNX) model; a run's artifact -> that file, or model.pt /
+    model.onnx inside that folder. A name, alias or run that does not exist is an InputError
+    (exit 2); a server that does not answer is a TrackingError."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    what = (
+        f"models:/{model_name}{'/' if str(version).isdigit() else '@'}{version}"
+        if model_name
+        else f"runs:/{run_id}/{artifact_path}"
+    )
+    if not tracking_uri:
+        raise TrackingError(f"{what}: no tracking URI; give --tracking-uri or set MLFLOW_TRACKING_URI")
+    ok, detail = reachable(tracking_uri)
+    if not ok:
+        raise TrackingError(f"{what}: the MLflow server {tracking_uri} does not answer ({detail})")
+    where = f"{what} (at {tracking_uri})"
+    # MLflow draws a progress bar per download on stderr: a model file is small, and the CLI's
+    # error (or --json) output should be the one line it prints
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    client = MlflowClient(tracking_uri)
+    if model_name:
+        try:
+            found = (
+                client.get_model_version(model_name, version)
+                if str(version).isdigit()
+                else client.get_model_version_by_alias(model_name, version)
+            )
+        except MlflowException as err:
+            raise InputError(where, None, None, "a registered model version", err.message.splitlines()[0]) from None
+        if checkpoint:
+            try:
+                return client.download_artifacts(found.run_id, checkpoint, dst)
+            except (MlflowException, OSError):
+                pass  # no checkpoint beside the registered model: the registered model itself
+        import mlflow.artifacts
+
+        source = client.get_model_version_download_uri(model_name, found.version)
+        local = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=dst, tracking_uri=tracking_uri)
+        return _model_file_in(local, where)
+    try:
+        local = client.download_artifacts(run_id, artifact_path, dst)
+    except (MlflowException, OSError) as err:
+        message = err.message.splitlines()[0] if isinstance(err, MlflowException) else str(err)
+        raise InputError(where, None, None, "an artifact of an existing run", message) from None
+    return _model_file_in(local, where)
+
+
+def _model_file_in(local: str, where: str) -> str:
+    if os.path.isfile(local):
+        return local
+    for name in ("model.pt", "model.onnx"):
+        if os.path.isfile(os.path.join(local, name)):
+            return os.path.join(local, name)
+    raise InputError(
+        where, None, None, "a model file or a folder holding model.pt or model.onnx", "a folder without one"
+    )

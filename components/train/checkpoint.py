@@ -38,7 +38,7 @@ def step_dir(root: str, step: int) -> str:
 def step_of(path: str) -> int:
     match = STEP_DIR.match(path.rstrip("/").rsplit("/", 1)[-1])
     if not match:
-        raise ValueError(f"{path}: not a checkpoint folder (expected step-XXXXXXXX)")
+        raise InputError(path, None, None, "a checkpoint folder named step-XXXXXXXX", "another name")
     return int(match.group(1))
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from invfold.components.train.strategies import strategy_spec
+from invfold.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,9 @@ def launcher_ranks(env: Mapping[str, str] = os.environ) -> tuple[int, int, int, 
                 local = int(env.get(names[2], rank))
                 local_world = int(env.get(names[3], world))
             except ValueError as err:
-                raise ValueError(f"{prefix} environment: expected integers in {names}: {err}") from None
+                raise ConfigError(f"{prefix} environment: expected integers in {names}: {err}") from None
             if not 0 <= rank < world:
-                raise ValueError(f"{prefix} environment: {names[0]}={rank} outside {names[1]}={world}")
+                raise ConfigError(f"{prefix} environment: {names[0]}={rank} outside {names[1]}={world}")
             return rank, world, local, local_world
     return 0, 1, 0, 1
 
@@ -85,7 +86,7 @@ def _rendezvous_env(rank: int, world: int, local: int, local_world: int) -> None
     os.environ["LOCAL_RANK"], os.environ["LOCAL_WORLD_SIZE"] = str(local), str(local_world)
     if "MASTER_ADDR" not in os.environ:
         if world != local_world:
-            raise ValueError(
+            raise ConfigError(
                 "MASTER_ADDR is not set and the job spans several nodes: set it to the "
                 "first host of the MPI hostfile (e.g. mpirun -x MASTER_ADDR=...)"
             )

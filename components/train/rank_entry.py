@@ -26,8 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="TrainConfig as JSON")
     args = parser.parse_args(argv)
 
-    cfg = TrainConfig.from_json(args.config)
-    info = setup(cfg.strategy, cfg.dist_timeout_s, trace_dir=os.path.join(cfg.out, "nccl-traces"))
+    try:
+        cfg = TrainConfig.from_json(args.config)
+        info = setup(cfg.strategy, cfg.dist_timeout_s, trace_dir=os.path.join(cfg.out, "nccl-traces"))
+    except InvfoldError as err:  # a bad config or launch environment: one line, the error's exit code
+        print(f"invfold train: error: {err}", file=sys.stderr, flush=True)
+        return err.exit_code
     logging.basicConfig(
         level=logging.INFO if info.is_main else logging.WARNING,
         format=f"%(asctime)s rank{info.rank} %(levelname)s %(name)s: %(message)s",

@@ -46,7 +46,7 @@ from invfold.components.train.config import TrainConfig
 from invfold.components.train.distributed import DistInfo
 from invfold.components.train.strategies import make_strategy
 from invfold.components.train.timing import PHASES, StepClock, summarize
-from invfold.errors import InvfoldError
+from invfold.errors import ConfigError, InvfoldError
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +372,7 @@ def _build(cfg: TrainConfig, info: DistInfo) -> _Run:
     settings = run_settings(cfg, model_cfg, data.digest, total_steps)
     latest = ckpt.latest_complete(cfg.checkpoint_dir)
     if latest and not cfg.resume:
-        raise ValueError(
+        raise ConfigError(
             f"{cfg.checkpoint_dir} holds checkpoints of an earlier run (newest {latest}) and "
             "resume is off: remove them or choose another checkpoint_dir"
         )
@@ -641,7 +641,7 @@ def _save(strategy, cfg: TrainConfig, info: DistInfo, pos: _Position, settings: 
 def _resume(strategy, directory: str, cfg: TrainConfig, info: DistInfo, settings: dict) -> _Position:
     marker = json.loads(ckpt.load_bytes(f"{directory}/{ckpt.MARKER}"))
     if (marker.get("strategy"), marker.get("zero_stage")) != (cfg.strategy, cfg.zero_stage):
-        raise ValueError(
+        raise ConfigError(
             f"{directory}: written by strategy {marker.get('strategy')!r} (ZeRO stage "
             f"{marker.get('zero_stage')}), cannot resume with {cfg.strategy!r} "
             f"(ZeRO stage {cfg.zero_stage}); use a new checkpoint_dir or resume=False"

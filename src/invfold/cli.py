@@ -6,16 +6,19 @@ Errors the project raises on purpose (`invfold.errors.InvfoldError`) are reporte
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import json
 import logging
+import re
 import sys
 
 from invfold import __version__
-from invfold.errors import InvfoldError
+from invfold.errors import EXIT_STATUS, InvfoldError
 from invfold.storage import redact
 
-# Each module exposes add_parser(subparsers) and keeps heavy imports inside its handlers,
-# so `invfold --help` stays fast.
+# Each module exposes COMMANDS (name -> its line in `invfold --help`) and add_parser(subparsers),
+# and keeps heavy imports inside its handlers.
 SUBCOMMAND_MODULES = (
     "invfold.components.prep.cli",
     "invfold.components.launch.cli",
@@ -26,39 +29,150 @@ SUBCOMMAND_MODULES = (
     "invfold.components.model.cli",
     "invfold.pipelines.cli",
 )
+GLOBAL_FLAGS = ("-h", "--help", "--version", "-v", "--verbose", "-q", "--quiet", "--json")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class CommandLineParser(argparse.ArgumentParser):
+    """A mistake on the command line in two lines, `invfold <cmd>: error: <message>` and where to
+    read more, instead of the whole usage (every subcommand's parser is one of these)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n  (see `{self.prog} --help`)\n")
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; given `command`, only the module that adds it builds its options (the
+    others are listed by name and help line), so `invfold X` imports X's config alone and
+    `invfold --help` none: help and mistakes answer without importing torch (issue 25)."""
+    parser = CommandLineParser(
         prog="invfold",
         description="Train protein inverse-folding models: prep -> train -> evaluate -> export, "
         "locally or on Kubeflow.",
     )
     parser.add_argument("--version", action="version", version=f"invfold {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_logging_flags(parser, default=False)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMAND_MODULES:
-        importlib.import_module(name).add_parser(subparsers)
+        module = importlib.import_module(name)
+        if command is None or command in module.COMMANDS:
+            module.add_parser(subparsers)
+        else:
+            for listed, line in module.COMMANDS.items():
+                subparsers.add_parser(listed, help=line)
+    examples = {}
+    for name in SUBCOMMAND_MODULES:
+        examples.update(getattr(importlib.import_module(name), "EXAMPLES", {}))
+    for sub in _leaf_parsers(parser):
+        add_logging_flags(sub, default=argparse.SUPPRESS)  # absent after the command: the global value
+        lines = examples.get(sub.prog.removeprefix("invfold "), ())
+        sub.epilog = ("examples:\n" + "".join(f"  {line}\n" for line in lines) + "\n" if lines else "") + EXIT_STATUS
+        sub.formatter_class = ExamplesFormatter
+    parser.epilog, parser.formatter_class = EXIT_STATUS, ExamplesFormatter
     return parser
 
 
+class ExamplesFormatter(argparse.HelpFormatter):
+    """Wraps the description as argparse does; the epilog (examples, exit status) keeps its lines."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith(("examples:", "exit status:")):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def add_logging_flags(parser: argparse.ArgumentParser, default) -> None:
+    """-v/--verbose and -q/--quiet, before the subcommand or after it (a subcommand that has its
+    own --verbose, `invfold run`'s alias of --show-logs, keeps it: -v is the logging flag there)."""
+    for short, long, help_text in (("-v", "--verbose", "debug logging"), ("-q", "--quiet", "warnings and errors only")):
+        taken = {s for action in parser._actions for s in action.option_strings}
+        names = [short] + ([long] if long not in taken else [])
+        parser.add_argument(*names, dest=long[2:], action="store_true", default=default, help=help_text)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        default=default,
+        help="the result as one JSON object on stdout (what the command prints goes to stderr)",
+    )
+
+
+def _leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """The parsers that run a command (`invfold weights import`, not `invfold weights`)."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+                found.extend(_leaf_parsers(sub) if nested else [sub])
+    return found
+
+
+def subcommand_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the (sub)subcommand `argv` names."""
+    current = parser
+    for word in argv:
+        actions = [a for a in current._actions if isinstance(a, argparse._SubParsersAction)]
+        if actions and word in actions[0].choices:
+            current = actions[0].choices[word]
+    return current
+
+
+def with_flag_names(message: str, parser: argparse.ArgumentParser) -> str:
+    """A config field in a message as the flag that sets it, so a user reads what to type:
+    "DesignConfig.design_chains" -> "--design-chains", "TrainConfig: give max_steps" -> "give
+    --max-steps". The configs name their fields (their messages serve Python callers too)."""
+    flags = {}
+    for action in parser._actions:
+        if action.option_strings:
+            flags.setdefault(action.dest, action.option_strings[0])
+        elif action.dest and action.dest != argparse.SUPPRESS:
+            flags.setdefault(action.dest, str(action.metavar or action.dest).upper())
+    about_config = re.search(r"\b[A-Z]\w*(?:\.\w+|: )", message)
+    message = re.sub(r"\b[A-Z]\w*\.(\w+)\b", lambda m: flags.get(m.group(1), m.group(0)), message)
+    message = re.sub(r"^[A-Z]\w*: ", "", message)
+    if about_config:  # bare field names: with an underscore, or listed ("max_steps, epochs or ...")
+        listed = r"\b[a-z]+(?:_[a-z]+)+\b|(?<=, )[a-z]+\b|(?<=or )[a-z]+\b|\b[a-z]+(?=,| or )"
+        message = re.sub(listed, lambda m: flags.get(m.group(0), m.group(0)), message)
+    return message
+
+
+def command_of(argv: list[str]) -> str:
+    """The subcommand word of a command line ("" when there is none: `invfold --help`)."""
+    for word in argv:
+        if word not in GLOBAL_FLAGS:
+            return "" if word.startswith("-") else word
+    return ""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_of(argv))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a mistake parse_args has already reported
+        return 0 if done.code is None else done.code if isinstance(done.code, int) else 2
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
     )
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    stdout = sys.stdout
     try:
-        result = args.func(args)
+        # --json: the handler's lines go to stderr, its `args.result` is the one object on stdout
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            code = int(args.func(args) or 0)
     except InvfoldError as err:  # a mistake the user can fix: its message, no traceback
-        print(f"invfold {args.command}: error: {redact(str(err))}", file=sys.stderr)
+        command = subcommand_parser(parser, argv)
+        message = redact(with_flag_names(str(err), command))
+        print(f"{command.prog}: error: {message}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"error": message, "exit_code": err.exit_code}), file=stdout)
         return err.exit_code
-    return int(result or 0)
+    if args.json:
+        print(json.dumps({**getattr(args, "result", {}), "exit_code": code}, default=str), file=stdout)
+    return code
 
 
 if __name__ == "__main__":

@@ -19,6 +19,14 @@ under it live beside the code that raises them:
 
 from __future__ import annotations
 
+# What `invfold` exits with (every --help ends with it; the README's table is this text)
+EXIT_STATUS = """exit status:
+  0    done
+  1    a step failed: a training job, the ONNX parity gate, MLflow, the KFP API, a pipeline step
+  2    a mistake in the command: an option, an input file, a model reference (one line says which)
+  3    training stopped: a run of non-finite steps (nothing saved)
+  143  stopped by SIGTERM after writing a checkpoint (run it again to resume)"""
+
 
 def redact_text(text: str) -> str:
     """Replaced by invfold.storage.redact when storage is imported (it sits above this module):

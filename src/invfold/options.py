@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
+import re
+import sys
 import types
 import typing
 from typing import Any, Literal
@@ -82,9 +85,30 @@ def choices_of(f: dataclasses.Field, hint: Any) -> tuple | None:
     return None
 
 
+@functools.cache
+def field_types(cls) -> dict[str, Any]:
+    """Each field's resolved type; a field off the command line (option(cli=False)) whose type
+    names a class imported only for type checkers (so that a config module stays light) keeps
+    its annotation text."""
+    try:
+        return typing.get_type_hints(cls)
+    except NameError:
+        module = vars(sys.modules[cls.__module__])
+        types_: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            try:
+                # the annotation is the module's own source text, evaluated as get_type_hints would
+                types_[f.name] = eval(f.type, module) if isinstance(f.type, str) else f.type  # noqa: S307
+            except NameError:
+                if f.metadata.get("cli", True):
+                    raise
+                types_[f.name] = f.type
+        return types_
+
+
 def cli_fields(cls) -> list[tuple[dataclasses.Field, Any]]:
     """(field, resolved type) of every field that is on the command line."""
-    hints = typing.get_type_hints(cls)
+    hints = field_types(cls)
     return [(f, hints[f.name]) for f in dataclasses.fields(cls) if f.metadata.get("cli", True)]
 
 
@@ -94,6 +118,14 @@ def _default(f: dataclasses.Field) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return dataclasses.MISSING
+
+
+def negated_help(text: str) -> str:
+    """The help of a --no-NAME switch read the way the switch works: the field's help says what
+    NAME does ("resume from the newest checkpoint (--no-resume: ignore them)"), the switch turns
+    it off ("ignore them (without it: resume from the newest checkpoint)")."""
+    found = re.match(r"^(.*) \(--no-[\w-]+: (.*)\)$", text)
+    return f"{found[2]} (without it: {found[1]})" if found else f"turn off: {text}"
 
 
 def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, skip: tuple[str, ...] = ()) -> None:
@@ -135,13 +167,15 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, 
             continue
         if base is bool and default is True:
             names = ["--no-" + f.name.replace("_", "-"), *meta.get("aliases", ())]
+            kwargs["help"] = negated_help(kwargs["help"])
         else:
             names = [flag(f.name), *meta.get("aliases", ())]
         if required:
             kwargs["required"] = True
         # collected values (append) start empty; the dataclass's own default applies when unset
         kwargs["default"] = None if kwargs.get("action") == "append" or required else default
-        if not (kwargs["default"] is None or kwargs["default"] is False or kwargs["default"] in ("", [], ())):
+        switch = base is bool  # a switch's help says what it does; "(default: True)" would not help
+        if not (switch or kwargs["default"] is None or kwargs["default"] is False or kwargs["default"] in ("", [], ())):
             kwargs["help"] += " (default: %(default)s)"
         parser.add_argument(*names, dest=f.name, **kwargs)
 
@@ -178,7 +212,7 @@ def from_args(cls, args: argparse.Namespace, **extra: Any):
 
 def check_choices(config) -> None:
     """Raise ConfigError naming the field when a value is not one of its choices."""
-    hints = typing.get_type_hints(type(config))
+    hints = field_types(type(config))
     for f in dataclasses.fields(config):
         choices = choices_of(f, hints[f.name])
         value = getattr(config, f.name)

@@ -165,6 +165,13 @@ def is_dir(uri: str | os.PathLike) -> bool:
         return False
 
 
+def require_local(uri: str | os.PathLike | None, expected: str = "an existing file or folder") -> None:
+    """Raise InputError when a local path does not exist (a URI is judged when it is read): the
+    CLIs check their inputs with it before importing the code that reads them."""
+    if uri is not None and not is_remote(uri) and not os.path.exists(_local_path(uri)):
+        raise InputError(uri, None, None, expected, "no such file or folder", reason="missing_file")
+
+
 def exists(uri: str | os.PathLike) -> bool:
     if not is_remote(uri):
         return os.path.exists(_local_path(uri))

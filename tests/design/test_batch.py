@@ -6,7 +6,7 @@ import torch
 
 from invfold.components.design import DesignConfig, cli, design
 from invfold.components.design.batch import design_batch, is_batch
-from invfold.components.design.design import parse_temperatures
+from invfold.components.design.config import parse_temperatures
 from invfold.components.export import write_onnx
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.protein.sources import read_protein_set

@@ -160,3 +160,19 @@ def test_cli_design_chains(tmp_path, pdb, models):
     args = parser.parse_args(["design", str(onnx), str(pdb), "--out", str(out), "-n", "2", "--design-chains", "A"])
     assert args.func(args) == 0
     assert [h.endswith("designed_chains=A fixed_chains=D") for h, _ in _fasta(out)] == [True, True]
+
+
+def test_cli_chain_id_jsonl_is_design_chains_from_a_file(tmp_path, pdb, models):
+    """ProteinMPNN's --chain_id_jsonl {entry: [[designed], [fixed]]} designs what --design-chains does."""
+    chain_ids = tmp_path / "chain_ids.jsonl"
+    chain_ids.write_text('{"%s": [["A"], ["D"]]}\n' % ENTRY)
+    pt = str(models["autoregressive"][0])
+    outs = []
+    for i, choice in enumerate((["--design-chains", "A"], ["--chain_id_jsonl", str(chain_ids)])):
+        parser = argparse.ArgumentParser()
+        cli.add_parser(parser.add_subparsers())
+        out = tmp_path / f"cli{i}.fasta"
+        args = parser.parse_args(["design", pt, str(pdb), "--out", str(out), "-n", "2", *choice])
+        assert args.func(args) == 0
+        outs.append(_fasta(out))
+    assert outs[0] == outs[1] and [h.endswith("designed_chains=A fixed_chains=D") for h, _ in outs[1]] == [True, True]

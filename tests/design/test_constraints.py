@@ -80,7 +80,9 @@ def test_bias_forces_omit_removes_and_fixed_keep(tmp_path, models, record):
     rows = [[0.0] * 21 for _ in range(len(record))]
     rows[39][18] = 200.0  # position 40: W (column 18 of ACDEFGHIKLMNPQRSTVWYX)
     by_res = write(tmp_path / "by_res.jsonl", {"1A8O": {"A": rows}})
-    designs = run_both(tmp_path, models, bias_aa=glycine, omit_aa=omit, fixed_positions_json=fixed, bias_by_res=by_res)
+    designs = run_both(
+        tmp_path, models, bias_aa=glycine, omit_aa_jsonl=omit, fixed_positions_json=fixed, bias_by_res=by_res
+    )
     observed = np.asarray(record.mask)
     for seq in designs:
         for i, letter in enumerate(seq):
@@ -143,7 +145,7 @@ def test_jsonl_lines_merge_and_a_repeated_entry_is_refused(tmp_path, record):
 def test_everything_omitted_somewhere_is_refused(tmp_path, models):
     omit = write(tmp_path / "o.jsonl", {"1A8O": {"A": [[[7], "ACDEFGHIKLMNPQRSTVWY"]]}})
     cfg = DesignConfig(
-        model=str(models[0]), structure=str(SAMPLE_CHAIN_SET), name=NAME, out=str(tmp_path / "x.fa"), omit_aa=omit
+        model=str(models[0]), structure=str(SAMPLE_CHAIN_SET), name=NAME, out=str(tmp_path / "x.fa"), omit_aa_jsonl=omit
     )
     with pytest.raises(ValueError, match="position 7 .*every letter omitted"):
         design(cfg)

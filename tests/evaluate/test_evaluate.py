@@ -31,9 +31,7 @@ def prepared(tmp_path_factory) -> str:
     subset.write_text(json.dumps({"test": test_names[:5]}))
     out = root / "prepared"
     run_prep(
-        PrepConfig(
-            input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS), subset_files=[str(subset)], output=str(out)
-        )
+        PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS), subset_files=[str(subset)], out=str(out))
     )
     return str(out)
 
@@ -220,7 +218,7 @@ def test_a_prepared_set_with_only_a_test_split_evaluates(model_path, tmp_path):
     names = json.loads(SAMPLE_SPLITS.read_text())["test"][:6]
     split = tmp_path / "external_splits.json"
     split.write_text(json.dumps({"train": [], "validation": [], "test": names}))
-    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(split), output=str(tmp_path / "prepared")))
+    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(split), out=str(tmp_path / "prepared")))
     metrics = evaluate(
         EvaluateConfig(model_path=model_path, data=str(tmp_path / "prepared"), out=str(tmp_path / "eval"))
     )

@@ -8,11 +8,13 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from unittest import mock
 
 import pytest
 import torch
 from mlflow import MlflowClient
 
+from invfold.cli import main
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.tracking import default_tracking_uri
 from invfold.data import SAMPLE_CHAIN_SET
@@ -53,6 +55,8 @@ def setup(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def design_run(setup):
+    """`invfold run --pipeline design` (the CLI's front door), which must hand the local runner
+    these parameters; the run it returns is what the tests below read."""
     params = {
         "structures": setup["structures"],
         "model_name": MODEL,
@@ -64,7 +68,21 @@ def design_run(setup):
         "threads": 1,
         "mlflow_experiment": "design-test",
     }
-    return run_design_local(params, runs_dir=setup["runs"], tracking_uri=setup["uri"])
+    argv = ["run", "--pipeline", "design", "--data", setup["structures"], "--model", f"models:/{MODEL}@champion"]
+    argv += ["--shards", "2", "--temperatures", "0.1,0.3", "--num-sequences", "2", "--score-orders", "2"]
+    argv += ["--threads", "1", "--experiment", "design-test"]
+    argv += ["--runs-dir", setup["runs"], "--tracking-uri", setup["uri"]]
+    calls = []
+
+    def runner(*args, **kwargs):
+        calls.append((args, kwargs, run_design_local(*args, **kwargs)))
+        return calls[-1][2]
+
+    with mock.patch("invfold.pipelines.local.run_design_local", runner):
+        assert main(argv) == 0
+    ((args, kwargs, run),) = calls
+    assert args == (params,) and kwargs == {"runs_dir": setup["runs"], "tracking_uri": setup["uri"]}
+    return run
 
 
 def _output(run, task: str, name: str) -> Path:

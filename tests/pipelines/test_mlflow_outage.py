@@ -31,7 +31,7 @@ def _train_steps_logged(metrics: Path) -> list[int]:
 
 def test_mlflow_server_killed_mid_training_costs_only_the_records(tmp_path, caplog):
     prepared = tmp_path / "prepared"
-    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS), output=str(prepared)))
+    run_prep(PrepConfig(input=str(SAMPLE_CHAIN_SET), split_file=str(SAMPLE_SPLITS), out=str(prepared)))
     (tmp_path / "mlflow").mkdir()
     server = MlflowServer(tmp_path / "mlflow")
     uri = server.start()

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 import yaml
 
-from invfold.pipelines.compile import COMMITTED_YAML
+from invfold.pipelines.compile import COMMITTED_DESIGN_YAML, COMMITTED_YAML
 from tests.pipelines.kfp_api import PREFIX, KfpApi
 
 TOKEN = f"kfp-token-{secrets.token_hex(8)}"
@@ -134,6 +134,31 @@ def test_namespace_goes_to_the_experiment_and_so_to_the_run(home):
     assert run["experiment_id"] == team_a["experiment_id"] != elsewhere["experiment_id"]
     assert "namespace" not in api.requests_to("POST", RUNS)[0].body
     assert TOKEN not in result.stdout + result.stderr
+
+
+def test_submit_design_sends_the_design_pipeline_with_the_registered_model(api, home):
+    args = ("--pipeline", "design", "--data", "s3://bucket/chains.jsonl", "--model", "models:/my-model/3")
+    result = invfold_submit(api.url, home, *args, "--shards", "3", "--temperatures", "0.1,0.2")
+    assert result.returncode == 0, result.stderr
+    body = api.requests_to("POST", RUNS)[0].body
+    pipeline, platform = yaml.safe_load_all(COMMITTED_DESIGN_YAML.read_text())
+    assert body["pipeline_spec"] == {"pipeline_spec": pipeline, "platform_spec": platform}
+    expected = {
+        "structures": "s3://bucket/chains.jsonl",
+        "model_name": "my-model",
+        "model_version": "3",
+        "shards": 3,
+        "temperatures": "0.1,0.2",
+    }
+    _assert_typed_equal(body["runtime_config"]["parameters"], expected)
+
+
+def test_submit_design_refuses_a_model_that_is_not_registered(api, home):
+    args = ("--pipeline", "design", "--data", "s3://bucket/chains.jsonl", "--model", "model.pt")
+    result = invfold_submit(api.url, home, *args)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--model 'model.pt': expected a registered model, models:/NAME@ALIAS" in result.stderr
+    assert api.requests == []
 
 
 def test_param_without_equals_exits_2(api, home):

@@ -40,9 +40,7 @@ def test_merge_entries_joins_the_groups_of_one_entry_only():
 @pytest.fixture(scope="module")
 def complexes(tmp_path_factory):
     out = tmp_path_factory.mktemp("complexes")
-    cfg = PrepConfig(
-        input=str(SAMPLE), output=str(out), complexes=True, max_length=1000, split_fractions=(1.0, 0.0, 0.0)
-    )
+    cfg = PrepConfig(input=str(SAMPLE), out=str(out), complexes=True, max_length=1000, split_fractions=(1.0, 0.0, 0.0))
     return run_prep(cfg), open_prepared(out)
 
 
@@ -68,7 +66,7 @@ def test_complex_records_round_trip_through_the_shards(complexes):
 
 def test_own_split_keeps_the_chains_of_an_entry_together(tmp_path):
     # the sample's cluster ids put chains of one entry in different clusters (1BD2.D is in 3KPR.D's)
-    result = run_prep(PrepConfig(input=str(SAMPLE), output=str(tmp_path / "out"), identity_tool="kmer", seed=3))
+    result = run_prep(PrepConfig(input=str(SAMPLE), out=str(tmp_path / "out"), identity_tool="kmer", seed=3))
     assert result.card["split"]["method"] == "cluster"
     by_entry = defaultdict(set)
     for name, (split, _) in _rows(open_prepared(tmp_path / "out")).items():
@@ -83,7 +81,7 @@ def test_split_file_naming_chains_places_complexes(tmp_path):
     result = run_prep(
         PrepConfig(
             input=str(SAMPLE),
-            output=str(tmp_path / "out"),
+            out=str(tmp_path / "out"),
             split_file=str(SAMPLE_SPLITS),
             complexes=True,
             max_length=1000,

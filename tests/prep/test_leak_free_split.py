@@ -60,7 +60,7 @@ def test_cath_split_keeps_every_shared_topology_on_one_side(tmp_path, sample_obj
         cath = [f"1.{group}.1.1"] + ([f"1.{group + 1}.1.7"] if i % 12 == 0 else [])
         objects.append({**o, "CATH": cath})
     path = _write(tmp_path / "set.jsonl", objects)
-    result = run_prep(PrepConfig(input=str(path), output=str(tmp_path / "out"), seed=seed, identity_tool="kmer"))
+    result = run_prep(PrepConfig(input=str(path), out=str(tmp_path / "out"), seed=seed, identity_tool="kmer"))
     prepared = open_prepared(tmp_path / "out")
     owner: dict[str, str] = {}
     for name, split in _split_of(prepared).items():
@@ -80,7 +80,7 @@ def test_held_out_chains_similar_to_train_are_dropped_and_counted(tmp_path, samp
     objects = [{**o, "CATH": [f"1.{i % 20}.1.1"]} for i, o in enumerate(sample_objects)]
     path = _write(tmp_path / "set.jsonl", objects)
     result = run_prep(
-        PrepConfig(input=str(path), output=str(tmp_path / "out"), identity_tool=tool, identity_threshold=THRESHOLD)
+        PrepConfig(input=str(path), out=str(tmp_path / "out"), identity_tool=tool, identity_threshold=THRESHOLD)
     )
     bound = result.card["split"]["identity_bound"]
     dropped = bound["dropped"]["validation"] + bound["dropped"]["test"]
@@ -105,7 +105,7 @@ def test_subsets_are_checked_against_train(tmp_path):
     result = run_prep(
         PrepConfig(
             input=str(SAMPLE),
-            output=str(tmp_path / "out"),
+            out=str(tmp_path / "out"),
             split_file=str(SAMPLE_SPLITS),
             subset_files=[str(subset)],
             check_identity=True,
@@ -125,7 +125,7 @@ def test_an_external_list_prepared_on_its_own_is_checked_against_a_training_set(
     """A TS50-style JSON list prepared as a test-only set, checked against the train split of the
     sample's own prepared folder (the data a model was trained on)."""
     splits = json.loads(SAMPLE_SPLITS.read_text())
-    reference = run_prep(PrepConfig(input=str(SAMPLE), output=str(tmp_path / "train"), split_file=str(SAMPLE_SPLITS)))
+    reference = run_prep(PrepConfig(input=str(SAMPLE), out=str(tmp_path / "train"), split_file=str(SAMPLE_SPLITS)))
     by_name = {o["name"]: o for o in sample_objects}
     train_names = [n for n in splits["train"] if n in by_name][:3]
     test_names = [n for n in splits["test"] if n in by_name][:3]
@@ -142,7 +142,7 @@ def test_an_external_list_prepared_on_its_own_is_checked_against_a_training_set(
     result = run_prep(
         PrepConfig(
             input=str(external),
-            output=str(tmp_path / "external"),
+            out=str(tmp_path / "external"),
             split_file=str(split_file),
             check_against=str(tmp_path / "train"),
         )
@@ -160,5 +160,5 @@ def test_an_external_list_prepared_on_its_own_is_checked_against_a_training_set(
 
     # the external set has no train chains: checking against it is a clear error, before any reading
     with pytest.raises(InputError, match="datasets.train.*a prepared folder with train chains"):
-        run_prep(PrepConfig(input=str(SAMPLE), output=str(tmp_path / "x"), check_against=str(tmp_path / "external")))
+        run_prep(PrepConfig(input=str(SAMPLE), out=str(tmp_path / "x"), check_against=str(tmp_path / "external")))
     assert not (tmp_path / "x").exists()

@@ -17,7 +17,7 @@ def _run(tmp_path, case, strict):
     source, split_file = case.build(tmp_path)
     cfg = PrepConfig(
         input=str(source),
-        output=str(tmp_path / "out"),
+        out=str(tmp_path / "out"),
         split_file=split_file and str(split_file),
         strict=strict,
         min_length=30,

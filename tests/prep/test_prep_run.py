@@ -34,7 +34,7 @@ def synthetic(tmp_path_factory):
 
 
 def _prep(tmp_path, input, out="out", **kw) -> tuple:
-    cfg = PrepConfig(input=str(input), output=str(tmp_path / out), **kw)
+    cfg = PrepConfig(input=str(input), out=str(tmp_path / out), **kw)
     return run_prep(cfg), open_prepared(tmp_path / out)
 
 
@@ -210,7 +210,7 @@ def test_real_chains(tmp_path):
 def test_remote_output_on_s3(tmp_path, synthetic, s3_server):
     uri = f"s3://{s3_server.new_bucket()}/prepared"
     result = run_prep(
-        PrepConfig(input=str(synthetic.chain_set), output=uri, split_file=str(synthetic.splits), identity_tool="kmer")
+        PrepConfig(input=str(synthetic.chain_set), out=uri, split_file=str(synthetic.splits), identity_tool="kmer")
     )
     prepared = open_prepared(uri, cache_dir=tmp_path / "cache")
     assert prepared.digest == result.digest

@@ -26,5 +26,5 @@ def synthetic_prepared(tmp_path_factory) -> str:
         ),
     )
     out = folder / "prepared"
-    run_prep(PrepConfig(input=str(written.chain_set), split_file=str(written.splits), output=str(out)))
+    run_prep(PrepConfig(input=str(written.chain_set), split_file=str(written.splits), out=str(out)))
     return str(out)

@@ -106,7 +106,5 @@ def test_evaluate_and_export_refuse_a_model_with_nan_weights(nan_model, sample_p
     with pytest.raises(NonFiniteWeightsError, match=f"{nan_model}: expected finite weights.*1 value"):
         evaluate(EvaluateConfig(model_path=str(nan_model), data=sample_prepared, out=str(tmp_path / "eval")))
     with pytest.raises(NonFiniteWeightsError, match=f"{nan_model}: expected finite weights"):
-        export_onnx(
-            ExportConfig(model_path=str(nan_model), out_path=str(tmp_path / "m.onnx"), parity_data=sample_prepared)
-        )
+        export_onnx(ExportConfig(model_path=str(nan_model), out=str(tmp_path / "m.onnx"), parity_data=sample_prepared))
     assert not (tmp_path / "m.onnx").exists()

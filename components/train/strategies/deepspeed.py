@@ -27,6 +27,7 @@ from invfold.components.train.strategies.base import (
     make_optimizer,
     params_digest,
 )
+from invfold.errors import InputError
 
 NEVER_PRINT = 2**31 - 1
 
@@ -165,7 +166,7 @@ class DeepSpeedStrategy(TorchCollectives, Strategy):
         with ckpt.safe_loading(directory):
             path, client_state = self.engine.load_checkpoint(root, tag=tag)
         if path is None:
-            raise RuntimeError(f"{directory}: DeepSpeed could not load this checkpoint")
+            raise InputError(directory, None, None, "a DeepSpeed checkpoint this run can load", "none loaded")
         return client_state["trainer"]
 
     def fp32_state_dict(self, directory: str) -> dict[str, torch.Tensor]:

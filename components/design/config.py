@@ -1,0 +1,197 @@
+"""What `invfold design` and `invfold score` take: their configs and the parsers of their values.
+
+Light on purpose (no torch, no numpy): the CLI builds its options and rejects bad values from
+these dataclasses before any model code is imported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from invfold.components.protein.alphabet import ALPHABET
+from invfold.errors import ConfigError
+from invfold.options import option
+
+
+@dataclass
+class DesignConfig:
+    """model: model.pt (save_model) or model.onnx (invfold export).
+    structure: a PDB/mmCIF file, a chain-set jsonl, or any protein set read_protein_set accepts;
+    name / chain pick one record when it holds several (chain matches the part after the last
+    "." of the record name, e.g. "A" in "1abc.A").
+    design_chains: chains to design, e.g. "A,B": the structure is read as a complex (all protein
+        chains of a PDB/mmCIF file, the lines of one entry of a chain set; `name` then picks the
+        entry, e.g. "1abc") and the model sees every chain; the other chains are fixed context:
+        their structure and native sequence condition the design (an autoregressive model
+        decodes them first; a one-shot model does not read sequence, so it conditions on their
+        structure only, and they keep their native letters either way). Not with `chain`.
+    fixed_positions: 1-based sequence positions kept native, e.g. "1-10,15" (in a complex:
+        positions in the chains concatenated in record order).
+    out: x.fasta designs one record; a folder or x.jsonl designs every record of `structure`
+    (also a folder of structures or a text list of paths; see batch.py), name / chain filtering.
+    temperature: one or several ("0.1,0.2", as ProteinMPNN's --sampling_temp "0.1 0.2"), each
+    with num_sequences samples.
+    excluded: letters never designed (e.g. "C").
+    fixed_positions_json, tied_positions, bias_aa, bias_by_res, omit_aa_jsonl: ProteinMPNN's JSON inputs
+    (constraints.py), keyed by the entry name, 1-based positions per chain.
+    """
+
+    model: str = option(positional=True, help="model.pt (training output) or model.onnx (invfold export)")
+    structure: str = option(positional=True, help="PDB/mmCIF file (or .gz), chain-set .jsonl[.gz], or TS50 json")
+    out: str = option(
+        help="FASTA file to write (one structure; - for stdout), or a folder (one FASTA per structure) or "
+        "designs.jsonl (every design of every structure) for a batch"
+    )
+    name: str | None = option(None, "record name to design (e.g. 1abc.A)")
+    chain: str | None = option(None, "chain id to design alone (e.g. A), as a single-chain record")
+    design_chains: str = option(
+        "",
+        "chains of a complex to design, e.g. A,B: every chain is read and the others are kept as fixed "
+        "context (structure and native sequence); default: no complex, one chain",
+        metavar="CHAINS",
+    )
+    chain_id_jsonl: str | None = option(
+        None,
+        "ProteinMPNN's chains to design {entry: [[designed chains], [fixed chains]]} (.json/.jsonl): "
+        "--design-chains from a file, for the entry --name picks (or the file's only entry)",
+        aliases=("--chain_id_jsonl",),
+        metavar="FILE",
+    )
+    num_sequences: int = option(4, "sequences to sample per temperature", aliases=("-n",))
+    temperature: str | float | list[float] = option(
+        "0.1",
+        "sampling temperature(s), e.g. 0.1 or 0.1,0.2 (num_sequences at each)",
+        type=str,
+        aliases=("-T",),
+        metavar="T[,T...]",
+    )
+    seed: int = option(0, "sample i (at each temperature) uses seed + i")
+    fixed_positions: str | list[int] = option(
+        factory=list,
+        type=str,
+        aliases=("--fixed",),
+        metavar="POSITIONS",
+        help="1-based sequence positions kept native, e.g. 1-10,15 (autoregressive models only: a one-shot "
+        "model could not condition the other positions on them)",
+    )
+    excluded: str = option(
+        "",
+        "amino acids never designed, e.g. C (ProteinMPNN's --omit_AAs)",
+        aliases=("--omit-aa", "--omit_AAs", "--exclude"),
+        metavar="LETTERS",
+    )
+    fixed_positions_json: str | None = option(
+        None,
+        "ProteinMPNN fixed positions {entry: {chain: [positions]}} (.json/.jsonl), kept native with --fixed",
+        aliases=("--fixed_positions_jsonl",),
+        metavar="FILE",
+    )
+    tied_positions: str | None = option(
+        None,
+        'ProteinMPNN tied positions {entry: [{"A": [1], "B": [1]}, ...]} (.json/.jsonl): one letter per group '
+        'from the members\' averaged logits (optionally weighted: {"A": [[1], [1.0]]})',
+        aliases=("--tied_positions_jsonl",),
+        metavar="FILE",
+    )
+    bias_aa: str | None = option(
+        None,
+        'global logit bias per letter {"A": -1.1, ...} (.json/.jsonl), p ~ softmax((logits + bias) / T)',
+        aliases=("--bias_AA_jsonl",),
+        metavar="FILE",
+    )
+    bias_by_res: str | None = option(
+        None,
+        "per-residue logit bias {entry: {chain: [[21 floats, ACDEFGHIKLMNPQRSTVWYX] per residue]}} (.json/.jsonl)",
+        aliases=("--bias_by_res_jsonl",),
+        metavar="FILE",
+    )
+    omit_aa_jsonl: str | None = option(
+        None,
+        'ProteinMPNN per-position omitted letters {entry: {chain: [[[positions], "LETTERS"], ...]}} (.json/.jsonl)',
+        aliases=("--omit_AA_jsonl",),
+        metavar="FILE",
+    )
+    out_structure: str | None = option(
+        None,
+        "also write each design threaded onto the input backbone (N, CA, C, O; observed residues), one file "
+        "per design: designs.pdb -> designs_0.pdb, designs_1.pdb, ... (.cif for mmCIF)",
+        metavar="FILE",
+    )
+    threads: int | None = option(None, "CPU threads")
+
+    def __post_init__(self):
+        if self.num_sequences < 1:
+            raise ConfigError(f"DesignConfig.num_sequences: expected >= 1, got {self.num_sequences!r}")
+        self.temperature = parse_temperatures(self.temperature)
+        unknown = sorted(set(self.excluded.upper()) - set(ALPHABET))
+        if unknown:
+            raise ConfigError(f"DesignConfig.excluded: {unknown} are not among the 20 amino acids {ALPHABET}")
+        if set(self.excluded.upper()) >= set(ALPHABET):
+            raise ConfigError("DesignConfig.excluded: all 20 amino acids are excluded")
+        if isinstance(self.fixed_positions, str):
+            self.fixed_positions = parse_positions(self.fixed_positions)
+        if self.chain_id_jsonl and self.design_chains:
+            raise ConfigError("DesignConfig: --chain-id-jsonl and --design-chains both name the chains to design")
+        if self.design_chains and self.chain is not None:
+            raise ConfigError(
+                "DesignConfig: --chain picks one chain as a single-chain record; --design-chains reads the whole "
+                "complex and designs some of its chains: give one of them"
+            )
+
+
+def parse_temperatures(value: str | float | list[float]) -> list[float]:
+    """0.1, "0.1", "0.1,0.2" or "0.1 0.2" (ProteinMPNN's --sampling_temp) -> [0.1, ...], each > 0."""
+    parts = value.replace(",", " ").split() if isinstance(value, str) else value
+    parts = parts if isinstance(parts, (list, tuple)) else [parts]
+    try:
+        temperatures = [float(t) for t in parts]
+    except (TypeError, ValueError):
+        raise ConfigError(f"DesignConfig.temperature: expected numbers like 0.1,0.2, got {value!r}") from None
+    if not temperatures or not all(t > 0 for t in temperatures):
+        raise ConfigError(f"DesignConfig.temperature: expected one or more temperatures > 0, got {value!r}")
+    return temperatures
+
+
+def parse_positions(text: str) -> list[int]:
+    """ "1-3,7" -> [1, 2, 3, 7] (1-based)."""
+    positions: list[int] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        try:
+            lo, _, hi = part.partition("-")
+            start, end = int(lo), int(hi or lo)
+        except ValueError:
+            raise ConfigError(f"fixed positions: {part!r} is not a position or a range like 5-12") from None
+        if start < 1 or end < start:
+            raise ConfigError(f"fixed positions: {part!r}: expected 1-based positions, start <= end")
+        positions.extend(range(start, end + 1))
+    return sorted(set(positions))
+
+
+@dataclass
+class ScoreConfig:
+    """model: model.pt or model.onnx (autoregressive models average over decoding orders; a
+    one-shot model's scores do not depend on the order). structure: as for `invfold design`.
+    fasta: sequences to score, each as long as the record (chains concatenated in the record's
+    order; "/" between chains as ProteinMPNN writes them is accepted and checked); default: the
+    native sequence. out: CSV, one row per sequence; <out stem>.json holds the per-residue NLL.
+    """
+
+    model: str = option(positional=True, help="model.pt (training output) or model.onnx (invfold export)")
+    structure: str = option(positional=True, help="PDB/mmCIF file (or .gz), chain-set .jsonl[.gz], or TS50 json")
+    out: str = option(help="CSV to write (one row per sequence); the per-residue JSON goes beside it")
+    fasta: str | None = option(None, "FASTA of sequences to score (default: the structure's native sequence)")
+    name: str | None = option(None, "record name to score (e.g. 1abc.A)")
+    chain: str | None = option(None, "chain id of the record to score (e.g. A)")
+    score_chains: str = option(
+        "", "chains whose residues are scored, e.g. A,B (default: all); the others are decoded first as context"
+    )
+    num_orders: int = option(
+        8, "random decoding orders averaged (ProteinMPNN: --num_seq_per_target with --score_only 1)"
+    )
+    batch_size: int = option(8, "decoding orders per model run")
+    seed: int = option(0, "order k is drawn from seed + k")
+    threads: int | None = option(None, "CPU threads")
+
+    def __post_init__(self):
+        for name in ("num_orders", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"ScoreConfig.{name}: expected >= 1, got {getattr(self, name)!r}")

@@ -1,0 +1,55 @@
+"""What `invfold evaluate` takes. Light on purpose (no torch, no numpy): the CLI builds its
+options and rejects bad values from it before any model code is imported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from invfold.errors import ConfigError
+from invfold.options import option
+
+
+@dataclass
+class EvaluateConfig:
+    """model_path: model.pt from training. data: prepared folder. out: local output folder.
+    datasets: what to report besides the automatic test subsets (default: test plus every subset
+    dataset in the prepared data). seed: autoregressive decoding orders. short_max_length: the
+    "short" subset's bound (CATH's test_split_L100 uses 100). designs_per_protein: sequences sampled
+    per test protein at `diversity_temperature` for the diversity figure (0: no diversity figure)."""
+
+    model_path: str = option(
+        positional=True,
+        metavar="MODEL",
+        help="model file (model.pt; path or URI) or published weights (e.g. proteinmpnn:v_48_020)",
+    )
+    data: str = option(help="prepared folder (path or URI)")
+    out: str = option(help="output folder")
+    datasets: list[str] | None = option(
+        None,
+        "dataset to score (repeatable; default: test, validation and every subset dataset)",
+        aliases=("--dataset",),
+        metavar="DATASET",
+    )
+    seed: int = option(0, "seed of autoregressive decoding orders")
+    tokens_per_batch: int = option(6000, "residue budget of one scoring batch")
+    short_max_length: int = option(100, "longest chain of the 'short' subset")
+    threads: int | None = option(None, "torch threads (default: torch's)")
+    designs_per_protein: int = option(2, "sequences sampled per test protein for the diversity figure (0: none)")
+    diversity_temperature: float = option(0.1, "sampling temperature for diversity")
+
+    def __post_init__(self) -> None:
+        self.model_path, self.data, self.out = str(self.model_path), str(self.data), str(self.out)
+        if not self.model_path or not self.data or not self.out:
+            raise ConfigError("EvaluateConfig: model_path, data and out must be given")
+        if self.tokens_per_batch < 1 or self.short_max_length < 1:
+            raise ConfigError("EvaluateConfig: tokens_per_batch and short_max_length must be positive")
+        if self.designs_per_protein < 0 or self.designs_per_protein == 1:
+            raise ConfigError(
+                f"EvaluateConfig.designs_per_protein: expected 0 or at least 2, got {self.designs_per_protein}"
+            )
+        if not 0 < self.diversity_temperature <= 10:
+            raise ConfigError(
+                f"EvaluateConfig.diversity_temperature: expected in (0, 10], got {self.diversity_temperature}"
+            )
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"EvaluateConfig.threads: expected a positive int, got {self.threads!r}")
