@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from invfold.allocator import allocator_env
 from invfold.components.tracking import MODEL_TRAINING_VIEW, default_tracking_uri, reachable
 from invfold.errors import ConfigError, InvfoldError
 from invfold.pipelines import defaults
@@ -102,6 +103,7 @@ def run_local(
     timings_file = runs / "tmp" / f"timings-{os.getpid()}-{int(time.time())}.jsonl"
     os.environ[TIMINGS_ENV] = str(timings_file)
     os.environ["TMPDIR"] = str(runs / "tmp")  # the local runner leaves a temp folder per task
+    os.environ.update(allocator_env())  # every step's process on jemalloc (invfold/allocator.py)
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=str(runs / "pipeline_root"),
@@ -246,6 +248,7 @@ def run_design_local(params: dict, runs_dir: str = "runs", tracking_uri: str | N
     timings_file = runs / "tmp" / f"timings-{os.getpid()}-{int(time.time())}.jsonl"
     os.environ[TIMINGS_ENV] = str(timings_file)
     os.environ["TMPDIR"] = str(runs / "tmp")
+    os.environ.update(allocator_env())
     local.init(
         runner=local.SubprocessRunner(use_venv=False),
         pipeline_root=str(runs / "pipeline_root"),

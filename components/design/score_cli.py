@@ -22,10 +22,12 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfold.allocator import reexec_under_jemalloc
     from invfold.components.design.score import ScoreConfig, score
     from invfold.options import from_args
 
     cfg = from_args(ScoreConfig, args)
+    reexec_under_jemalloc()  # eager PyTorch without page faults on every large tensor (allocator.py)
     for s in score(cfg):
         print(
             f"{s.structure} {s.sequence_name}: mean NLL {s.mean_nll:.3f} (+- {s.std_nll:.3f} over "

@@ -25,10 +25,12 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfold.allocator import reexec_under_jemalloc
     from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
     from invfold.options import from_args
 
     cfg = from_args(EvaluateConfig, args)
+    reexec_under_jemalloc()  # eager PyTorch without page faults on every large tensor (allocator.py)
     metrics = evaluate(cfg)
     print(
         json.dumps(

@@ -22,10 +22,12 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfold.allocator import reexec_under_jemalloc
     from invfold.components.export.onnx_export import ExportConfig, export_onnx
     from invfold.options import from_args
 
     cfg = from_args(ExportConfig, args)
+    reexec_under_jemalloc()  # eager PyTorch without page faults on every large tensor (allocator.py)
     result = export_onnx(cfg)  # a ParityError exits 1 with its message (src/invfold/cli.py)
     print(
         json.dumps(
