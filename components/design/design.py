@@ -29,6 +29,7 @@ from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
 from invfold.errors import ConfigError
 from invfold.options import option
+from invfold.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -326,7 +327,14 @@ def design(cfg: DesignConfig) -> list[Design]:
     record = select_record(cfg.structure, cfg.name, cfg.chain, complexes=bool(cfg.design_chains))
     if cfg.out_structure:
         structure_paths(cfg.out_structure, cfg.num_sequences)  # a bad name fails before any sampling
-    designs = design_record(backend, record, cfg)
+    designs: list[Design] = []
+    total = cfg.num_sequences * len(cfg.temperature)
+    with progress(total, f"design {record.name}", unit="sequences", log_every=cfg.num_sequences) as advance:
+        for t in cfg.temperature:
+            for d in design_record(backend, record, cfg, t):
+                d.index = len(designs)
+                designs.append(d)
+            advance(cfg.num_sequences, f"T={t:g}")
     write_fasta(cfg.out, designs, cfg.temperature[0], os.path.basename(str(cfg.model)))
     if cfg.out_structure:
         write_structures(cfg.out_structure, record, [d.sequence for d in designs], cfg.structure)

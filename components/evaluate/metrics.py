@@ -19,6 +19,7 @@ from invfold.components.model.network import sampling_noise, unknown_last
 from invfold.components.protein.alphabet import NUM_AA
 from invfold.components.protein.batch import Batch, collate
 from invfold.components.protein.sampler import pack_by_length
+from invfold.progress import progress
 
 # Dividing logits by this before the sampler's softmax makes it one-hot on the argmax: greedy.
 GREEDY_TEMPERATURE = 1e-6
@@ -167,8 +168,6 @@ def score_dataset(
     designs > 0: also `designs` sequences per row sampled at `temperature` (scores.samples: row ->
     [designs, L]), decoded with the greedy ones. label: show progress under this name (a bar
     on a terminal, else log lines)."""
-    from invfold.progress import progress
-
     scores = DatasetScores.empty(len(dataset))
     batches = pack_by_length(dataset.lengths, sorted(indices), tokens_per_batch)
     total = int(sum(int(dataset.lengths[i]) for i in indices))

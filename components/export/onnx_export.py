@@ -24,6 +24,7 @@ from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
 from invfold.errors import ConfigError, InvfoldError
 from invfold.options import option
+from invfold.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -350,8 +351,11 @@ def export_onnx(cfg: ExportConfig) -> ExportResult:
     out = Path(cfg.out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.with_name(out.stem + ".rejected.onnx")
-    opset = write_onnx(model, staging, cfg.opset)
-    parity = check_parity(staging, model, records, cfg.tolerance, cfg.seed)
+    with progress(2, "export", unit="stages", log_every=1) as advance:
+        opset = write_onnx(model, staging, cfg.opset)
+        advance(1, "graph written; parity check")
+        parity = check_parity(staging, model, records, cfg.tolerance, cfg.seed)
+        advance(1, f"parity {parity['max_abs_diff']:.1e}")
     data = staging.read_bytes()
     result = {
         "onnx": out.name,
