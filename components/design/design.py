@@ -21,6 +21,7 @@ from invfold.components.design.constraints import ConstraintFiles, load_constrai
 from invfold.components.design.fasta import CHAIN_SEPARATOR
 from invfold.components.design.thread import structure_paths, write_structures
 from invfold.components.export import runtime
+from invfold.components.model.features import gather_nodes
 from invfold.components.model.io import load_model_or_published
 from invfold.components.model.network import sample_one_shot, sampling_noise
 from invfold.components.model.sampling import Groups, letter_bias, pick_group_letters, tied_order
@@ -29,6 +30,7 @@ from invfold.components.protein.batch import Batch, collate
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
 from invfold.errors import ConfigError
+from invfold.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +94,17 @@ class TorchBackend:
 
 
 class OnnxBackend:
-    """Drives the exported graph: one run for one-shot models; for autoregressive models one run
-    per decoding step (all samples batched), reading the logits of the position decoded next."""
+    """Drives the exported graph: one run for one-shot models. Autoregressive models decode
+    incrementally as PyTorch does (all samples batched): the embedded encoder graph once, then per
+    step the step graph for the positions decoded now and the update graph for their cache rows
+    (runtime.decoding_sessions); a file without those graphs falls back to one full run per step."""
 
     def __init__(self, path: str, threads: int | None):
 
         self.runtime = runtime
         self.session = runtime.session(path, threads)
         self.cfg = runtime.model_config_of(self.session)
+        self.decoding = runtime.decoding_sessions(self.session, threads) if self.cfg.autoregressive else None
 
     def logits(self, b: Batch, S, order) -> torch.Tensor:
         order = torch.zeros_like(b.mask) if order is None else order
@@ -112,6 +117,8 @@ class OnnxBackend:
         groups = Groups(groups.members, groups.weights, groups.bias + letter_bias(excluded))
         if not self.cfg.autoregressive:
             return sample_one_shot(self.logits(b, b.S, None), groups, temperature, uniforms, fixed_mask, fixed_S)
+        if self.decoding is not None:
+            return self._sample_cached(b, temperature, groups, uniforms, fixed_mask, fixed_S, order)
         rows = torch.arange(b.S.shape[0]).unsqueeze(1)
         S = torch.where(fixed_mask, fixed_S, torch.zeros_like(b.S))
         order, steps = tied_order(order, groups)
@@ -122,6 +129,46 @@ class OnnxBackend:
             logits = self.logits(b, S, order)[rows, pos]
             letter = pick_group_letters(logits, groups, g, temperature, uniforms)
             S[rows, pos] = torch.where(fixed_mask[rows, pos], fixed_S[rows, pos], letter.unsqueeze(1))
+        return S
+
+    def _sample_cached(self, b: Batch, temperature, groups, uniforms, fixed_mask, fixed_S, order):
+        """network.InverseFoldingModel._sample_autoregressive with the math in onnxruntime: the
+        same gathers, cache and letter picking, so the same designs."""
+        mask = b.structure_mask.to(torch.float32)
+        encoded = self.decoding["encoder"].run(None, self.runtime.encoder_feeds(b.X, mask, b.residue_index))
+        h_enc, E_idx, nb_mask, e_proj, enc_proj = (torch.from_numpy(a) for a in encoded)
+        n, length = mask.shape
+        rows = torch.arange(n).unsqueeze(1)
+        dec_proj = torch.zeros_like(enc_proj)  # [layers, B, L, H]
+        S = torch.zeros(n, length, dtype=torch.long)
+        order, steps = tied_order(order, groups)
+        width = groups.members.shape[1]
+        step, update = self.decoding["step"], self.decoding["update"]
+        for t in range(steps.shape[1]):
+            g = steps[:, t]
+            pos = groups.members[g]  # [B, M]
+            idx = E_idx[rows, pos]  # [B, M, K]
+            order_nb = gather_nodes(order.unsqueeze(-1), idx).squeeze(-1)
+            earlier = (order_nb < order[rows, pos].reshape(n, width, 1)).unsqueeze(-1)
+            nb_proj = torch.stack(
+                [
+                    torch.where(earlier, gather_nodes(dec_proj[li], idx), gather_nodes(enc_proj[li], idx))
+                    for li in range(dec_proj.shape[0])
+                ]
+            )
+            feeds = {
+                "h": h_enc[rows, pos].numpy(),
+                "e_rows": e_proj[:, rows, pos].numpy(),
+                "nb_proj": nb_proj.numpy(),
+                "nb_mask": nb_mask[rows, pos].numpy(),
+                "mask": mask[rows, pos].numpy(),
+            }
+            logits, layer_inputs = step.run(None, feeds)
+            letter = pick_group_letters(torch.from_numpy(logits), groups, g, temperature, uniforms)
+            letters = torch.where(fixed_mask[rows, pos], fixed_S[rows, pos], letter.unsqueeze(1))
+            S[rows, pos] = letters
+            dec_rows = update.run(None, {"layer_inputs": layer_inputs, "letters": letters.numpy()})[0]
+            dec_proj[:, rows, pos] = torch.from_numpy(dec_rows)
         return S
 
 
@@ -141,7 +188,14 @@ def design(cfg: DesignConfig) -> list[Design]:
     record = select_record(cfg.structure, cfg.name, cfg.chain, complexes=bool(cfg.design_chains))
     if cfg.out_structure:
         structure_paths(cfg.out_structure, cfg.num_sequences)  # a bad name fails before any sampling
-    designs = design_record(backend, record, cfg)
+    designs: list[Design] = []
+    total = cfg.num_sequences * len(cfg.temperature)
+    with progress(total, f"design {record.name}", unit="sequences", log_every=cfg.num_sequences) as advance:
+        for t in cfg.temperature:
+            for d in design_record(backend, record, cfg, t):
+                d.index = len(designs)
+                designs.append(d)
+            advance(cfg.num_sequences, f"T={t:g}")
     write_fasta(cfg.out, designs, cfg.temperature[0], os.path.basename(str(cfg.model)))
     if cfg.out_structure:
         write_structures(cfg.out_structure, record, [d.sequence for d in designs], cfg.structure)

@@ -25,6 +25,7 @@ from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET
 from invfold.components.protein.batch import collate
 from invfold.components.protein.record import ChainRecord
 from invfold.errors import InputError
+from invfold.progress import progress
 
 
 @dataclass
@@ -86,26 +87,30 @@ def score(cfg: ScoreConfig) -> list[Score]:
         entries = [FastaEntry("native", record.seq, 0)]
     orders = cfg.num_orders if backend.cfg.autoregressive else 1
     results = []
-    for entry in entries:
-        nll_sum, per_order = score_sequence(backend, record, entry.sequence, in_scored, orders, cfg)
-        known = torch.tensor([c in AA_TO_INDEX for c in entry.sequence])
-        scored = in_scored & known & torch.from_numpy(np.asarray(record.mask, dtype=bool))
-        per_residue = nll_sum / orders
-        mean = per_order.mean() if int(scored.sum()) else torch.tensor(float("nan"))
-        results.append(
-            Score(
-                structure=record.name,
-                sequence_name=entry.name,
-                sequence=entry.sequence,
-                mean_nll=float(mean),
-                std_nll=float(per_order.std(unbiased=False)) if orders > 1 else 0.0,
-                scored=int(scored.sum()),
-                orders=orders,
-                per_residue=[round(float(v), 5) if s else None for v, s in zip(per_residue, scored, strict=True)],
-            )
-        )
+    with progress(len(entries), f"score {record.name}", unit="sequences") as advance:
+        for entry in entries:
+            results.append(_score_entry(backend, record, entry, in_scored, orders, cfg))
+            advance(1, entry.name)
     write_scores(cfg.out, results)
     return results
+
+
+def _score_entry(backend, record: ChainRecord, entry, in_scored, orders: int, cfg: ScoreConfig) -> Score:
+    nll_sum, per_order = score_sequence(backend, record, entry.sequence, in_scored, orders, cfg)
+    known = torch.tensor([c in AA_TO_INDEX for c in entry.sequence])
+    scored = in_scored & known & torch.from_numpy(np.asarray(record.mask, dtype=bool))
+    per_residue = nll_sum / orders
+    mean = per_order.mean() if int(scored.sum()) else torch.tensor(float("nan"))
+    return Score(
+        structure=record.name,
+        sequence_name=entry.name,
+        sequence=entry.sequence,
+        mean_nll=float(mean),
+        std_nll=float(per_order.std(unbiased=False)) if orders > 1 else 0.0,
+        scored=int(scored.sum()),
+        orders=orders,
+        per_residue=[round(float(v), 5) if s else None for v, s in zip(per_residue, scored, strict=True)],
+    )
 
 
 def score_sequence(backend, record: ChainRecord, sequence: str, in_scored, orders: int, cfg: ScoreConfig):

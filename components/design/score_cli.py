@@ -38,6 +38,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from invfold import storage
+    from invfold.allocator import reexec_under_jemalloc
     from invfold.components.design.config import ScoreConfig
     from invfold.components.model.reference import ModelSource, check_model, resolve_model
     from invfold.options import from_args
@@ -47,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     storage.require_local(cfg.structure, "an existing structure file")
     storage.require_local(cfg.fasta, "an existing FASTA file")
     cfg.model = resolve_model(cfg.model, from_args(ModelSource, args).tracking_uri)
+    reexec_under_jemalloc()  # eager PyTorch without page faults on every large tensor (allocator.py)
     from invfold.components.design.score import score
 
     scores = score(cfg)

@@ -44,6 +44,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from invfold import storage
+    from invfold.allocator import reexec_under_jemalloc
     from invfold.components.evaluate.config import EvaluateConfig
     from invfold.components.model.reference import check_model, resolve_model
     from invfold.components.tracking.tracker import CommandTracking
@@ -55,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     tracking = from_args(CommandTracking, args)
     cfg.model_path = resolve_model(cfg.model_path, tracking.tracking_uri)
     check_model(cfg.model_path, onnx=False)  # a registered model without its checkpoint is ONNX only
+    reexec_under_jemalloc()  # eager PyTorch without page faults on every large tensor (allocator.py)
     from invfold.components.evaluate.evaluate import evaluate
 
     context = tracking.context()

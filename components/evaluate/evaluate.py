@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from invfold.components.evaluate.config import EvaluateConfig
-from invfold.components.evaluate.metrics import DatasetScores, sample_designs, score_dataset
+from invfold.components.evaluate.metrics import DatasetScores, score_dataset
 from invfold.components.evaluate.report import (
     per_protein_rows,
     write_per_protein_csv,
@@ -82,7 +82,10 @@ def score_split(model_path: str, data: str, split: str, threads: int | None = No
         raise ConfigError(f"{data}: no {split!r} chains to score (has {prepared.datasets})")
     dataset = prepared.open(split)
     model = load_model_or_published(model_path)
-    return score_dataset(model, dataset, list(range(len(dataset))), defaults.tokens_per_batch, defaults.seed).summary()
+    rows = list(range(len(dataset)))
+    return score_dataset(
+        model, dataset, rows, defaults.tokens_per_batch, defaults.seed, label=f"score {split}"
+    ).summary()
 
 
 def evaluate(cfg: EvaluateConfig) -> dict:
@@ -103,7 +106,17 @@ def evaluate(cfg: EvaluateConfig) -> dict:
 
     test = data.open("test")
     test_rows = list(range(len(test)))
-    scores = score_dataset(model, test, test_rows, cfg.tokens_per_batch, cfg.seed, keep_designed=True)
+    scores = score_dataset(
+        model,
+        test,
+        test_rows,
+        cfg.tokens_per_batch,
+        cfg.seed,
+        keep_designed=True,
+        designs=cfg.designs_per_protein,
+        temperature=cfg.diversity_temperature,
+        label="evaluate test",
+    )
     records = [test[i] for i in test_rows]
     name_to_row = {r.name: i for i, r in enumerate(records)}
     letter = most_frequent_letter(data.open("train")) if "train" in data.datasets else None
@@ -126,12 +139,15 @@ def evaluate(cfg: EvaluateConfig) -> dict:
             subsets[name] = (test, [name_to_row[n] for n in names], None)
         else:
             rows = list(range(len(dataset)))
-            subsets[name] = (dataset, rows, score_dataset(model, dataset, rows, cfg.tokens_per_batch, cfg.seed))
+            own = score_dataset(model, dataset, rows, cfg.tokens_per_batch, cfg.seed, label=f"evaluate {name}")
+            subsets[name] = (dataset, rows, own)
 
     results, baseline = {}, {}
     for name, (dataset, rows, own) in subsets.items():
-        subset_scores = own if own is not None else _subset(scores, rows)
-        results[name] = subset_scores.summary()
+        if own is None and sorted(rows) == test_rows:  # a subset equal to the test set: its figures
+            results[name] = dict(results["test"])
+        else:
+            results[name] = (own if own is not None else _subset(scores, rows)).summary()
         if letter is not None:
             baseline[name] = constant_recovery(dataset, rows, letter)
 
@@ -160,9 +176,7 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         for b, v in sorted(by_length.items())
     ]
 
-    diversity = None
-    if cfg.designs_per_protein:
-        diversity = _diversity(model, test, test_rows, cfg)
+    diversity = _diversity(scores.samples, test, test_rows, cfg) if cfg.designs_per_protein else None
 
     metrics = {
         "model": cfg.model_path,
@@ -219,13 +233,11 @@ def _class_table(names: tuple[str, ...], table: np.ndarray) -> dict[str, dict]:
     }
 
 
-def _diversity(model, dataset, rows: list[int], cfg: EvaluateConfig) -> dict:
+def _diversity(samples: dict[int, np.ndarray], dataset, rows: list[int], cfg: EvaluateConfig) -> dict:
     """Mean pairwise difference among `designs_per_protein` sequences sampled per protein at
     `diversity_temperature` (fraction of observed positions where two designs differ); the median
-    over proteins, and the samples' median recovery next to it (diversity is cheap at low recovery)."""
-    samples = sample_designs(
-        model, dataset, rows, cfg.designs_per_protein, cfg.diversity_temperature, cfg.tokens_per_batch, cfg.seed
-    )
+    over proteins, and the samples' median recovery next to it (diversity is cheap at low recovery).
+    samples: row -> [designs, L], decoded by score_dataset with the greedy designs."""
     differences, recoveries = [], []
     for row in rows:
         record = dataset[row]

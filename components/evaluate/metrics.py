@@ -15,10 +15,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from invfold.components.model.network import unknown_last
+from invfold.components.model.network import sampling_noise, unknown_last
 from invfold.components.protein.alphabet import NUM_AA
 from invfold.components.protein.batch import Batch, collate
 from invfold.components.protein.sampler import pack_by_length
+from invfold.progress import progress
 
 # Dividing logits by this before the sampler's softmax makes it one-hot on the argmax: greedy.
 GREEDY_TEMPERATURE = 1e-6
@@ -33,35 +34,88 @@ def seeded_generator(seed: int, device) -> torch.Generator:
     return generator
 
 
+def _greedy_noise(batch: Batch, seed: int, autoregressive: bool):
+    """The decoding order and uniforms a greedy design of `batch` draws from seed (as sample())."""
+    generator = seeded_generator(seed, batch.X.device)
+    return sampling_noise(torch.zeros_like(batch.mask, dtype=torch.bool), autoregressive, generator)
+
+
+def _diversity_seed(seed: int, d: int) -> int:
+    return seed + 7919 * (d + 1)
+
+
 @torch.no_grad()
-def designed_sequences(model, batch: Batch, seed: int) -> torch.Tensor:
+def designed_sequences(model, batch: Batch, seed: int, encoded=None) -> torch.Tensor:
     """[B, L] letters designed from structure alone (see module docstring)."""
+    encoded = model.encode(batch.X, batch.structure_mask, batch.residue_index) if encoded is None else encoded
     if not model.cfg.autoregressive:
-        logits = model(batch.X, batch.S, batch.structure_mask, batch.residue_index)
-        return logits.argmax(-1)
+        return model.decode(encoded, batch.S, batch.structure_mask).argmax(-1)
     return model.sample(
         batch.X,
         batch.structure_mask,
         batch.residue_index,
         temperature=GREEDY_TEMPERATURE,
         generator=seeded_generator(seed, batch.X.device),
+        encoded=encoded,
     )
 
 
 @torch.no_grad()
-def score_batch(model, batch: Batch, seed: int) -> dict[str, torch.Tensor]:
-    """Per protein: nll (sum over observed residues), count, correct; and designed [B, L]."""
+def designs_of_batch(model, batch: Batch, seed: int, designs: int, temperature: float, encoded) -> list[torch.Tensor]:
+    """[greedy [B, L], then `designs` samples [B, L] at `temperature`] from one encoding: an
+    autoregressive model decodes them all in one loop (one row per design and protein, each with
+    the noise its own seed draws: the same letters as separate sample() calls)."""
+    b = batch.X.shape[0]
+    if not model.cfg.autoregressive:
+        logits = model.decode(encoded, batch.S, batch.structure_mask)
+        out = [logits.argmax(-1)]
+        for d in range(designs):
+            generator = seeded_generator(_diversity_seed(seed, d), batch.X.device)
+            out.append(
+                model.sample(
+                    batch.X,
+                    batch.structure_mask,
+                    batch.residue_index,
+                    temperature,
+                    generator=generator,
+                    encoded=encoded,
+                )
+            )
+        return out
+    noise = [_greedy_noise(batch, seed, True)]
+    noise += [_greedy_noise(batch, _diversity_seed(seed, d), True) for d in range(designs)]
+    temperatures = torch.tensor([GREEDY_TEMPERATURE] + [temperature] * designs, dtype=torch.float32)
+    S = model.sample(
+        batch.X,
+        batch.structure_mask,
+        batch.residue_index,
+        temperature=temperatures.repeat_interleave(b).unsqueeze(1).to(batch.X.device),
+        decoding_order=torch.cat([o for o, _ in noise]),
+        uniforms=torch.cat([u for _, u in noise]),
+        encoded=encoded,
+        structure_rows=torch.arange(b, device=batch.X.device).repeat(designs + 1),
+    )
+    return list(S.split(b))
+
+
+@torch.no_grad()
+def score_batch(model, batch: Batch, seed: int, designs: int = 0, temperature: float = 0.1) -> dict[str, torch.Tensor]:
+    """Per protein: nll (sum over observed residues), count, correct; designed [B, L]; and with
+    designs > 0, samples: `designs` sequences [B, L] at `temperature` (seeded seed + 7919 (d + 1)).
+    The structure is encoded once for the teacher-forced pass and every design."""
     generator = seeded_generator(seed + 1, batch.X.device)
     order = unknown_last(torch.rand(batch.mask.shape, generator=generator, device=batch.X.device), batch)
-    logits = model(batch.X, batch.S, batch.structure_mask, batch.residue_index, order).float()
+    encoded = model.encode(batch.X, batch.structure_mask, batch.residue_index)
+    logits = model.decode(encoded, batch.S, batch.structure_mask, order).float()
     nll = F.cross_entropy(logits.reshape(-1, NUM_AA), batch.S.reshape(-1), reduction="none").reshape(batch.S.shape)
-    designed = designed_sequences(model, batch, seed)
+    designed, *samples = designs_of_batch(model, batch, seed, designs, temperature, encoded)
     mask = batch.mask
     return {
         "nll": (nll * mask).sum(1).double(),
         "count": mask.sum(1).double(),
         "correct": ((designed == batch.S).float() * mask).sum(1).double(),
         "designed": designed,
+        "samples": samples,
     }
 
 
@@ -73,6 +127,7 @@ class DatasetScores:
     count: np.ndarray
     correct: np.ndarray
     designed: list = field(default_factory=list)  # per row: designed letter indices, or None
+    samples: dict = field(default_factory=dict)  # row -> [designs, L] sampled letters (diversity)
 
     @classmethod
     def empty(cls, n: int) -> DatasetScores:
@@ -104,49 +159,35 @@ def score_dataset(
     seed: int,
     device: torch.device = CPU,
     keep_designed: bool = False,
+    designs: int = 0,
+    temperature: float = 0.1,
+    label: str | None = None,
 ) -> DatasetScores:
     """Score rows `indices` of `dataset`; other rows stay zero, so per-rank results can be summed.
-    A batch's randomness (autoregressive orders) is seeded by `seed` + its first row."""
+    A batch's randomness (autoregressive orders) is seeded by `seed` + its first row.
+    designs > 0: also `designs` sequences per row sampled at `temperature` (scores.samples: row ->
+    [designs, L]), decoded with the greedy ones. label: show progress under this name (a bar
+    on a terminal, else log lines)."""
     scores = DatasetScores.empty(len(dataset))
+    batches = pack_by_length(dataset.lengths, sorted(indices), tokens_per_batch)
+    total = int(sum(int(dataset.lengths[i]) for i in indices))
     was_training = model.training
     model.eval()
     try:
-        for rows in pack_by_length(dataset.lengths, sorted(indices), tokens_per_batch):
-            batch = collate([dataset[i] for i in rows]).to(device)
-            out = score_batch(model, batch, seed + rows[0])
-            for j, row in enumerate(rows):
-                scores.nll[row] = float(out["nll"][j])
-                scores.count[row] = float(out["count"][j])
-                scores.correct[row] = float(out["correct"][j])
-                if keep_designed:
+        with progress(total, label or "score", enabled=None if label else False, unit="residues") as advance:
+            for rows in batches:
+                batch = collate([dataset[i] for i in rows]).to(device)
+                out = score_batch(model, batch, seed + rows[0], designs, temperature)
+                for j, row in enumerate(rows):
+                    scores.nll[row] = float(out["nll"][j])
+                    scores.count[row] = float(out["count"][j])
+                    scores.correct[row] = float(out["correct"][j])
                     n = int(batch.lengths[j])
-                    scores.designed[row] = out["designed"][j, :n].cpu().numpy()
+                    if keep_designed:
+                        scores.designed[row] = out["designed"][j, :n].cpu().numpy()
+                    if designs:
+                        scores.samples[row] = np.stack([s[j, :n].cpu().numpy() for s in out["samples"]])
+                advance(int(sum(int(dataset.lengths[i]) for i in rows)), f"{len(rows)} chains")
     finally:
         model.train(was_training)
     return scores
-
-
-@torch.no_grad()
-def sample_designs(
-    model,
-    dataset,
-    indices: list[int],
-    designs: int,
-    temperature: float,
-    tokens_per_batch: int,
-    seed: int,
-    device: torch.device = CPU,
-) -> dict[int, np.ndarray]:
-    """Row -> [designs, L] letter indices sampled at `temperature` (design d of a batch seeded by
-    `seed` + its first row + d), for diversity among designs."""
-    out: dict[int, list[np.ndarray]] = {i: [] for i in indices}
-    for rows in pack_by_length(dataset.lengths, sorted(indices), tokens_per_batch):
-        batch = collate([dataset[i] for i in rows]).to(device)
-        for d in range(designs):
-            generator = seeded_generator(seed + rows[0] + 7919 * (d + 1), batch.X.device)
-            S = model.sample(
-                batch.X, batch.structure_mask, batch.residue_index, temperature=temperature, generator=generator
-            )
-            for j, row in enumerate(rows):
-                out[row].append(S[j, : int(batch.lengths[j])].cpu().numpy())
-    return {row: np.stack(v) for row, v in out.items()}

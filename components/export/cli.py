@@ -38,6 +38,7 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from invfold import storage
+    from invfold.allocator import reexec_under_jemalloc
     from invfold.components.export.config import ExportConfig
     from invfold.components.model.reference import ModelSource, check_model, resolve_model
     from invfold.options import from_args
@@ -47,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     storage.require_local(cfg.parity_data, "an existing prepared folder or protein set")
     cfg.model_path = resolve_model(cfg.model_path, from_args(ModelSource, args).tracking_uri)
     check_model(cfg.model_path, onnx=False)
+    reexec_under_jemalloc()  # eager PyTorch without page faults on every large tensor (allocator.py)
     from invfold.components.export.onnx_export import export_onnx
 
     result = export_onnx(cfg)  # a ParityError exits 1 with its message (src/invfold/cli.py)

@@ -24,6 +24,7 @@ from invfold.components.protein.batch import collate
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
 from invfold.errors import ConfigError, InputError, InvfoldError
+from invfold.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -123,39 +124,151 @@ def _example_inputs(length: int, batch: int = 2):
     )
 
 
-def write_onnx(model, out_path: str | os.PathLike, opset: int | None = None) -> int:
-    """Export `model` (eval) to one self-contained file with dynamic batch and length, with the
-    model config and alphabet as metadata; returns the default-domain opset written."""
-    import onnx
+class EncodeForDecoding(torch.nn.Module):
+    """The encoder of an autoregressive model and each decoder layer's structure-only
+    projections: what incremental decoding computes once per structure."""
 
-    batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
-    dynamic = {name: {0: batch, 1: length} for name in runtime.INPUT_NAMES}
-    example = _example_inputs(length=2 * model.cfg.k_neighbors + 3)
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, X, mask, residue_index):
+        h_enc, h_E, E_idx, nb_mask = self.model.encode(X, mask, residue_index)
+        e_proj = torch.stack([layer.msg_edge(h_E) for layer in self.model.decoder])
+        enc_proj = torch.stack([layer.msg_nb(h_enc) for layer in self.model.decoder])
+        return h_enc, E_idx, nb_mask, e_proj, enc_proj
+
+
+class DecodeStep(torch.nn.Module):
+    """One decoding step through every decoder layer for the positions decoded now (rows
+    gathered by the caller): logits, and each layer's input there (the decoder's cached state)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.decoder, self.readout = model.decoder, model.readout
+
+    def forward(self, h, e_rows, nb_proj, nb_mask, mask):
+        inputs = []
+        for li, layer in enumerate(self.decoder):
+            inputs.append(h)
+            h = layer(h, e_rows[li], nb_proj[li], nb_mask, mask)
+        return self.readout(h), torch.stack(inputs)
+
+
+class DecodeUpdate(torch.nn.Module):
+    """The cache rows of positions just decoded: each layer's projection of its input there and of
+    the chosen letter (what later positions read for a decoded neighbour)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.decoder, self.seq_embed = model.decoder, model.seq_embed
+
+    def forward(self, layer_inputs, letters):
+        h_S = self.seq_embed(letters)
+        return torch.stack(
+            [layer.msg_nb(layer_inputs[li]) + layer.msg_seq(h_S) for li, layer in enumerate(self.decoder)]
+        )
+
+
+def _export(module, example, names_in, names_out, dynamic, path, opset) -> None:
     kwargs = {} if opset is None else {"opset_version": opset}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*axis name.*will not be used.*")
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
         torch.onnx.export(
-            model.eval(),
+            module.eval(),
             example,
-            str(out_path),
+            str(path),
             dynamo=True,
             external_data=False,
             dynamic_shapes=dynamic,
-            input_names=list(runtime.INPUT_NAMES),
-            output_names=list(runtime.OUTPUT_NAMES),
+            input_names=list(names_in),
+            output_names=list(names_out),
             optimize=True,
             verbose=False,
             **kwargs,
         )
-    proto = onnx.load(str(out_path))
-    onnx.helper.set_model_props(
-        proto,
-        {
-            runtime.META_CONFIG: json.dumps(model.cfg.to_dict(), sort_keys=True),
-            runtime.META_ALPHABET: ALPHABET,
-        },
+
+
+def decoding_graphs(model, opset: int | None = None) -> dict[str, bytes]:
+    """The encoder (once per structure), step and update graphs of incremental decoding
+    (runtime.DECODING_GRAPHS), serialized: ProteinMPNN's sample() updates only the decoded
+    position, so a design costs one encoder run and O(L * K) decoder work, not L full runs."""
+    import tempfile
+
+    model = model.eval()
+    cfg = model.cfg
+    layers, k, h = cfg.decoder_layers, cfg.k_neighbors, cfg.hidden
+    batch, length, width = torch.export.Dim("batch"), torch.export.Dim("length"), torch.export.Dim("members")
+    X, _, mask, ridx, _ = _example_inputs(length=2 * k + 3)
+    g = torch.Generator().manual_seed(1)
+    b, m = 2, 3
+    step_example = (
+        torch.randn(b, m, h, generator=g),
+        torch.randn(layers, b, m, k, h, generator=g),
+        torch.randn(layers, b, m, k, h, generator=g),
+        torch.ones(b, m, k),
+        torch.ones(b, m),
     )
+    specs = {
+        "encoder": (
+            EncodeForDecoding(model),
+            (X, mask, ridx),
+            ("X", "mask", "residue_index"),
+            runtime.ENCODER_OUTPUTS,
+            {n: {0: batch, 1: length} for n in ("X", "mask", "residue_index")},
+        ),
+        "step": (
+            DecodeStep(model),
+            step_example,
+            runtime.STEP_INPUTS,
+            ("logits", "layer_inputs"),
+            {
+                "h": {0: batch, 1: width},
+                "e_rows": {1: batch, 2: width},
+                "nb_proj": {1: batch, 2: width},
+                "nb_mask": {0: batch, 1: width},
+                "mask": {0: batch, 1: width},
+            },
+        ),
+        "update": (
+            DecodeUpdate(model),
+            (torch.randn(layers, b, m, h, generator=g), torch.zeros(b, m, dtype=torch.long)),
+            ("layer_inputs", "letters"),
+            ("dec_rows",),
+            {"layer_inputs": {1: batch, 2: width}, "letters": {0: batch, 1: width}},
+        ),
+    }
+    graphs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (module, example, names_in, names_out, dynamic) in specs.items():
+            path = Path(tmp) / f"{name}.onnx"
+            _export(module, example, names_in, names_out, dynamic, path, opset)
+            graphs[name] = path.read_bytes()
+    return graphs
+
+
+def write_onnx(model, out_path: str | os.PathLike, opset: int | None = None) -> int:
+    """Export `model` (eval) to one self-contained file with dynamic batch and length, with the
+    model config and alphabet as metadata (and, for an autoregressive model, the graphs of
+    incremental decoding, base64 in metadata); returns the default-domain opset written."""
+    import base64
+
+    import onnx
+
+    batch, length = torch.export.Dim("batch"), torch.export.Dim("length")
+    dynamic = {name: {0: batch, 1: length} for name in runtime.INPUT_NAMES}
+    example = _example_inputs(length=2 * model.cfg.k_neighbors + 3)
+    _export(model.eval(), example, runtime.INPUT_NAMES, runtime.OUTPUT_NAMES, dynamic, out_path, opset)
+    proto = onnx.load(str(out_path))
+    props = {
+        runtime.META_CONFIG: json.dumps(model.cfg.to_dict(), sort_keys=True),
+        runtime.META_ALPHABET: ALPHABET,
+    }
+    if model.cfg.autoregressive:
+        graphs = decoding_graphs(model, opset)
+        props[runtime.META_DECODING] = json.dumps({k: base64.b64encode(v).decode() for k, v in graphs.items()})
+    onnx.helper.set_model_props(proto, props)
     onnx.save_model(proto, str(out_path), save_as_external_data=False)
     return next(op.version for op in proto.opset_import if op.domain in ("", "ai.onnx"))
 
@@ -208,8 +321,11 @@ def export_onnx(cfg: ExportConfig) -> ExportResult:
     out = Path(cfg.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.with_name(out.stem + ".rejected.onnx")
-    opset = write_onnx(model, staging, cfg.opset)
-    parity = check_parity(staging, model, records, cfg.tolerance, cfg.seed)
+    with progress(2, "export", unit="stages", log_every=1) as advance:
+        opset = write_onnx(model, staging, cfg.opset)
+        advance(1, "graph written; parity check")
+        parity = check_parity(staging, model, records, cfg.tolerance, cfg.seed)
+        advance(1, f"parity {parity['max_abs_diff']:.1e}")
     data = staging.read_bytes()
     result = {
         "onnx": out.name,

@@ -14,6 +14,11 @@ from invfold.errors import InputError
 # ONNX metadata_props keys written by export (what design needs to drive the graph).
 META_CONFIG = "invfold.model_config"
 META_ALPHABET = "invfold.alphabet"
+# an autoregressive model's graphs of incremental decoding: JSON {"encoder", "step", "update"}
+# -> base64 ONNX (onnx_export.decoding_graphs), so one file still holds the whole model
+META_DECODING = "invfold.decoding_graphs"
+ENCODER_OUTPUTS = ("h_enc", "E_idx", "nb_mask", "e_proj", "enc_proj")
+STEP_INPUTS = ("h", "e_rows", "nb_proj", "nb_mask", "mask")
 INPUT_NAMES = ("X", "S", "mask", "residue_index", "decoding_order")
 OUTPUT_NAMES = ("logits",)
 # name -> (dtype, shape); B and L are dynamic.
@@ -46,6 +51,12 @@ def session(path: str | os.PathLike, threads: int | None = None):
     OMP_NUM_THREADS setting, else onnxruntime's choice) and sequential execution."""
     import onnxruntime as ort
 
+    return ort.InferenceSession(str(path), sess_options=_options(threads), providers=["CPUExecutionProvider"])
+
+
+def _options(threads: int | None):
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -55,7 +66,7 @@ def session(path: str | os.PathLike, threads: int | None = None):
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
     options.log_severity_level = 3
-    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+    return options
 
 
 def feeds(X, S, mask, residue_index, decoding_order) -> dict[str, np.ndarray]:
@@ -75,6 +86,12 @@ def feeds(X, S, mask, residue_index, decoding_order) -> dict[str, np.ndarray]:
     }
 
 
+def encoder_feeds(X, mask, residue_index) -> dict[str, np.ndarray]:
+    """Inputs of the embedded encoder graph (decoding_sessions) in the contract's dtypes."""
+    full = feeds(X, residue_index, mask, residue_index, mask)
+    return {name: full[name] for name in ("X", "mask", "residue_index")}
+
+
 def model_config_of(sess):
     """The ModelConfig stored in an exported graph's metadata."""
 
@@ -89,3 +106,21 @@ def model_config_of(sess):
             reason="not_a_model",
         )
     return ModelConfig.from_dict(json.loads(props[META_CONFIG]))
+
+
+def decoding_sessions(sess, threads: int | None = None) -> dict | None:
+    """{"encoder", "step", "update"} sessions of the graphs an autoregressive export embeds
+    (None for a file without them: one-shot models, or files written before they existed)."""
+    import base64
+
+    import onnxruntime as ort
+
+    props = sess.get_modelmeta().custom_metadata_map
+    if META_DECODING not in props:
+        return None
+    options = _options(threads)
+    graphs = json.loads(props[META_DECODING])
+    return {
+        name: ort.InferenceSession(base64.b64decode(data), sess_options=options, providers=["CPUExecutionProvider"])
+        for name, data in graphs.items()
+    }

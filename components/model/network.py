@@ -166,7 +166,13 @@ class InverseFoldingModel(nn.Module):
 
     def forward(self, X, S, mask, residue_index, decoding_order=None):
         mask = mask.to(X.dtype)
-        h_V, h_E, E_idx, nb_mask = self.encode(X, mask, residue_index)
+        return self.decode(self.encode(X, mask, residue_index), S, mask, decoding_order)
+
+    def decode(self, encoded, S, mask, decoding_order=None):
+        """Logits from encode()'s output: forward() without the encoder, so one encoding serves
+        teacher-forced scoring and sampling (evaluate)."""
+        h_V, h_E, E_idx, nb_mask = encoded
+        mask = mask.to(h_V.dtype)
         if not self.cfg.autoregressive:
             return self.readout(h_V)
         if decoding_order is None:
@@ -197,6 +203,8 @@ class InverseFoldingModel(nn.Module):
         decoding_order=None,
         uniforms=None,
         groups: Groups | None = None,
+        encoded=None,
+        structure_rows=None,
     ) -> torch.Tensor:
         """Design sequences -> S [B, L] long.
 
@@ -207,14 +215,19 @@ class InverseFoldingModel(nn.Module):
         groups: tied positions and per-position bias (sampling.Groups); None: every position
         alone, no bias beyond `excluded`. A group samples one letter from its members' weighted
         logits at its first member's turn in the decoding order; fixed members keep fixed_S.
+        temperature: a float, or a tensor [B, 1] (one per sample).
+        encoded: encode(X, mask, residue_index) already computed (X is then read for its device
+        and dtype only). structure_rows: long [B], the row of X/mask/encoded each sample designs
+        (several samples of one structure share its encoding); default: sample i, row i.
         """
-        if temperature <= 0:
+        if bool(torch.as_tensor(temperature).le(0).any()):
             raise ValueError(f"temperature: expected > 0, got {temperature}")
         if generator is None:
             generator = torch.Generator(device=X.device)
             generator.manual_seed(0 if seed is None else int(seed))
+        structure_mask = mask.to(X.dtype)
+        mask = structure_mask if structure_rows is None else structure_mask[structure_rows]
         b, length = mask.shape
-        mask = mask.to(X.dtype)
         fixed_mask = torch.zeros_like(mask, dtype=torch.bool) if fixed_mask is None else fixed_mask.to(torch.bool)
         fixed_S = torch.zeros(b, length, dtype=torch.long, device=X.device) if fixed_S is None else fixed_S
         groups = Groups.singletons(length) if groups is None else groups
@@ -226,43 +239,52 @@ class InverseFoldingModel(nn.Module):
         was_training = self.training
         self.eval()
         try:
+            if encoded is None:
+                encoded = self.encode(X, structure_mask, residue_index)
             if not self.cfg.autoregressive:
-                logits = self.readout(self.encode(X, mask, residue_index)[0])
+                logits = self.readout(encoded[0])
+                logits = logits if structure_rows is None else logits[structure_rows]
                 return sample_one_shot(logits, groups, temperature, uniforms, fixed_mask, fixed_S)
             return self._sample_autoregressive(
-                X, mask, residue_index, temperature, groups, uniforms, fixed_mask, fixed_S, decoding_order
+                encoded, structure_rows, mask, temperature, groups, uniforms, fixed_mask, fixed_S, decoding_order
             )
         finally:
             self.train(was_training)
 
     def _sample_autoregressive(
-        self, X, mask, residue_index, temperature, groups, uniforms, fixed_mask, fixed_S, decoding_order
+        self, encoded, structure_rows, mask, temperature, groups, uniforms, fixed_mask, fixed_S, decoding_order
     ):
         """One group of tied positions (usually one residue) per step with cached per-layer
         projections (O(M * K) per step, not a full forward), giving the same logits as forward()
-        on the final sequence in the tied decoding order (sampling.tied_order)."""
-        h_enc, h_E, E_idx, nb_mask = self.encode(X, mask, residue_index)
+        on the final sequence in the tied decoding order (sampling.tied_order). Structure tensors
+        are read at structure_rows (samples sharing an encoding); the decoded state is per sample."""
+        h_enc, h_E, E_idx, nb_mask = encoded
         b, length = mask.shape
-        rows = torch.arange(b, device=X.device).unsqueeze(1)  # [B, 1]
+        device = h_enc.device
+        rows = torch.arange(b, device=device).unsqueeze(1)  # [B, 1]: sample rows
+        srows = rows if structure_rows is None else structure_rows.to(device).unsqueeze(1)  # structure rows
         e_proj = [layer.msg_edge(h_E) for layer in self.decoder]
         enc_proj = [layer.msg_nb(h_enc) for layer in self.decoder]
+        if structure_rows is not None:
+            enc_proj = [p[structure_rows] for p in enc_proj]
+            h_enc = h_enc[structure_rows]
         dec_proj = [torch.zeros_like(p) for p in enc_proj]
         h_layers = [h_enc] + [torch.zeros_like(h_enc) for _ in self.decoder]
-        S = torch.zeros(b, length, dtype=torch.long, device=X.device)
+        S = torch.zeros(b, length, dtype=torch.long, device=device)
         decoding_order, steps = tied_order(decoding_order, groups)
         width = groups.members.shape[1]
         for t in range(steps.shape[1]):
             g = steps[:, t]
             pos = groups.members[g]  # [B, M]
-            idx = E_idx[rows, pos]  # [B, M, K]
+            idx = E_idx[srows, pos]  # [B, M, K]
             order_nb = ft.gather_nodes(decoding_order.unsqueeze(-1), idx).squeeze(-1)
             earlier = (order_nb < decoding_order[rows, pos].reshape(b, width, 1)).unsqueeze(-1)
-            nbm = nb_mask[rows, pos]
+            nbm = nb_mask[srows, pos]
             m = mask[rows, pos]
             h = h_enc[rows, pos]
             for li, layer in enumerate(self.decoder):
                 nb_proj = torch.where(earlier, ft.gather_nodes(dec_proj[li], idx), ft.gather_nodes(enc_proj[li], idx))
-                h = layer(h, e_proj[li][rows, pos], nb_proj, nbm, m)
+                h = layer(h, e_proj[li][srows, pos], nb_proj, nbm, m)
                 h_layers[li + 1][rows, pos] = h  # a repeated member writes its own value again
             letter = pick_group_letters(self.readout(h), groups, g, temperature, uniforms)
             letters = torch.where(fixed_mask[rows, pos], fixed_S[rows, pos], letter.unsqueeze(1))

@@ -47,7 +47,10 @@ class TrainConfig:
     backbone_noise: std (Angstrom) of Gaussian noise added to coordinates at train time.
     grad_clip: max global gradient norm (0 = no clipping).
     validate_every / checkpoint_every / log_every: in optimizer steps (0 = only at the end).
-    time_budget_s: stop (checkpoint, model.pt, exit 0) after this many seconds of training.
+    time_budget_s: stop (checkpoint, model.pt, exit 0) after this many seconds of training: wall
+        time of the training loop, from its first step (after process start-up, data and model
+        loading, resume) to the end of the optimizer step that reaches it, validations during
+        training included; after it come the final checkpoint, the final validation and model.pt.
     cpu_time_budget_s: the same, counted in CPU seconds of each training process (all its
         threads; the ranks stop together when the first reaches it): a budget that a loaded
         machine does not shrink.
@@ -102,7 +105,12 @@ class TrainConfig:
     threads: int = option(1, "CPU threads per process")
     resume: bool = option(True, "resume from the newest complete checkpoint (--no-resume: ignore them)")
     time_budget_s: float | None = option(
-        None, "stop (and save) after this many seconds", aliases=("--time-budget",), metavar="SECONDS"
+        None,
+        "stop (and save) after this many seconds of the training loop: counted from the first step (start-up, "
+        "data and model loading come before it) to the end of the step that reaches it; the final checkpoint, "
+        "final validation and model.pt come after it",
+        aliases=("--time-budget",),
+        metavar="SECONDS",
     )
     cpu_time_budget_s: float | None = option(
         None,

@@ -16,30 +16,14 @@ the CPU-only wheel): one process 1.53 / 4.51 / 5.35 GB (small / default / protei
 
 from __future__ import annotations
 
-import ctypes.util
 import os
 from pathlib import Path
 
+from invfold.allocator import JEMALLOC, JEMALLOC_CONF, allocator_env  # noqa: F401 - the launcher's allocator
 from invfold.components.model.config import ModelConfig
 
-JEMALLOC = "jemalloc"
-# keep freed pages for reuse instead of purging them on a timer (jemalloc's default decay purges a
-# share of them every step: 0.43x the speed), and let the thread cache hold freed blocks up to
-# 8 MiB (default 32 KiB); figures in bench/README.md
-JEMALLOC_CONF = "dirty_decay_ms:-1,muzzy_decay_ms:-1,tcache_max:8388608"
 BASE_GB = 2.0
 BYTES_PER_UNIT = 14.0
-
-
-def allocator_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment that makes the ranks use jemalloc: LD_PRELOAD of the machine's libjemalloc
-    (apt libjemalloc2), unless the user already chose an allocator (LD_PRELOAD, GLIBC_TUNABLES or
-    MALLOC_CONF set) or the library is absent (then glibc's defaults: slower, same memory)."""
-    environ = os.environ if environ is None else environ
-    if any(environ.get(name) for name in ("LD_PRELOAD", "GLIBC_TUNABLES", "MALLOC_CONF")):
-        return {}
-    library = ctypes.util.find_library(JEMALLOC)
-    return {"LD_PRELOAD": library, "MALLOC_CONF": JEMALLOC_CONF} if library else {}
 
 
 def activation_units(model: ModelConfig, tokens_per_batch: int) -> int:

@@ -194,3 +194,30 @@ def test_parse_positions_errors(text, message):
 def test_config_errors(field, value, message):
     with pytest.raises(ValueError, match=message):
         DesignConfig(model="m.pt", structure="s.pdb", out="o.fa", **{field: value})
+
+
+def test_onnx_autoregressive_design_decodes_incrementally(tmp_path, data, models):
+    """The .onnx backend runs the embedded encoder once and one step (+ cache update) per
+    position, never the full graph per step: the full graph runs once, for the designs' scores."""
+    from invfold.components.design.design import OnnxBackend, design_record, select_record
+
+    _, _, pdb = data
+    backend = OnnxBackend(str(models["autoregressive"][1]), threads=1)
+    assert backend.decoding is not None and set(backend.decoding) == {"encoder", "step", "update"}
+    calls = {"full": 0, "encoder": 0}
+    full_run, encoder_run = backend.session.run, backend.decoding["encoder"].run
+
+    class Counting:
+        def __init__(self, run, key):
+            self.run_, self.key = run, key
+
+        def run(self, *args, **kwargs):
+            calls[self.key] += 1
+            return self.run_(*args, **kwargs)
+
+    backend.session = Counting(full_run, "full")
+    backend.decoding = {**backend.decoding, "encoder": Counting(encoder_run, "encoder")}
+    record = select_record(str(pdb), None, None)
+    cfg = DesignConfig(model="m.onnx", structure=str(pdb), out=str(tmp_path / "d.fasta"), num_sequences=2)
+    designs = design_record(backend, record, cfg)
+    assert len(designs) == 2 and calls == {"full": 1, "encoder": 1}

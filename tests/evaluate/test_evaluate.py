@@ -225,3 +225,46 @@ def test_a_prepared_set_with_only_a_test_split_evaluates(model_path, tmp_path):
     assert metrics["datasets"]["test"]["proteins"] == 6 and "validation" not in metrics["datasets"]
     assert metrics["baseline"]["letter"] is None and "no train chains" in metrics["baseline"]["unavailable"]
     assert "Constant predictor: unavailable" in (tmp_path / "eval" / "report.md").read_text()
+
+
+def test_greedy_and_diversity_designs_decoded_together_equal_separate_sample_calls(prepared, model_path):
+    """score_dataset encodes each batch once and decodes the greedy and the diversity designs in
+    one loop: the letters must be those of separate sample() calls with each design's own seed."""
+    from invfold.components.evaluate.metrics import GREEDY_TEMPERATURE, seeded_generator
+    from invfold.components.model.io import load_model
+
+    model = load_model(model_path).eval()
+    test = open_prepared(prepared).open("test")
+    rows = sorted(range(4), key=lambda i: (int(test.lengths[i]), i))  # score_dataset's batch order
+    scores = score_dataset(model, test, rows, 100_000, seed=3, keep_designed=True, designs=2, temperature=0.5)
+    batch = collate([test[i] for i in rows])
+    first = rows[0]
+    greedy = model.sample(
+        batch.X,
+        batch.structure_mask,
+        batch.residue_index,
+        GREEDY_TEMPERATURE,
+        generator=seeded_generator(3 + first, "cpu"),
+    )
+    for d in range(2):
+        sampled = model.sample(
+            batch.X,
+            batch.structure_mask,
+            batch.residue_index,
+            0.5,
+            generator=seeded_generator(3 + first + 7919 * (d + 1), "cpu"),
+        )
+        for j, row in enumerate(rows):
+            n = int(batch.lengths[j])
+            assert np.array_equal(scores.samples[row][d], sampled[j, :n].numpy())
+    for j, row in enumerate(rows):
+        assert np.array_equal(scores.designed[row], greedy[j, : int(batch.lengths[j])].numpy())
+    assert any(not np.array_equal(scores.samples[r][0], scores.samples[r][1]) for r in rows)
+
+
+def test_a_subset_equal_to_the_test_set_reports_the_test_figures(prepared, model_path, tmp_path):
+    """Every test chain of the sample is single-chain: test_single_chain is the test set itself."""
+    metrics = evaluate(EvaluateConfig(model_path=model_path, data=prepared, out=str(tmp_path), designs_per_protein=0))
+    test = open_prepared(prepared).open("test")
+    assert all(test[i].num_chains == 1 for i in range(len(test)))
+    assert metrics["datasets"]["test_single_chain"] == metrics["datasets"]["test"]

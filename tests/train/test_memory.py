@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from invfold import allocator
 from invfold.components.model.config import ModelConfig
 from invfold.components.train import memory
 from invfold.components.train.memory import allocator_env, estimated_peak_gb, memory_warning
@@ -23,7 +24,7 @@ def test_an_allocator_the_user_chose_is_left_alone(variable):
 
 
 def test_without_jemalloc_the_ranks_keep_glibc(monkeypatch):
-    monkeypatch.setattr(memory.ctypes.util, "find_library", lambda name: None)
+    monkeypatch.setattr(allocator.ctypes.util, "find_library", lambda name: None)
     assert allocator_env({}) == {}
 
 
