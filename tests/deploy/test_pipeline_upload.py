@@ -172,7 +172,7 @@ def test_the_install_sets_the_pipelines_storage_and_tracking_defaults(package, t
     the chart's MLflow service and workspace claim: a run from the KFP UI needs none of them typed."""
     job = hook_job(
         "--set",
-        "storage.endpoint=http://minio-service.kubeflow:9000,storage.root=s3://mlpipeline/invfold,workspace.create=true",
+        "storage.endpoint=http://seaweedfs.kubeflow:8333,storage.root=s3://mlpipeline/private/team-a/invfold,workspace.create=true",
     )
     with KfpApi(multi_user=True, token=TOKEN, writable_namespaces={PROFILE}) as api:
         proc = run_hook(job, api, package, tmp_path)
@@ -181,8 +181,8 @@ def test_the_install_sets_the_pipelines_storage_and_tracking_defaults(package, t
     assert specs
     for spec in specs:
         defaults = parameter_defaults(spec)
-        assert defaults["storage_endpoint"] == "http://minio-service.kubeflow:9000"
-        assert defaults["storage_root"] == "s3://mlpipeline/invfold"
+        assert defaults["storage_endpoint"] == "http://seaweedfs.kubeflow:8333"
+        assert defaults["storage_root"] == "s3://mlpipeline/private/team-a/invfold"
         assert defaults["mlflow_tracking_uri"] == f"http://invfold-mlflow.{PROFILE}.svc.cluster.local:5000"
         assert defaults["workspace_pvc"] == "invfold-workspace"
         assert defaults["storage_secret"] == "mlpipeline-minio-artifact"  # untouched
