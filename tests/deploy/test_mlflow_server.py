@@ -27,6 +27,8 @@ NAMESPACE = "team-a"
 INGRESS_HOST = "mlflow.team-a.example.org"
 SERVICE_HOST = f"invfold-mlflow.{NAMESPACE}.svc.cluster.local:5000"
 ADMIN = ("admin", "a-test-password-0")
+# team-a is a profile namespace, where auth is on by default: the tests without a user store turn it off
+NO_AUTH = ("--set", "mlflow.auth.enabled=false")
 
 
 def rendered_mlflow_container(*values: str) -> dict:
@@ -51,6 +53,9 @@ def local_args(args: list[str], tmp_path, port: int) -> list[str]:
     for arg in args:
         key = arg.split("=", 1)[0]
         out.append(f"{key}={swap[key]}" if key in swap else arg)
+    # the chart gives the backend URI as env (MLFLOW_BACKEND_STORE_URI), never on the command line
+    assert "--backend-store-uri" not in {a.split("=", 1)[0] for a in out}, args
+    out.append(f"--backend-store-uri={swap['--backend-store-uri']}")
     assert {a.split("=", 1)[0] for a in out} >= set(swap), args
     return out
 
@@ -98,9 +103,11 @@ def mlflow_server(args: list[str], env: dict, tmp_path):
 @pytest.fixture(scope="module", params=["auth", "no-auth"])
 def chart_server(request, tmp_path_factory):
     auth = request.param == "auth"
-    values = ["--set", "mlflow.ingress.enabled=true", "--set", f"mlflow.ingress.host={INGRESS_HOST}"]
     if auth:
+        values = ["--set", "mlflow.ingress.enabled=true", "--set", f"mlflow.ingress.host={INGRESS_HOST}"]
         values += ["--set", "mlflow.auth.enabled=true", "--set", "mlflow.auth.existingSecret=mlflow-basic-auth"]
+    else:  # the chart refuses an Ingress without auth: the same Host admitted through allowedHosts
+        values = ["--set", "mlflow.auth.enabled=false", "--set", f"mlflow.allowedHosts={{{INGRESS_HOST}}}"]
     container = rendered_mlflow_container(*values)
     tmp_path = tmp_path_factory.mktemp(f"mlflow-{request.param}")
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
@@ -148,7 +155,7 @@ def test_auth_refuses_anonymous_clients(chart_server):
 
 def test_without_allowed_hosts_the_service_name_is_refused(tmp_path):
     """Upstream's default (the chart before --allowed-hosts): the in-cluster name gets 403."""
-    container = rendered_mlflow_container()
+    container = rendered_mlflow_container(*NO_AUTH)
     args = [a for a in container["args"] if not a.startswith("--allowed-hosts")]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     with mlflow_server(local_args(args, tmp_path, free_port()), env, tmp_path) as port:
@@ -179,9 +186,9 @@ def test_helm_test_stores_and_returns_an_artifact_through_the_proxy(tmp_path, s3
     blocking it made the first log_artifact hang while `helm test` passed), and passes when it can.
     The store: moto's S3 server on loopback standing in for the S3 endpoint of
     mlflow.artifacts.s3EndpointUrl (MLflow's proxy writes through boto3, MLFLOW_S3_ENDPOINT_URL)."""
-    pod = helm_test_pod()
+    pod = helm_test_pod(*NO_AUTH)
     bucket = s3_server.new_bucket()
-    container = rendered_mlflow_container()
+    container = rendered_mlflow_container(*NO_AUTH)
     args = local_args(container["args"], tmp_path, free_port())
     args = [
         f"--artifacts-destination=s3://{bucket}/mlflow" if a.startswith("--artifacts-destination") else a for a in args

@@ -196,3 +196,18 @@ would prune it silently. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Whether MLflow runs its basic-auth app: mlflow.auth.enabled, "auto" = in a profile namespace
+(the release's namespace is not KFP's): "true" or "". */}}
+{{- define "invfold.mlflowAuth" -}}
+{{- $enabled := .Values.mlflow.auth.enabled -}}
+{{- if eq (toString $enabled) "auto" -}}
+{{- if ne .Release.Namespace .Values.networkPolicies.kfpNamespace -}}true{{- end -}}
+{{- else if $enabled -}}true{{- end -}}
+{{- end -}}
+{{- define "invfold.mlflowAuthConfig" -}}{{ .Release.Name }}-mlflow-auth-config{{- end -}}
+{{- define "invfold.mlflowServerSecret" -}}{{ .Release.Name }}-mlflow-server{{- end -}}
+{{/* The internal database's URI without its password (libpq reads PGPASSWORD). */}}
+{{- define "invfold.postgresUri" -}}
+postgresql://{{ .Values.postgresql.username }}@{{ include "invfold.postgresName" . }}:5432/{{ .Values.postgresql.database }}
+{{- end -}}
