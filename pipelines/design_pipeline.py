@@ -4,8 +4,9 @@ shards gathered into designs + scores (Dataset), a report (Markdown) and metrics
 MLflow run; inside an exit handler that closes the MLflow runs.
 
 Runs locally through KFP's local runner (pipelines/local.py: run_design_local; no CLI command yet)
-and on Kubeflow (`invfold compile --pipeline design` -> pipelines/design_pipeline.yaml, uploaded
-through the UI or kfp.Client; `invfold submit` sends the training pipeline only)."""
+and on Kubeflow (`invfold compile --pipeline design` -> pipelines/design_pipeline.yaml, which the
+chart's hook uploads as `<pipelineName>-design` with the install's tracking URI and store as
+defaults; `invfold submit` sends the training pipeline only)."""
 
 from kfp import dsl
 
