@@ -179,7 +179,7 @@ def test_pipeline_upload_hook_carries_the_compiled_pipeline(rendered):
     config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-pipeline"))
     compiled = (REPO / "pipelines" / "invfold_pipeline.yaml").read_text()
     assert config["data"]["invfold_pipeline.yaml"].strip() == compiled.strip()
-    job = next(o for o in objects if o["kind"] == "Job")
+    job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].endswith("-pipeline-upload"))
     assert "post-install" in job["metadata"]["annotations"]["helm.sh/hook"]
     test_pod = next(o for o in objects if o["kind"] == "Pod")
     assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"

@@ -32,7 +32,11 @@ def profile_key_resources(namespace: str) -> list[str]:
 
 
 def pipeline_defaults(*values: str, namespace: str = NS) -> dict:
-    (job,) = [o for o in documents(helm_template(*values, namespace=namespace)) if o["kind"] == "Job"]
+    (job,) = [
+        o
+        for o in documents(helm_template(*values, namespace=namespace))
+        if o["kind"] == "Job" and o["metadata"]["name"].endswith("-pipeline-upload")
+    ]
     env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
     return json.loads(env["PIPELINE_DEFAULTS"])
 
