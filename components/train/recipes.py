@@ -64,8 +64,8 @@ CPU_DEMO = Recipe(
 # (and the recovery it reaches) does not depend on how busy the machine is.
 QUALITY_GATE = Recipe(
     "quality_gate",
-    "cpu_demo bounded by steps (150), not seconds: the same model on a busy or an idle machine",
-    {**CPU_DEMO.settings, "time_budget_s": None, "max_steps": 150},
+    "cpu_demo bounded by steps (120), not seconds: the same model on a busy or an idle machine",
+    {**CPU_DEMO.settings, "time_budget_s": None, "max_steps": 120},
 )
 FULL = Recipe("full", "the trainer's own defaults: default preset, no budget (set --epochs or --max-steps)")
 

@@ -38,7 +38,7 @@ def test_invfold_train_starts_from_the_same_recipe_as_invfold_run():
                 "--recipe",
                 "quality_gate",
             ),
-            {"max_steps": 150, "time_budget_s": None, "preset": "small"},
+            {"max_steps": 120, "time_budget_s": None, "preset": "small"},
         ),
         (
             (
