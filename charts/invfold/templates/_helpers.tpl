@@ -128,15 +128,21 @@ spec:
       emptyDir: {medium: Memory, sizeLimit: {{ $r.sharedMemory }}}
 {{- end }}
 
+{{/* Whether the chart may ask the cluster (lookup) about objects outside the release's namespace:
+only an install with cluster rights (cluster-scoped runtimes); a tenant's lookup there would be
+refused (Forbidden), which fails the whole render. */}}
+{{- define "invfold.mayLookAround" -}}{{ if eq .Values.runtimes.kind "ClusterTrainingRuntime" }}true{{ end }}{{- end -}}
+
 {{/* The object store's S3 endpoint: storage.endpoint, or with "auto" KFP's store as the cluster
 serves it (kubeflow/pipelines manifests/kustomize/third-party/seaweedfs: KFP 2.16+ ships Service
 `seaweedfs`, S3 on 8333; up to 2.15 `minio-service` on 9000). Without a cluster to ask (helm
-template, lookup answers nothing) the KFP 2.16+ name. */}}
+template, lookup answers nothing; a tenant's install) the KFP 2.16+ name. */}}
 {{- define "invfold.storageEndpoint" -}}
 {{- $endpoint := .Values.storage.endpoint -}}
 {{- if eq $endpoint "auto" -}}
 {{- $ns := .Values.networkPolicies.kfpNamespace -}}
-{{- if lookup "v1" "Service" $ns "seaweedfs" -}}http://seaweedfs.{{ $ns }}:8333
+{{- if not (include "invfold.mayLookAround" .) -}}http://seaweedfs.{{ $ns }}:8333
+{{- else if lookup "v1" "Service" $ns "seaweedfs" -}}http://seaweedfs.{{ $ns }}:8333
 {{- else if lookup "v1" "Service" $ns "minio-service" -}}http://minio-service.{{ $ns }}:9000
 {{- else -}}http://seaweedfs.{{ $ns }}:8333
 {{- end -}}
