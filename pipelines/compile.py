@@ -122,5 +122,16 @@ def submit(
             experiment_name=experiment,
             namespace=namespace,
         )
+    if not result.run_id:
+        # Behind Kubeflow's gateway (oauth2-proxy) a request without an accepted token is
+        # redirected to the login page; kfp follows the redirect and reads that HTML page as an
+        # empty answer, so the "run" has no id.
+        raise SubmitError(
+            f"the KFP API at {host} gave no run id: the request most likely reached a login page "
+            "(Kubeflow's gateway answers requests without an accepted token with a redirect to it). "
+            "Send a token the platform accepts (--token or KFP_TOKEN), or reach the API directly "
+            "(kubectl -n kubeflow port-forward svc/ml-pipeline 8888:8888, --host http://127.0.0.1:8888, "
+            "a ServiceAccount token for the pipelines.kubeflow.org audience): docs/deploy.md, Authentication"
+        )
     url = f"{host.rstrip('/')}/#/runs/details/{result.run_id}"
     return {"run_id": result.run_id, "url": url}

@@ -4,8 +4,9 @@ shards gathered into designs + scores (Dataset), a report (Markdown) and metrics
 MLflow run; inside an exit handler that closes the MLflow runs.
 
 Runs locally through KFP's local runner (pipelines/local.py: run_design_local; no CLI command yet)
-and on Kubeflow (`invfold compile --pipeline design` -> pipelines/design_pipeline.yaml, uploaded
-through the UI or kfp.Client; `invfold submit` sends the training pipeline only)."""
+and on Kubeflow (`invfold compile --pipeline design` -> pipelines/design_pipeline.yaml, which the
+chart's hook uploads as `<pipelineName>-design` with the install's tracking URI and store as
+defaults; `invfold submit` sends the training pipeline only)."""
 
 from kfp import dsl
 
@@ -17,7 +18,7 @@ from invfold.components.design.component import (
 )
 from invfold.components.tracking.component import finish_tracking_op
 from invfold.pipelines import defaults as d
-from invfold.pipelines.pipeline import RUN_ID, _labelled
+from invfold.pipelines.pipeline import RUN_ID, _labelled, _with_storage
 
 DESIGN_PIPELINE_NAME = "invfold-design"
 
@@ -41,6 +42,8 @@ def design_pipeline(
     mlflow_tracking_uri: str = "",
     mlflow_experiment: str = d.EXPERIMENT,
     mlflow_secret: str = "invfold-mlflow-auth",
+    storage_secret: str = "mlpipeline-minio-artifact",
+    storage_endpoint: str = "",
 ):
     """Design sequences for every structure of a set with a registered model.
 
@@ -57,6 +60,8 @@ def design_pipeline(
         mlflow_tracking_uri: MLflow tracking URI; empty to use the MLFLOW_TRACKING_URI the cluster gives the steps.
         mlflow_experiment: MLflow experiment that records the designs.
         mlflow_secret: Secret with MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD for MLflow (basic auth); ignored when absent.
+        storage_secret: Secret with the object-storage keys `accesskey` / `secretkey` (KFP's layout) for the steps that read the structures; referenced, never copied.
+        storage_endpoint: S3-compatible endpoint of that store: http://seaweedfs.kubeflow:8333 on KFP 2.16+ (SeaweedFS), http://minio-service.kubeflow:9000 before; empty for AWS S3.
     """
     tracking = {"pipeline_run_id": RUN_ID, "tracking_uri": mlflow_tracking_uri, "experiment": mlflow_experiment}
     finish = _labelled(
@@ -65,8 +70,9 @@ def design_pipeline(
     with dsl.ExitHandler(finish, name="invfold-design"):
         fetch = fetch_model_op(model_name=model_name, model_version=model_version, tracking_uri=mlflow_tracking_uri)
         _labelled(fetch.set_caching_options(False).set_display_name("fetch-model"), mlflow_secret)
-        plan = plan_shards_op(structures=structures, shards=shards)
+        plan = plan_shards_op(structures=structures, shards=shards, storage_endpoint=storage_endpoint)
         _labelled(plan.set_display_name("plan-shards"), mlflow_secret)
+        _with_storage(plan, storage_secret)
         with dsl.ParallelFor(plan.output, name="shards") as shard:
             design = design_shard_op(
                 model=fetch.outputs["model"],
@@ -77,8 +83,10 @@ def design_pipeline(
                 seed=seed,
                 score_orders=score_orders,
                 threads=threads,
+                storage_endpoint=storage_endpoint,
             )
             _labelled(design.set_display_name("design-shard"), mlflow_secret)
+            _with_storage(design, storage_secret)
         gather = gather_designs_op(
             shards=dsl.Collected(design.outputs["designs"]),
             model=fetch.outputs["model"],

@@ -42,6 +42,17 @@ def _labelled(task, mlflow_secret, role: str = "step"):
     return task
 
 
+def _with_storage(task, storage_secret):
+    """A step that reads or writes object storage (the input data, init_from, the job's outputs):
+    the store's keys from the Secret `storage_secret` (KFP's layout, optional: absent on AWS with
+    workload identity), the same keys the TrainJob's pods get. Its endpoint arrives as the step's
+    `storage_endpoint` input (invfold.storage.use_endpoint)."""
+    kubernetes.use_secret_as_env(
+        task, secret_name=storage_secret, secret_key_to_env=STORAGE_SECRET_TO_ENV, optional=True
+    )
+    return task
+
+
 @dsl.pipeline(
     name=PIPELINE_NAME,
     description="Train a protein inverse-folding model (backbone structure in, sequence out): "
@@ -115,9 +126,9 @@ def invfold_pipeline(
         mlflow_secret: Secret with MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD every step sends to MLflow (basic auth); ignored when absent.
         registered_model_name: MLflow registered model that receives the ONNX model; its champion alias marks the best.
         checkpoint_root: Checkpoint location (a folder per pipeline run under it, so a retried step resumes); empty for the default.
-        storage_root: Object-storage URI (s3://bucket/prefix) the TrainJob writes its outputs and checkpoints under (clusters).
-        storage_secret: Secret with the object-storage keys `accesskey` / `secretkey` (KFP's own layout: its mlpipeline-minio-artifact Secret, copied into every profile namespace) for the train step and TrainJob pods; referenced, never copied.
-        storage_endpoint: S3-compatible endpoint of that store, e.g. http://minio-service.kubeflow:9000 (KFP's MinIO or SeaweedFS); empty for AWS S3.
+        storage_root: Object-storage URI (s3://bucket/prefix) the TrainJob writes its outputs and checkpoints under (clusters); on KFP's store in a profile namespace it must lie under s3://mlpipeline/private/<namespace>/ (or artifacts/, shared/), the only keys the profile's credentials may write.
+        storage_secret: Secret with the object-storage keys `accesskey` / `secretkey` (KFP's own layout: its mlpipeline-minio-artifact Secret, copied into every profile namespace) for every step that reads or writes object storage (fingerprint, prep, train, compare) and the TrainJob pods; referenced, never copied.
+        storage_endpoint: S3-compatible endpoint of that store for every step and TrainJob pod: http://seaweedfs.kubeflow:8333 on KFP 2.16+ (SeaweedFS), http://minio-service.kubeflow:9000 before; empty for AWS S3.
         workspace_pvc: ReadWriteMany PersistentVolumeClaim mounted at /workspace in every training pod (clusters); required for deepspeed, whose checkpoints are local files (they go to /workspace/checkpoints/<run id>).
         trainer_runtime_kind: ClusterTrainingRuntime (runtimes installed cluster-wide) or TrainingRuntime (a tenant's runtimes in its own namespace).
         gpu_node_selector: Node selector of the GPU node pool for the TrainJob, e.g. {"nvidia.com/gpu.present": "true"}.
@@ -128,10 +139,24 @@ def invfold_pipeline(
         finish_tracking_op(**tracking).set_caching_options(False).set_display_name("finish-tracking"), mlflow_secret
     )
     with dsl.ExitHandler(finish, name="invfold-run"):
-        fingerprint = fingerprint_op(data_uri=data_uri, split_file=split_file, pipeline_run_name=RUN_NAME, **tracking)
+        fingerprint = fingerprint_op(
+            data_uri=data_uri,
+            split_file=split_file,
+            pipeline_run_name=RUN_NAME,
+            storage_endpoint=storage_endpoint,
+            **tracking,
+        )
         _labelled(fingerprint.set_caching_options(False).set_display_name("fingerprint"), mlflow_secret)
-        prep = prep_op(data_uri=data_uri, split_file=split_file, complexes=complexes, data_digest=fingerprint.output)
+        _with_storage(fingerprint, storage_secret)
+        prep = prep_op(
+            data_uri=data_uri,
+            split_file=split_file,
+            complexes=complexes,
+            data_digest=fingerprint.output,
+            storage_endpoint=storage_endpoint,
+        )
         _labelled(prep.set_display_name("prep"), mlflow_secret)
+        _with_storage(prep, storage_secret)
         train = train_op(
             prepared=prep.outputs["prepared"],
             pipeline_run_name=RUN_NAME,
@@ -169,9 +194,7 @@ def invfold_pipeline(
         kubernetes.add_node_selector_json(train, gpu_node_selector)
         kubernetes.add_toleration_json(train, gpu_tolerations)
         # The train step itself reads the job's outputs from the store: same keys as the job.
-        kubernetes.use_secret_as_env(
-            train, secret_name=storage_secret, secret_key_to_env=STORAGE_SECRET_TO_ENV, optional=True
-        )
+        _with_storage(train, storage_secret)
         kubernetes.use_field_path_as_env(train, "POD_NAME", "metadata.name")
         kubernetes.use_field_path_as_env(train, "POD_UID", "metadata.uid")
         evaluate = evaluate_op(prepared=prep.outputs["prepared"], model=train.outputs["model"], **tracking)
@@ -182,9 +205,11 @@ def invfold_pipeline(
             model_name=registered_model_name,
             threshold=registration_threshold,
             init_from=init_from,
+            storage_endpoint=storage_endpoint,
             **tracking,
         )
         _labelled(compare.set_display_name("compare-with-champion").set_caching_options(False), mlflow_secret)
+        _with_storage(compare, storage_secret)
         with dsl.If(compare.outputs["Output"] == True, name="better-than-champion"):  # noqa: E712
             register = register_op(
                 prepared=prep.outputs["prepared"],

@@ -18,6 +18,9 @@ source scripts/cache.sh
 PY=${PYTHON:-.venv/bin/python}
 DOCKER=${DOCKER:-/usr/bin/docker}
 variant=cpu registry=invfold tag="" push=0 dry_run=0 only=()
+# pyproject.toml extras installed in every image beside the base dependencies: the S3 client
+# (s3fs) that reads s3:// data, checkpoints and models on a cluster (KFP's SeaweedFS / MinIO, S3).
+IMAGE_EXTRAS="s3"
 while [ $# -gt 0 ]; do
   case "$1" in
     --variant) variant=$2; shift 2 ;;
@@ -59,10 +62,12 @@ make_context() {
   rm -rf "$context.new" && mkdir -p "$context.new/wheelhouse" "$context.new/dist"
   cp -r images/. "$context.new/"
   # invfold's own wheel goes to dist/, apart from its dependencies (requirements.txt, from
-  # pyproject.toml): the runtime image installs them in separate layers.
+  # pyproject.toml: the base dependencies plus the extras every pod needs, IMAGE_EXTRAS, so a
+  # step reads s3:// data with its S3 client): the runtime image installs them in separate layers.
   # A fixed SOURCE_DATE_EPOCH makes the wheel byte-identical for the same sources (build cache hits).
   SOURCE_DATE_EPOCH=315532800 "$PY" -m pip wheel -q --no-deps -w "$context.new/dist" . >/dev/null
-  "$PY" -c "import tomllib; print('\\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+  "$PY" -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; \
+print('\\n'.join(p['dependencies'] + [r for e in '$IMAGE_EXTRAS'.split() for r in p['optional-dependencies'][e]]))" \
     > "$context.new/wheelhouse/requirements.txt"
   if [ "$variant" = cpu ]; then
     cp constraints/ci.txt "$context.new/wheelhouse/constraints.txt"
@@ -72,10 +77,22 @@ make_context() {
     deps="$BUILD_CACHE/images/wheels-cpu-$stamp"
     if [ ! -f "$deps/.complete" ]; then
       echo "==> downloading wheels for the CPU images (once per set of pins)"
-      rm -rf "$BUILD_CACHE"/images/wheels-cpu-* && mkdir -p "$deps"
-      "$PY" -m pip download -q -d "$deps" -c constraints/ci.txt \
-        -r "$context.new/wheelhouse/requirements.txt" -r images/mlflow/requirements.txt \
-        deepspeed==0.19.8 horovod==0.28.1 setuptools wheel packaging cmake cloudpickle psutil pyyaml cffi \
+      # Seeded with hard links from earlier sets (other clones on this machine may still build
+      # from them, so they stay): pip then fetches only what the new pins add.
+      mkdir -p "$deps"
+      for old in "$BUILD_CACHE"/images/wheels-cpu-*/; do
+        [ "$old" = "$deps/" ] || cp -ln "$old"*.whl "$old"*.tar.gz "$deps/" 2>/dev/null || true
+      done
+      # Two resolutions: the runtime's set and the MLflow server's are installed in separate venvs
+      # (resolved together, the server's boto3 pin and s3fs's aiobotocore range backtrack for ages).
+      # Each first from the seeded folder alone (no index lookups), else from the index.
+      fetch() {
+        "$PY" -m pip download -q -d "$deps" --no-index --find-links "$deps" "$@" \
+          || "$PY" -m pip download -q -d "$deps" "$@"
+      }
+      { fetch -c constraints/ci.txt -r "$context.new/wheelhouse/requirements.txt" \
+          deepspeed==0.19.8 horovod==0.28.1 setuptools wheel packaging cmake cloudpickle psutil pyyaml cffi \
+        && fetch -c constraints/ci.txt -r images/mlflow/requirements.txt; } \
         > "$deps.log" 2>&1 || { tail -20 "$deps.log" >&2; echo "build_images: pip download failed" >&2; exit 1; }
       touch "$deps/.complete"
     fi

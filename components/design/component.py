@@ -28,18 +28,21 @@ def fetch_model_op(model_name: str, model_version: str, tracking_uri: str, model
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def plan_shards_op(structures: str, shards: int) -> List[str]:
+def plan_shards_op(structures: str, shards: int, storage_endpoint: str = "") -> List[str]:
     """Split the structure set into shards ("k/n"), at most one per record.
 
     Args:
         structures: Structure set: a folder of PDB/mmCIF files, a chain-set jsonl[.gz], or a text list of paths.
         shards: Shards wanted (design runs one step per shard).
+        storage_endpoint: S3-compatible endpoint of the object store (KFP's SeaweedFS / MinIO); '' for AWS.
 
     Returns:
         The shards, "k/n" each.
     """
+    from invfold import storage
     from invfold.components.design.step import plan_shards
 
+    storage.use_endpoint(storage_endpoint)
     return plan_shards(structures, shards)
 
 
@@ -54,6 +57,7 @@ def design_shard_op(
     score_orders: int,
     threads: int,
     designs: Output[Dataset],
+    storage_endpoint: str = "",
 ):
     """Design and score the records of one shard.
 
@@ -67,10 +71,14 @@ def design_shard_op(
         score_orders: Decoding orders each design's score averages over (0 = no score).
         threads: CPU threads (0 = the runtime's default).
         designs: designs.jsonl and designs.summary.json of the shard.
+        storage_endpoint: S3-compatible endpoint of the object store (KFP's SeaweedFS / MinIO); '' for AWS.
     """
     import os
 
+    from invfold import storage
     from invfold.components.design.step import design_shard_step
+
+    storage.use_endpoint(storage_endpoint)
 
     summary = design_shard_step(
         model_path=os.path.join(model.path, "model.pt"),

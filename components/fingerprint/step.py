@@ -41,10 +41,17 @@ def fingerprint(uris: list[str]) -> str:
 
 
 def fingerprint_step(
-    data_uri: str, split_file: str, pipeline_run_id: str, pipeline_run_name: str, tracking_uri: str, experiment: str
+    data_uri: str,
+    split_file: str,
+    pipeline_run_id: str,
+    pipeline_run_name: str,
+    tracking_uri: str,
+    experiment: str,
+    storage_endpoint: str = "",
 ) -> str:
     """Digest the inputs; as the first step of every run it also opens the pipeline's MLflow run."""
 
+    storage.use_endpoint(storage_endpoint)
     ctx = RunContext(
         pipeline_run_id=pipeline_run_id,
         tracking_uri=tracking_uri,

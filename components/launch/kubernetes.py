@@ -1,5 +1,13 @@
 """Kubernetes backend: create a TrainJob, follow its status conditions, fetch its outputs.
 
+The TrainJob is created with strict field validation: an API server whose TrainJob schema lacks a
+field the manifest sets (Trainer v2.1 has no `runtimePatches`, which carry GPU placement and the
+workspace volume) refuses it instead of pruning it silently, and the step names the Trainer
+version it needs. While the job runs, its pods are looked at too: a pod the scheduler cannot place
+(no GPU node matching the selector, quota, taints) is reported with the scheduler's reason, and
+after `unschedulable_timeout_s` the job is deleted and the step fails with that reason instead
+of waiting for the TrainJob's own timeout (days).
+
 Follows the job by polling `get` (a watch would need re-listing after every disconnect; a poll
 every few seconds costs nothing next to a training run). Conditions as Trainer 2.3 reports
 them: `Complete` / `Failed` (True ends the wait; Failed's reason and message become the step's
@@ -28,12 +36,56 @@ class Cancelled(LaunchError):
     """The step was asked to stop (SIGTERM/SIGINT); the TrainJob has been deleted."""
 
 
+# The Trainer release whose TrainJob API has every field the launcher sets (runtimePatches came in
+# v2.2; the launcher-only MPI runtimes rely on v2.3's node count: see trainjob.SINGLE_NODE_SUFFIX).
+TRAINER_NEEDED = "v2.3"
+# Trainer names the JobSet after the TrainJob; JobSet labels every pod with its name.
+JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+
 def custom_objects_api():
     """The in-cluster CustomObjectsApi (the step's service account)."""
     from kubernetes import client, config
 
     config.load_incluster_config()
     return client.CustomObjectsApi()
+
+
+def core_api():
+    """The in-cluster CoreV1Api (pods of the job, read only)."""
+    from kubernetes import client, config
+
+    config.load_incluster_config()
+    return client.CoreV1Api()
+
+
+def _status_reason(err: Exception) -> tuple[int | None, str]:
+    status = getattr(err, "status", None)
+    body = getattr(err, "body", None) or getattr(err, "reason", None) or str(err)
+    if isinstance(body, bytes):
+        body = body.decode(errors="replace")
+    try:
+        import json
+
+        body = json.loads(body).get("message", body)
+    except (ValueError, AttributeError):
+        pass
+    return status, " ".join(str(body).split())
+
+
+def unschedulable_pods(pods) -> list[tuple[str, str]]:
+    """(pod name, the scheduler's reason and message) of every Pending pod it could not place."""
+    found = []
+    for pod in pods:
+        pod = pod if isinstance(pod, dict) else pod.to_dict()
+        status = pod.get("status") or {}
+        if status.get("phase") != "Pending":
+            continue
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and str(cond.get("status")) == "False":
+                reason = cond.get("reason") or "Unschedulable"
+                found.append((pod["metadata"]["name"], f"{reason}: {cond.get('message') or '(no message)'}"))
+    return found
 
 
 def condition(job: dict, kind: str) -> dict | None:
@@ -53,11 +105,20 @@ class KubernetesLauncher(Launcher):
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         fetch: Callable[[str, str], None] | None = None,
+        pods_api=None,
     ):
         self.options = options
         self._api = api
+        self._pods_api = pods_api
+        self._pods_visible = True
         self.clock, self.sleep = clock, sleep
         self.fetch = fetch or _fetch_folder
+
+    @property
+    def pods_api(self):
+        if self._pods_api is None:
+            self._pods_api = core_api()
+        return self._pods_api
 
     @property
     def api(self):
@@ -78,11 +139,15 @@ class KubernetesLauncher(Launcher):
         opts = self.options
         if not opts.storage_root:
             raise LaunchError(
-                "train on Kubernetes: set the storage root (object-storage URI the "
-                "TrainJob writes its outputs to, e.g. s3://bucket/invfold)"
+                "train on Kubernetes: set the storage root (pipeline parameter storage_root: the object-storage "
+                "URI the TrainJob writes its outputs to; on KFP's store "
+                f"{trainjob.default_storage_root(opts.namespace or '<namespace>')})"
             )
         if not opts.namespace:
             raise LaunchError("train on Kubernetes: namespace unknown (not in a pod and none given)")
+        problem = trainjob.storage_root_problem(opts.storage_root, opts.namespace)
+        if problem:
+            raise LaunchError(f"train on Kubernetes: {problem}")
         name = trainjob.job_name(cfg.strategy, opts.pipeline_run_id)
         output_uri = f"{opts.storage_root.rstrip('/')}/runs/{name}"
         manifest = trainjob.build_trainjob(name, cfg, resources, opts, output_uri)
@@ -90,7 +155,8 @@ class KubernetesLauncher(Launcher):
         previous = _trap_signals()
         created = False
         try:
-            self._call("create_namespaced_custom_object", body=manifest)
+            self._delete_orphans()
+            self._create(name, manifest)
             created = True
             log.info(
                 "created TrainJob %s/%s (runtime %s, %d x %d processes, %d GPUs/node)",
@@ -119,9 +185,70 @@ class KubernetesLauncher(Launcher):
             if created:
                 self._delete(name)
 
+    def _delete_orphans(self) -> None:
+        """Delete the unfinished TrainJobs an earlier attempt of this run's train step left (a step
+        pod killed without running its cleanup: KFP never deletes the pod, so the job's owner
+        reference to it never fires, and the orphan holds GPUs and quota the retry waits on)."""
+        if not self.options.pipeline_run_id:
+            return
+        selector = f"{trainjob.RUN_LABEL}={trainjob.run_label(self.options.pipeline_run_id)}"
+        listed = self._call("list_namespaced_custom_object", label_selector=selector)
+        for job in listed.get("items", []):
+            if condition(job, "Complete") or condition(job, "Failed"):
+                continue
+            orphan = job["metadata"]["name"]
+            log.warning("deleting TrainJob %s left running by an earlier attempt of this run", orphan)
+            self._delete(orphan)
+
+    def _create(self, name: str, manifest: dict) -> None:
+        try:
+            self._call("create_namespaced_custom_object", body=manifest, field_validation="Strict")
+        except Exception as err:
+            status, detail = _status_reason(err)
+            if status in (400, 422) and "unknown field" in detail:
+                raise LaunchError(
+                    f"TrainJob {self.options.namespace}/{name}: the cluster's TrainJob API refused fields "
+                    f"invfold sets ({detail[:300]}): invfold needs Kubeflow Trainer {TRAINER_NEEDED} or later "
+                    f"(Trainer v2.1, as in kubeflow/manifests 26.03, has no spec.runtimePatches and would drop "
+                    f"GPU placement and the workspace volume silently); upgrade Trainer"
+                ) from None
+            raise
+
+    def _check_pods(self, name: str, first_seen: dict[str, float]) -> None:
+        """Report pods the scheduler cannot place; fail once one stayed so past the bounded wait."""
+        opts = self.options
+        try:
+            listed = self.pods_api.list_namespaced_pod(opts.namespace, label_selector=f"{JOBSET_LABEL}={name}")
+        except Exception as err:  # no pod rights (an older Role): keep following the conditions
+            status, detail = _status_reason(err)
+            log.warning(
+                "cannot list the pods of TrainJob %s (%s %s): unschedulable pods go unreported", name, status, detail
+            )
+            self._pods_visible = False
+            return
+        items = listed.get("items", []) if isinstance(listed, dict) else listed.items
+        stuck = dict(unschedulable_pods(items))
+        now = self.clock()
+        for pod in list(first_seen):
+            if pod not in stuck:
+                del first_seen[pod]
+        for pod, why in stuck.items():
+            if pod not in first_seen:
+                first_seen[pod] = now
+                log.warning("TrainJob %s: pod %s cannot be scheduled: %s", name, pod, why)
+            waited = now - first_seen[pod]
+            if waited >= opts.unschedulable_timeout_s:
+                raise LaunchError(
+                    f"TrainJob {opts.namespace}/{name}: pod {pod} could not be scheduled for {waited:.0f} s: {why}. "
+                    f"Check the GPU node selector and tolerations (pipeline parameters gpu_node_selector, "
+                    f"gpu_tolerations), gpus_per_node against the nodes' allocatable nvidia.com/gpu, and the "
+                    f"namespace's ResourceQuota; job deleted"
+                )
+
     def _wait(self, name: str) -> dict:
         deadline = self.clock() + self.options.timeout_s
         last_state = None
+        first_seen: dict[str, float] = {}
         while True:
             job = self._call("get_namespaced_custom_object", name=name)
             failed = condition(job, "Failed")
@@ -134,6 +261,8 @@ class KubernetesLauncher(Launcher):
                 log.info("TrainJob %s complete", name)
                 return job
             state = "suspended" if condition(job, "Suspended") else "running"
+            if state == "running" and self.options.unschedulable_timeout_s > 0 and self._pods_visible:
+                self._check_pods(name, first_seen)
             if state != last_state:
                 log.info("TrainJob %s %s", name, state)
                 last_state = state

@@ -11,6 +11,7 @@ import dataclasses
 import os
 import time
 
+from invfold import storage
 from invfold.components.launch import Resources, on_kubernetes, select_launcher
 from invfold.components.launch.trainjob import WORKSPACE_MOUNT
 from invfold.components.model.config import ModelConfig
@@ -96,9 +97,9 @@ def train_step(
     """Train and record; returns {'metrics': scalars for the KFP Metrics, 'metadata': ...}."""
 
     remote = on_kubernetes()
-    if remote and storage_endpoint:
-        # This pod reads the job's outputs from the same store (s3fs/botocore read the variable).
-        os.environ["AWS_ENDPOINT_URL"] = storage_endpoint
+    if remote:
+        # This pod reads the job's outputs (and init_from) from the same store as the job's pods.
+        storage.use_endpoint(storage_endpoint)
     data = object_store_uri(prepared_uri) if remote else prepared_path
     checkpoint_dir = checkpoint_location(
         strategy,

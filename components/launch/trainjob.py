@@ -70,6 +70,8 @@ class ClusterOptions:
     workspace_pvc / workspace_mount: a ReadWriteMany claim mounted into every training pod (for
         DeepSpeed, whose checkpoints are local files: point checkpoint_root under the mount).
     timeout_s: delete the job and fail after this long. poll_s: status poll interval.
+    unschedulable_timeout_s: delete the job and fail once one of its pods stayed unschedulable this
+        long (the scheduler's reason in the error); 0 = never look at the pods.
     owner_pod_name / owner_pod_uid: the step's pod (downward API env POD_NAME / POD_UID); the
         TrainJob's owner, so Kubernetes deletes it with the pod.
     """
@@ -88,6 +90,7 @@ class ClusterOptions:
     workspace_mount: str = WORKSPACE_MOUNT
     timeout_s: float = 7 * 24 * 3600.0
     poll_s: float = 10.0
+    unschedulable_timeout_s: float = 900.0
     owner_pod_name: str | None = None
     owner_pod_uid: str | None = None
     pipeline_run_id: str = ""
@@ -113,6 +116,10 @@ class ClusterOptions:
             raise ConfigError(
                 f"ClusterOptions.runtime_kind: expected one of {RUNTIME_KINDS}, got {self.runtime_kind!r}"
             )
+        if not self.unschedulable_timeout_s >= 0:
+            raise ConfigError(
+                f"ClusterOptions.unschedulable_timeout_s: must be >= 0, got {self.unschedulable_timeout_s}"
+            )
         if not self.timeout_s > 0 or not self.poll_s > 0:
             raise ConfigError(f"ClusterOptions: timeout_s and poll_s must be > 0, got {self.timeout_s}, {self.poll_s}")
         if self.storage_root and "://" not in self.storage_root:
@@ -126,6 +133,50 @@ class ClusterOptions:
             )
         if not all(isinstance(t, dict) for t in self.tolerations):
             raise ConfigError(f"ClusterOptions.tolerations: expected a list of objects, got {self.tolerations!r}")
+
+
+# KFP's own bucket: in a profile namespace the profile controller's per-namespace keys may write only
+# these prefixes (kubeflow/pipelines 2.17.0 manifests/kustomize/base/installs/multi-user/
+# pipelines-profile-controller/sync.py); KFP's namespace itself (single-user) holds the store's
+# admin keys.
+KFP_BUCKET = "mlpipeline"
+KFP_NAMESPACE = "kubeflow"
+
+
+def profile_prefixes(namespace: str) -> tuple[str, ...]:
+    return tuple(
+        f"s3://{KFP_BUCKET}/{p}/"
+        for p in ("artifacts", f"private-artifacts/{namespace}", f"private/{namespace}", "shared")
+    )
+
+
+def default_storage_root(namespace: str) -> str:
+    return f"s3://{KFP_BUCKET}/private/{namespace}/invfold"
+
+
+def storage_root_problem(root: str, namespace: str | None) -> str | None:
+    """Why a profile namespace's keys cannot write under `root` in KFP's bucket (None: they can,
+    or it is not KFP's bucket, or this is KFP's own namespace)."""
+    if not root.startswith(f"s3://{KFP_BUCKET}/") or not namespace or namespace == KFP_NAMESPACE:
+        return None
+    allowed = profile_prefixes(namespace)
+    if (root.rstrip("/") + "/").startswith(allowed):
+        return None
+    return (
+        f"storage_root {root}: the profile's keys for KFP's store may write only under "
+        f"{', '.join(allowed)}; use e.g. {default_storage_root(namespace)}"
+    )
+
+
+# Every TrainJob of one pipeline run carries this label: a retried train step finds the jobs an
+# earlier attempt left running (its pod died uncleanly; KFP keeps dead step pods, so the owner
+# reference never fires) and deletes them before it starts its own.
+RUN_LABEL = "invfold.dev/pipeline-run"
+
+
+def run_label(pipeline_run_id: str) -> str:
+    """A label value for the run (<= 63 characters, [a-z0-9]): a digest of its id."""
+    return hashlib.sha256(pipeline_run_id.encode()).hexdigest()[:40]
 
 
 def job_name(strategy: str, pipeline_run_id: str = "") -> str:
@@ -274,6 +325,7 @@ def build_trainjob(
     }
     if options.pipeline_run_id:
         metadata["annotations"] = {"invfold.dev/pipeline-run-id": options.pipeline_run_id}
+        metadata["labels"][RUN_LABEL] = run_label(options.pipeline_run_id)
     if options.namespace:
         metadata["namespace"] = options.namespace
     if options.owner_pod_name and options.owner_pod_uid:

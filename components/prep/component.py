@@ -12,7 +12,13 @@ from invfold.runtime import runtime_image
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
 def prep_op(
-    data_uri: str, split_file: str, complexes: bool, data_digest: str, prepared: Output[Dataset], card: Output[Markdown]
+    data_uri: str,
+    split_file: str,
+    complexes: bool,
+    data_digest: str,
+    prepared: Output[Dataset],
+    card: Output[Markdown],
+    storage_endpoint: str = "",
 ):
     """Validate, filter, split and shard the protein set; write the dataset card.
 
@@ -23,9 +29,18 @@ def prep_op(
         data_digest: Fingerprint of the input bytes; only here so the cache follows the data.
         prepared: The prepared data (Arrow files, index, card).
         card: The dataset card.
+        storage_endpoint: S3-compatible endpoint of the object store (KFP's SeaweedFS / MinIO); '' for AWS.
     """
     from invfold.components.prep.step import prep_step
 
     prepared.metadata.update(
-        prep_step(data_uri, split_file, data_digest, prepared.path, card.path, complexes=complexes)
+        prep_step(
+            data_uri,
+            split_file,
+            data_digest,
+            prepared.path,
+            card.path,
+            complexes=complexes,
+            storage_endpoint=storage_endpoint,
+        )
     )

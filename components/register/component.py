@@ -24,6 +24,7 @@ def compare_op(
     threshold: float,
     init_from: str,
     comparison: Output[Artifact],
+    storage_endpoint: str = "",
 ) -> bool:
     """Decide whether the candidate is registered: it must reach the threshold, beat the champion
     and, when fine-tuned, beat its starting weights, all on validation recovery.
@@ -38,13 +39,17 @@ def compare_op(
         threshold: Minimum validation median recovery to register.
         init_from: The weights training started from ('' = none); a fine-tuned model must beat them on the same validation data.
         comparison: Both figures, how the champion's was obtained, and the decision (JSON).
+        storage_endpoint: S3-compatible endpoint of the object store (KFP's SeaweedFS / MinIO); '' for AWS.
 
     Returns:
         Whether to register the candidate.
     """
     import json
 
+    from invfold import storage
     from invfold.components.register.step import compare_step
+
+    storage.use_endpoint(storage_endpoint)  # init_from may be an s3:// URI
 
     result = compare_step(
         prepared_path=prepared.path,

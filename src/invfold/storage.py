@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
 from invfold import errors
-from invfold.errors import InputError
+from invfold.errors import ConfigError, InputError
 
 GZIP_MAGIC = b"\x1f\x8b"
 # What a damaged or truncated gzip stream raises while it is being read.
@@ -249,3 +249,22 @@ def download_folder(uri: str, local: str | os.PathLike) -> None:
 
 redact_log_records()
 errors.redact_text = redact
+# KFP's object store by version (kubeflow/pipelines manifests/kustomize/third-party/): MinIO behind
+# `minio-service` up to 2.15 (SeaweedFS 2.15 kept that Service name for compatibility); from 2.16 on
+# SeaweedFS alone, Service `seaweedfs` (S3 on 8333, and 9000 -> 8333 for old configurations).
+SEAWEEDFS_ENDPOINT = "http://seaweedfs.kubeflow:8333"
+MINIO_ENDPOINT = "http://minio-service.kubeflow:9000"
+ENDPOINT_HINT = (
+    f"KFP 2.16 and later serve their object store as {SEAWEEDFS_ENDPOINT} (Service seaweedfs), "
+    f"earlier releases as {MINIO_ENDPOINT}; `kubectl -n kubeflow get svc seaweedfs minio-service` shows which exists"
+)
+
+
+def use_endpoint(endpoint: str | None) -> None:
+    """Point this process's S3 client (s3fs/botocore read AWS_ENDPOINT_URL) at an S3-compatible
+    endpoint, as every pod of a run gets it (pipeline parameter storage_endpoint); empty: AWS S3."""
+    if not endpoint:
+        return
+    if not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(f"storage_endpoint: expected an http(s) URL, got {endpoint!r}; {ENDPOINT_HINT}")
+    os.environ["AWS_ENDPOINT_URL"] = endpoint

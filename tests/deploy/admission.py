@@ -78,9 +78,28 @@ def pod_usage(spec: dict) -> dict[str, float]:
     return usage
 
 
+def in_scope(spec: dict, quota: dict) -> bool:
+    """Whether a quota's scopeSelector selects the pod (PriorityClass In / NotIn / Exists /
+    DoesNotExist: kubernetes/kubernetes pkg/quota/v1/evaluator/core/pods.go podMatchesScopeFunc)."""
+    for expr in (quota["spec"].get("scopeSelector") or {}).get("matchExpressions", []):
+        if expr["scopeName"] != "PriorityClass":
+            raise ValueError(f"scope {expr['scopeName']}: not modelled")
+        name, op = spec.get("priorityClassName"), expr["operator"]
+        ok = {
+            "In": name in expr.get("values", []),
+            "NotIn": name not in expr.get("values", []),
+            "Exists": name is not None,
+            "DoesNotExist": name is None,
+        }[op]
+        if not ok:
+            return False
+    return True
+
+
 def quota_admits(pods: list[dict], quota: dict) -> list[str]:
-    """Why the pods together exceed the quota (empty when admitted)."""
+    """Why the pods together exceed the quota (empty when admitted); pods outside its scope count nothing."""
     problems = []
+    pods = [p for p in pods if in_scope(p, quota)]
     hard = quota["spec"]["hard"]
     for key in hard:
         if key.startswith("limits."):

@@ -8,10 +8,11 @@ import copy
 
 import pytest
 
-from tests.deploy.admission import Rejected, admit_container, admit_pod, quota_admits
+from tests.deploy.admission import Rejected, admit_container, admit_pod, in_scope, quota_admits
 from tests.deploy.tools import documents, helm_template
 
-RENDERINGS = ("chart-default", "chart-gpu", "k8s-cpu-dev", "k8s-gpu-prod", "k8s-tenant")
+# k8s-cpu-dev installs into KFP's own namespace (standalone KFP), where no LimitRange belongs.
+RENDERINGS = ("chart-default", "chart-gpu", "k8s-gpu-prod", "k8s-tenant")
 # docs/deploy.md: `--nodes 2 --nproc 8 --gpus-per-node 8`.
 DOC_NODES, DOC_GPUS = 2, 8
 
@@ -36,23 +37,31 @@ def pod_templates(objs: list[dict]) -> dict[str, dict]:
 KFP_STEP = {"containers": [{"name": "main", "resources": {}}], "initContainers": [{"name": "kfp-launcher"}]}
 
 
-@pytest.mark.parametrize("name", RENDERINGS)
-def test_every_pod_template_passes_limitrange_defaulting(rendered, name):
+QUOTA_RENDERINGS = ("chart-default", "chart-gpu", "k8s-gpu-prod")
+NOTEBOOK = {"containers": [{"name": "notebook", "resources": {"requests": {"cpu": "1", "memory": "2Gi"}}}]}
+
+
+@pytest.mark.parametrize("name", QUOTA_RENDERINGS)
+def test_the_quota_counts_invfolds_trainers_only(rendered, name):
+    """Issue 22.12: a quota (and a LimitRange default) on the whole profile namespace capped its
+    notebooks. The compute quota is scoped to the training PriorityClass: every trainer pod is in
+    its scope (and sets the memory limit its limits.memory needs), KFP's step pods and a notebook
+    are not, and no LimitRange gives the namespace's containers a default."""
     objs = documents(rendered[name])
-    limit_ranges = [o for o in objs if o["kind"] == "LimitRange"]
-    assert limit_ranges, f"{name}: no LimitRange rendered"
-    templates = pod_templates(objs)
-    assert templates
-    for where, spec in {**templates, "KFP step pod": KFP_STEP}.items():
-        spec = copy.deepcopy(spec)
-        for c in spec.get("initContainers", []):
-            c.setdefault("resources", {})
-        try:
-            admitted = admit_pod(spec, limit_ranges)
-        except Rejected as err:
-            pytest.fail(f"{name}: {where} is rejected: {err}")
-        for c in admitted["containers"]:
-            assert "memory" in c["resources"]["limits"], f"{name}: {where}/{c['name']} has no memory limit"
+    assert not [o for o in objs if o["kind"] == "LimitRange"], f"{name}: a LimitRange covers every container"
+    (quota,) = [o for o in objs if o["kind"] == "ResourceQuota" and o["spec"].get("scopeSelector")]
+    trainers = {k: v for k, v in pod_templates(objs).items() if "TrainingRuntime" in k}
+    assert trainers
+    for where, spec in trainers.items():
+        admitted = admit_pod(copy.deepcopy(spec), [])
+        assert in_scope(admitted, quota), f"{name}: {where} escapes the quota"
+        assert not quota_admits([admitted], quota), (where, quota_admits([admitted], quota))
+    for where, spec in {"KFP step pod": KFP_STEP, "notebook": NOTEBOOK}.items():
+        spec = admit_pod({"initContainers": [], **copy.deepcopy(spec)}, [])
+        assert not in_scope(spec, quota), f"{name}: the quota covers a {where}"
+        assert not quota_admits([spec], quota), f"{name}: a {where} without limits is refused"
+    counted = [o for o in objs if o["kind"] == "ResourceQuota" and not o["spec"].get("scopeSelector")]
+    assert [set(o["spec"]["hard"]) for o in counted] == [{"count/trainjobs.trainer.kubeflow.org"}]
 
 
 def test_the_old_default_cpu_limit_is_caught():
@@ -85,21 +94,22 @@ def one_gpu_job(objs: list[dict], strategy: str) -> list[dict]:
 
 @pytest.mark.parametrize("name", ["chart-gpu", "k8s-gpu-prod"])
 @pytest.mark.parametrize("strategy", ["ddp", "deepspeed", "horovod"])
-def test_the_quota_admits_one_job_of_the_documented_gpu_size(rendered, name, strategy):
+def test_the_quota_admits_two_jobs_of_the_documented_gpu_size(rendered, name, strategy):
+    """Two jobs of the documented size (2 nodes x 8 GPUs) at once, while their train steps (KFP
+    pods, outside the quota's scope) follow them; a third waits."""
     objs = documents(rendered[name])
-    limit_ranges = [o for o in objs if o["kind"] == "LimitRange"]
-    (quota,) = [o for o in objs if o["kind"] == "ResourceQuota"]
-    pods = [admit_pod(p, limit_ranges) for p in one_gpu_job(objs, strategy)]
-    # ... while the pipeline's train step (a KFP pod with LimitRange defaults) follows it.
-    pods.append(admit_pod({"containers": [{"name": "main"}], "initContainers": []}, limit_ranges))
-    assert not quota_admits(pods, quota), quota_admits(pods, quota)
+    (quota,) = [o for o in objs if o["kind"] == "ResourceQuota" and o["spec"].get("scopeSelector")]
+    job = [admit_pod(p, []) for p in one_gpu_job(objs, strategy)]
+    steps = [admit_pod({"containers": [{"name": "main"}], "initContainers": []}, [])] * 2
+    assert not quota_admits(job + job + steps, quota), quota_admits(job + job + steps, quota)
+    assert quota_admits(job * 3, quota), "three jobs fit: the quota bounds nothing"
 
 
 def test_single_user_installs_leave_kfps_namespace_without_quota():
     objs = documents(helm_template(namespace="kubeflow"))
     kinds = {o["kind"] for o in objs}
     assert "ResourceQuota" not in kinds and "LimitRange" not in kinds
-    assert {"ResourceQuota", "LimitRange"} <= {o["kind"] for o in documents(helm_template(namespace="team-a"))}
+    assert "ResourceQuota" in {o["kind"] for o in documents(helm_template(namespace="team-a"))}
 
 
 def test_training_never_preempts(rendered):

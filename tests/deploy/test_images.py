@@ -91,6 +91,84 @@ def test_prep_runs_in_the_runtime_image(prepared):
     assert (prepared / "card.md").stat().st_size > 0
 
 
+@pytest.mark.parametrize("image", ["runtime", "mpi", "deepspeed", "ci-cpu"])
+def test_every_training_image_has_the_s3_client(cpu_images, image):
+    """s3fs is an optional extra of the package: the images must install it (scripts/build_images.sh
+    IMAGE_EXTRAS), or every s3:// read dies with fsspec's "Install s3fs to access S3"."""
+    proc = cpu_images.engine.docker(
+        "run", "--rm", "--network", "none", cpu_images[image], "python", "-c", "import s3fs", check=False
+    )
+    assert proc.returncode == 0, f"{image}: {proc.stderr[-500:]}"
+
+
+STORAGE_STEPS_SCRIPT = """
+import json, sys
+from invfold import storage
+from invfold.components.fingerprint.step import fingerprint
+from invfold.components.prep.step import prep_step
+endpoint, data, splits, out = sys.argv[1:5]
+storage.use_endpoint(endpoint)
+digest = fingerprint([data, splits])
+meta = prep_step(data, splits, digest, "/tmp/prepared", "/tmp/card.md", storage_endpoint=endpoint)
+storage.upload_folder("/tmp/prepared", out)
+print(json.dumps({"digest": digest, "datasets": meta["datasets"],
+                  "index": json.loads(storage.read_bytes(out + "/index.json"))}))
+"""
+
+
+def test_storage_hand_over_runs_inside_the_runtime_image(cpu_images, s3_server):
+    """fingerprint and prep read an s3:// protein set from a non-AWS store, and the prepared folder
+    is handed over through the store (upload, read back) as the train step and its TrainJob do, all
+    inside the runtime image with exactly the environment a step pod gets from the compiled
+    pipeline: the storage Secret's keys as env (KFP's `accesskey` / `secretkey` layout) and the
+    endpoint as the step's input. moto's server on the host's loopback stands in for KFP's
+    SeaweedFS (no S3 server is in the images); the container shares the host's network to reach it."""
+    import yaml
+
+    from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
+
+    bucket = s3_server.new_bucket()
+    data = s3_server.put(bucket, "cath/chain_set.jsonl.gz", SAMPLE_CHAIN_SET.read_bytes())
+    splits = s3_server.put(bucket, "cath/splits.json", SAMPLE_SPLITS.read_bytes())
+    _, platform = yaml.safe_load_all((REPO / "pipelines" / "invfold_pipeline.yaml").read_text())
+    executor = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]["exec-prep-op"]
+    kfp_secret = {"accesskey": "testing", "secretkey": "testing"}  # moto accepts any keys
+    env = [
+        arg
+        for s in executor["secretAsEnv"]
+        if s["secretNameParameter"]["componentInputParameter"].endswith("storage_secret")
+        for k in s["keyToEnv"]
+        for arg in ("-e", f"{k['envVar']}={kfp_secret[k['secretKey']]}")
+    ]
+    assert env, "the compiled prep step gets no storage keys"
+    proc = cpu_images.engine.docker(
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        *OFFLINE,
+        *env,
+        "-e",
+        "AWS_EC2_METADATA_DISABLED=true",
+        cpu_images["runtime"],
+        "python",
+        "-c",
+        STORAGE_STEPS_SCRIPT,
+        s3_server.endpoint_url,
+        data,
+        splits,
+        f"s3://{bucket}/invfold/prepared",
+        check=False,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["digest"].startswith("sha256:")
+    assert {"train", "validation", "test"} <= set(result["index"]["datasets"])
+    body = s3_server.client().get_object(Bucket=bucket, Key="invfold/prepared/index.json")["Body"].read()
+    assert json.loads(body)["datasets"] == result["index"]["datasets"]
+
+
 def assert_trained(out: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert (out / "model.pt").stat().st_size > 0, f"{out}: no model.pt"

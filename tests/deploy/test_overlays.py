@@ -17,7 +17,9 @@ from tests.deploy.tools import documents, helm_template
 
 # overlay -> (namespace, the account KFP runs steps as, whether it may create the Namespace)
 LAYOUT = {
-    "k8s-cpu-dev": ("invfold-dev", "pipeline-runner", True),
+    # a dev cluster runs standalone KFP: the train step runs in `kubeflow`, so the launcher's
+    # rights must be bound there (in an `invfold-dev` namespace no KFP run ever executes: 403)
+    "k8s-cpu-dev": ("kubeflow", "pipeline-runner", False),
     "k8s-gpu-prod": ("kubeflow-user-example-com", "default-editor", False),
     "k8s-tenant": ("kubeflow-user-example-com", "default-editor", False),
     "k8s-single-user": ("kubeflow", "pipeline-runner", False),
@@ -57,3 +59,19 @@ def test_chart_binds_the_account_of_each_install_kind(namespace, values, account
     assert not [o for o in objs if o["kind"] == "Namespace"]
     binding = next(o for o in objs if o["kind"] == "RoleBinding")
     assert binding["subjects"][0]["name"] == account and binding["subjects"][0]["namespace"] == namespace
+
+
+CLUSTER_SCOPED = {"Namespace", "PriorityClass", "ClusterTrainingRuntime", "ClusterRole", "ClusterRoleBinding"}
+
+
+@pytest.mark.parametrize("name", [f"k8s-{o}" for o in ("cpu-dev", "gpu-prod", "tenant", "single-user")] + ["chart-gpu"])
+def test_cluster_scoped_objects_carry_no_namespace(rendered, name):
+    """kustomize's namespace transformer does not know a CRD's scope (ClusterTrainingRuntime is
+    cluster-scoped: kubeflow/trainer manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml,
+    `scope: Cluster`) and stamps it like a namespaced object."""
+    stamped = [
+        f"{o['kind']}/{o['metadata']['name']}: {o['metadata']['namespace']}"
+        for o in documents(rendered[name])
+        if o["kind"] in CLUSTER_SCOPED and o["metadata"].get("namespace")
+    ]
+    assert stamped == []

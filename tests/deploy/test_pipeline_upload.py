@@ -172,7 +172,7 @@ def test_the_install_sets_the_pipelines_storage_and_tracking_defaults(package, t
     the chart's MLflow service and workspace claim: a run from the KFP UI needs none of them typed."""
     job = hook_job(
         "--set",
-        "storage.endpoint=http://minio-service.kubeflow:9000,storage.root=s3://mlpipeline/invfold,workspace.create=true",
+        "storage.endpoint=http://seaweedfs.kubeflow:8333,storage.root=s3://mlpipeline/private/team-a/invfold,workspace.create=true",
     )
     with KfpApi(multi_user=True, token=TOKEN, writable_namespaces={PROFILE}) as api:
         proc = run_hook(job, api, package, tmp_path)
@@ -181,8 +181,8 @@ def test_the_install_sets_the_pipelines_storage_and_tracking_defaults(package, t
     assert specs
     for spec in specs:
         defaults = parameter_defaults(spec)
-        assert defaults["storage_endpoint"] == "http://minio-service.kubeflow:9000"
-        assert defaults["storage_root"] == "s3://mlpipeline/invfold"
+        assert defaults["storage_endpoint"] == "http://seaweedfs.kubeflow:8333"
+        assert defaults["storage_root"] == "s3://mlpipeline/private/team-a/invfold"
         assert defaults["mlflow_tracking_uri"] == f"http://invfold-mlflow.{PROFILE}.svc.cluster.local:5000"
         assert defaults["workspace_pvc"] == "invfold-workspace"
         assert defaults["storage_secret"] == "mlpipeline-minio-artifact"  # untouched
@@ -217,3 +217,37 @@ def test_a_default_for_no_such_parameter_fails_the_hook(job, package, tmp_path):
 def test_storage_values_are_checked(value):
     proc = run([tool("helm"), "template", "x", str(CHART), "--set", value], check=False)
     assert proc.returncode != 0 and "storage" in proc.stderr
+
+
+def test_the_design_pipeline_is_shipped_with_its_tracking_and_storage_defaults(objects, tmp_path):
+    """The hook's second container uploads the design pipeline (`<pipelineName>-design`) from the
+    same ConfigMap, with the chart's MLflow service and store as its defaults: a design run from
+    the KFP UI reads the champion without typing a tracking URI."""
+    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-pipeline"))
+    design = tmp_path / "design_pipeline.yaml"
+    design.write_text(config["data"]["design_pipeline.yaml"])
+    job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].endswith("-pipeline-upload"))
+    containers = job["spec"]["template"]["spec"]["containers"]
+    (container,) = [c for c in containers if c["name"] == "upload-design"]
+    single = {
+        **job,
+        "spec": {
+            **job["spec"],
+            "template": {
+                **job["spec"]["template"],
+                "spec": {**job["spec"]["template"]["spec"], "containers": [container]},
+            },
+        },
+    }
+    with KfpApi(multi_user=True, token=TOKEN, writable_namespaces={PROFILE}) as api:
+        proc = run_hook(single, api, design, tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        (pipeline,) = api.pipelines.values()
+        specs = [v["pipeline_spec"] for v in api.versions.values()]
+    assert pipeline["name"] == "invfold-design" and pipeline["namespace"] == PROFILE
+    assert specs
+    for spec in specs:
+        defaults = parameter_defaults(spec)
+        assert defaults["mlflow_tracking_uri"] == f"http://invfold-mlflow.{PROFILE}.svc.cluster.local:5000"
+        assert defaults["storage_endpoint"] == "http://seaweedfs.kubeflow:8333"
+        assert "design-shard" in spec

@@ -57,11 +57,11 @@ def kubelet_env(env: list[dict], secrets: dict[str, dict[str, str]]) -> dict[str
 
 
 def test_the_endpoint_and_kfp_secret_layout_reach_the_pods():
-    env = trainjob(storage_endpoint="http://minio-service.kubeflow:9000", storage_secret="mlpipeline-minio-artifact")[
+    env = trainjob(storage_endpoint="http://seaweedfs.kubeflow:8333", storage_secret="mlpipeline-minio-artifact")[
         "spec"
     ]["trainer"]["env"]
     by_name = {e["name"]: e for e in env}
-    assert by_name["AWS_ENDPOINT_URL"] == {"name": "AWS_ENDPOINT_URL", "value": "http://minio-service.kubeflow:9000"}
+    assert by_name["AWS_ENDPOINT_URL"] == {"name": "AWS_ENDPOINT_URL", "value": "http://seaweedfs.kubeflow:8333"}
     assert by_name["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {
         "name": "mlpipeline-minio-artifact",
         "key": "accesskey",
@@ -131,4 +131,4 @@ def test_a_bad_endpoint_is_refused():
     import pytest
 
     with pytest.raises(ValueError, match="storage_endpoint"):
-        ClusterOptions(storage_endpoint="minio-service.kubeflow:9000")
+        ClusterOptions(storage_endpoint="seaweedfs.kubeflow:8333")

@@ -44,7 +44,11 @@ class TrainJobApi:
         message: str = "jobset failed: node-0 exited with code 1",
         on_get=None,
         nproc_env=None,
+        spec_fields: set[str] | None = None,
     ):
+        """spec_fields: the TrainJob spec fields an older Trainer's CRD declares (None: v2.3's,
+        checked by the strict schema)."""
+        self.spec_fields = spec_fields
         self.outcome, self.polls_until_done = outcome, polls_until_done
         self.reason, self.message = reason, message
         self.on_get = on_get
@@ -57,9 +61,20 @@ class TrainJobApi:
         if (group, version, plural) != (GROUP, VERSION, PLURAL):
             raise ApiException(404, f"no resource {plural}.{group}/{version}")
 
-    def create_namespaced_custom_object(self, group, version, namespace, plural, body):
+    def create_namespaced_custom_object(self, group, version, namespace, plural, body, field_validation=None):
         self._check(group, version, plural)
-        schema.validate(body, source="stand-in API server")
+        if self.spec_fields is not None:
+            # An older Trainer's CRD: the API server prunes fields its structural schema lacks, or
+            # refuses them under fieldValidation=Strict (Kubernetes server-side field validation).
+            unknown = sorted(set(body["spec"]) - self.spec_fields)
+            if unknown and field_validation == "Strict":
+                fields = ", ".join(f'unknown field "spec.{f}"' for f in unknown)
+                raise ApiException(400, f"strict decoding error: {fields}")
+            body = copy.deepcopy(body)
+            for f in unknown:
+                del body["spec"][f]
+        else:
+            schema.validate(body, source="stand-in API server")
         name = body["metadata"]["name"]
         if (namespace, name) in self.jobs:
             raise ApiException(409, f"trainjobs {name} already exists")
@@ -94,6 +109,16 @@ class TrainJobApi:
                 else _condition("Failed", self.reason, self.message)
             )
         return copy.deepcopy(job)
+
+    def list_namespaced_custom_object(self, group, version, namespace, plural, label_selector=""):
+        self._check(group, version, plural)
+        wanted = dict(item.split("=", 1) for item in label_selector.split(",") if item)
+        items = [
+            copy.deepcopy(job)
+            for (ns, _), job in self.jobs.items()
+            if ns == namespace and all(job["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())
+        ]
+        return {"items": items}
 
     def delete_namespaced_custom_object(self, group, version, namespace, plural, name, **kwargs):
         self._check(group, version, plural)

@@ -5,9 +5,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
+{{/* An image: (list root name tag), with its digest from images.digests (keyed by the name
+without "invfold-") when one is set. */}}
 {{- define "invfold.image" -}}
 {{- $root := index . 0 -}}{{- $name := index . 1 -}}{{- $tag := index . 2 -}}
-{{ $root.Values.images.registry }}/{{ $name }}:{{ $tag | default $root.Values.images.tag }}
+{{- $digest := get $root.Values.images.digests (trimPrefix "invfold-" $name) -}}
+{{ $root.Values.images.registry }}/{{ $name }}:{{ $tag | default $root.Values.images.tag }}{{ if $digest }}@{{ $digest }}{{ end }}
 {{- end -}}
 
 {{- define "invfold.mlflowName" -}}{{ .Release.Name }}-mlflow{{- end -}}
@@ -124,3 +127,93 @@ spec:
     - name: dshm
       emptyDir: {medium: Memory, sizeLimit: {{ $r.sharedMemory }}}
 {{- end }}
+
+{{/* Whether the chart may ask the cluster (lookup) about objects outside the release's namespace:
+only an install with cluster rights (cluster-scoped runtimes); a tenant's lookup there would be
+refused (Forbidden), which fails the whole render. */}}
+{{- define "invfold.mayLookAround" -}}{{ if eq .Values.runtimes.kind "ClusterTrainingRuntime" }}true{{ end }}{{- end -}}
+
+{{/* The object store's S3 endpoint: storage.endpoint, or with "auto" KFP's store as the cluster
+serves it (kubeflow/pipelines manifests/kustomize/third-party/seaweedfs: KFP 2.16+ ships Service
+`seaweedfs`, S3 on 8333; up to 2.15 `minio-service` on 9000). Without a cluster to ask (helm
+template, lookup answers nothing; a tenant's install) the KFP 2.16+ name. */}}
+{{- define "invfold.storageEndpoint" -}}
+{{- $endpoint := .Values.storage.endpoint -}}
+{{- if eq $endpoint "auto" -}}
+{{- $ns := .Values.networkPolicies.kfpNamespace -}}
+{{- if not (include "invfold.mayLookAround" .) -}}http://seaweedfs.{{ $ns }}:8333
+{{- else if lookup "v1" "Service" $ns "seaweedfs" -}}http://seaweedfs.{{ $ns }}:8333
+{{- else if lookup "v1" "Service" $ns "minio-service" -}}http://minio-service.{{ $ns }}:9000
+{{- else -}}http://seaweedfs.{{ $ns }}:8333
+{{- end -}}
+{{- else -}}{{ $endpoint }}{{- end -}}
+{{- end -}}
+
+{{/* Where the jobs write: storage.root, or a root under the namespace's own keys in KFP's store.
+In a profile namespace the profile controller's per-namespace credentials may write only
+mlpipeline/{artifacts,private-artifacts/<ns>,private/<ns>,shared}/* (kubeflow/pipelines 2.17.0
+manifests/kustomize/base/installs/multi-user/pipelines-profile-controller/sync.py): another root
+in that bucket fails the first write (AccessDenied), so it is refused here. */}}
+{{- define "invfold.storageRoot" -}}
+{{- $ns := .Release.Namespace -}}
+{{- $root := .Values.storage.root -}}
+{{- if and (not $root) (include "invfold.storageEndpoint" .) -}}
+{{- $root = printf "s3://mlpipeline/private/%s/invfold" $ns -}}
+{{- end -}}
+{{- if and (hasPrefix "s3://mlpipeline/" $root) (ne $ns .Values.networkPolicies.kfpNamespace) -}}
+{{- $allowed := list "s3://mlpipeline/artifacts/" "s3://mlpipeline/shared/" (printf "s3://mlpipeline/private/%s/" $ns) (printf "s3://mlpipeline/private-artifacts/%s/" $ns) -}}
+{{- $ok := false -}}
+{{- range $allowed -}}{{- if hasPrefix . (printf "%s/" (trimSuffix "/" $root)) -}}{{- $ok = true -}}{{- end -}}{{- end -}}
+{{- if not $ok -}}
+{{- fail (printf "storage.root %s: the profile's credentials in KFP's store may write only under %s (e.g. s3://mlpipeline/private/%s/invfold)" $root (join ", " $allowed) $ns) -}}
+{{- end -}}
+{{- end -}}
+{{- $root -}}
+{{- end -}}
+
+{{/* NetworkPolicy egress rules to addresses outside the cluster: a list of {cidr, ports}. */}}
+{{- define "invfold.ipEgress" -}}
+{{- range . }}
+- to:
+    - ipBlock: {cidr: {{ .cidr }}}
+  ports:
+    {{- range (.ports | default (list 443)) }}
+    - {protocol: TCP, port: {{ . }}}
+    {{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Trainer preflight: (list root crd), crd = the cluster's trainjobs.trainer.kubeflow.org CRD
+(lookup; empty without a cluster to ask or without Trainer). The runtimes and the train step rely
+on TrainJob.spec.runtimePatches (GPU placement, the workspace volume), which Trainer v2.1 lacks
+(kubeflow/trainer pkg/apis/trainer/v1alpha1/trainjob_types.go: added in v2.2.0): the API server
+would prune it silently. */}}
+{{- define "invfold.trainerCheck" -}}
+{{- $crd := index . 1 -}}
+{{- if $crd -}}
+{{- $found := false -}}
+{{- range $crd.spec.versions -}}
+{{- if eq .name "v1alpha1" -}}
+{{- if hasKey (((.schema).openAPIV3Schema).properties.spec).properties "runtimePatches" -}}{{- $found = true -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $found -}}
+{{- fail "Kubeflow Trainer v2.3 or later is needed: this cluster's TrainJob API (trainjobs.trainer.kubeflow.org v1alpha1) has no spec.runtimePatches (Trainer v2.1, as bundled by kubeflow/manifests 26.03), which would drop GPU placement and the workspace volume silently; upgrade Trainer" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether MLflow runs its basic-auth app: mlflow.auth.enabled, "auto" = in a profile namespace
+(the release's namespace is not KFP's): "true" or "". */}}
+{{- define "invfold.mlflowAuth" -}}
+{{- $enabled := .Values.mlflow.auth.enabled -}}
+{{- if eq (toString $enabled) "auto" -}}
+{{- if ne .Release.Namespace .Values.networkPolicies.kfpNamespace -}}true{{- end -}}
+{{- else if $enabled -}}true{{- end -}}
+{{- end -}}
+{{- define "invfold.mlflowAuthConfig" -}}{{ .Release.Name }}-mlflow-auth-config{{- end -}}
+{{- define "invfold.mlflowServerSecret" -}}{{ .Release.Name }}-mlflow-server{{- end -}}
+{{/* The internal database's URI without its password (libpq reads PGPASSWORD). */}}
+{{- define "invfold.postgresUri" -}}
+postgresql://{{ .Values.postgresql.username }}@{{ include "invfold.postgresName" . }}:5432/{{ .Values.postgresql.database }}
+{{- end -}}
