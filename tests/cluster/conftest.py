@@ -20,13 +20,6 @@ from tests.deploy.tools import CHART, REPO, run, tool
 from tests.support.cluster import CHART_NAMESPACE, KUBECONFIG, RELEASE, RUN, Cluster, ctr, install_args, running
 
 
-def pytest_collection_modifyitems(items):
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(item.fspath).parents:
-            item.add_marker(pytest.mark.cluster)
-
-
 @pytest.fixture(scope="session")
 def cluster():
     """The cluster of `make cluster-up` (reused if running; else started and, at the end, stopped)."""
