@@ -205,7 +205,10 @@ def start(name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
         cwd=RUN,
     )
     (PIDS / f"{name}.pid").write_text(str(proc.pid))
-    (PIDS / f"{name}.cmd").write_bytes(b"\0".join(c.encode() for c in cmd) + b"\0")
+    # Until the child has exec'd, its command line is ours: pid_of would not recognise it yet.
+    deadline = time.monotonic() + 10
+    while proc.poll() is None and not pid_of(name) and time.monotonic() < deadline:
+        time.sleep(0.05)
     log(f"started {name} (pid {proc.pid}, log {LOGS / f'{name}.log'})")
 
 
