@@ -6,6 +6,8 @@
   `AWS_ENDPOINT_URL` set only in this test's environment (child processes inherit them);
   `.new_bucket()` gives each test its own bucket so fsspec's listing caches never go stale.
 - `mlflow_server`: one real MLflow tracking server for the whole session (tests/tracking/server.py).
+- `docker_engine`, `cpu_images`: the Docker engine and the CPU images (tests/deploy/docker_engine.py),
+  shared by the image tests and the cluster lane.
 
 Markers (registered in pyproject.toml) are given here, in one table, by what a test needs:
 `docker` (the image fixtures), `pipeline` (whole pipeline runs), `multiproc` (several training
@@ -66,6 +68,21 @@ def pytest_collection_modifyitems(config, items):
             needs.add("slow")
         for name in sorted(needs):
             item.add_marker(name)
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    from tests.deploy.docker_engine import start_engine
+
+    yield from start_engine()
+
+
+@pytest.fixture(scope="session")
+def cpu_images(docker_engine):
+    """The CPU variants of every image, built once per content of their inputs (kept in the build cache)."""
+    from tests.deploy.docker_engine import build_cpu_images
+
+    return build_cpu_images(docker_engine)
 
 
 _durations: dict[str, float] = {}

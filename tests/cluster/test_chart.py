@@ -55,11 +55,15 @@ def test_an_upgrade_rolls_mlflow_and_helm_test_passes_again(cluster, cpu_images,
 
 def test_uninstall_removes_everything_and_a_reinstall_works(cluster, cpu_images, release):
     cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "5m")
-    left = cluster.kubectl(
-        "get", "all,networkpolicies,roles,rolebindings", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=invfold",
-        "-o", "name",
-    ).stdout.split()  # fmt: skip
-    assert left == []
+
+    def left() -> list[str]:
+        return cluster.kubectl(
+            "get", "all,networkpolicies,roles,rolebindings,secrets,configmaps", "-n", NAMESPACE,
+            "-l", "app.kubernetes.io/instance=invfold", "-o", "name",
+        ).stdout.split()  # fmt: skip
+
+    # helm waits for the Deployment; its pods terminate after it (grace period).
+    cluster.wait_for("nothing of the release left", lambda: left() == [], 180, explain=left)
     assert cluster.kubectl("get", "clustertrainingruntime", "invfold-ddp", check=False).returncode != 0
     cluster.helm("install", RELEASE, str(CHART), *install_args(cpu_images))
     assert helm_status(cluster)["version"] == 1

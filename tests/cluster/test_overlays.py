@@ -70,7 +70,7 @@ def test_the_overlay_passes_the_servers_dry_run(cluster, overlay):
     name, docs, ns = overlay
     out = cluster.kubectl(
         "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-",
-        input="---\n".join(json.dumps(d) for d in docs), check=False,
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), check=False,
     )  # fmt: skip
     assert out.returncode == 0, f"{name}: {out.stderr}"
     assert len(out.stdout.splitlines()) == len(docs), out.stdout
