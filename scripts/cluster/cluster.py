@@ -301,6 +301,12 @@ def setup_network() -> None:
 
 
 def teardown_network() -> None:
+    # kubelet's own chain (it drops martian packets to 127.0.0.0/8), left behind when it stops.
+    for chain in ("INPUT", "OUTPUT"):
+        while sh("iptables", "-C", chain, "-j", "KUBE-FIREWALL", check=False).returncode == 0:
+            sh("iptables", "-D", chain, "-j", "KUBE-FIREWALL")
+    if sh("iptables", "-F", "KUBE-FIREWALL", check=False).returncode == 0:
+        sh("iptables", "-X", "KUBE-FIREWALL", check=False)
     for rule in FORWARD_RULES:
         while sh("iptables", "-C", "FORWARD", *rule, check=False).returncode == 0:
             sh("iptables", "-D", "FORWARD", *rule)
