@@ -1,6 +1,6 @@
 # The two set-up commands of the README are `make run` and `make test`; each installs what it
 # needs on a fresh machine. The others assume `make test` (or `bash scripts/setup.sh test`) ran once.
-.PHONY: run test test-fast lint generate generate-sample-data images
+.PHONY: run test test-fast lint generate generate-sample-data images cluster-up cluster-down test-cluster
 
 run:
 	bash scripts/setup.sh run
@@ -33,3 +33,15 @@ images:
 # the bundled sample (src/invfold/data/): needs the network (PyPI, Debian) and mmseqs2
 generate-sample-data:
 	.venv/bin/python scripts/build_sample_data.py
+
+# A single-node Kubernetes with Kubeflow Trainer and JobSet, built into the cache on first use
+# (docs/deploy.md, "Try it on one machine").
+cluster-up:
+	bash scripts/cluster/up.sh
+
+cluster-down:
+	bash scripts/cluster/down.sh
+
+# The cluster lane alone (it also runs in `make test`): starts the cluster or reuses a running one.
+test-cluster:
+	.venv/bin/python -m pytest -q -m cluster tests/cluster --durations=10

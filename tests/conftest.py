@@ -6,10 +6,13 @@
   `AWS_ENDPOINT_URL` set only in this test's environment (child processes inherit them);
   `.new_bucket()` gives each test its own bucket so fsspec's listing caches never go stale.
 - `mlflow_server`: one real MLflow tracking server for the whole session (tests/tracking/server.py).
+- `docker_engine`, `cpu_images`: the Docker engine and the CPU images (tests/deploy/docker_engine.py),
+  shared by the image tests and the cluster lane.
 
 Markers (registered in pyproject.toml) are given here, in one table, by what a test needs:
 `docker` (the image fixtures), `pipeline` (whole pipeline runs), `multiproc` (several training
-processes), `slow` (all of those, and anything past SLOW_S in the last recorded run).
+processes), `cluster` (tests/cluster: the real Kubernetes of `make cluster-up`), `slow` (all of
+those, and anything past SLOW_S in the last recorded run).
 `make test-fast` deselects `slow`. A run with INVFOLD_TEST_DURATIONS=FILE writes each test's
 seconds there (`make test` keeps it in runs/test-durations.json).
 """
@@ -59,10 +62,27 @@ def pytest_collection_modifyitems(config, items):
             needs.add("pipeline")
         if where in MULTIPROC_MODULES:
             needs.add("multiproc")
+        if where.startswith("tests/cluster/"):
+            needs.add("cluster")
         if needs or recorded.get(item.nodeid, 0.0) > SLOW_S:
             needs.add("slow")
         for name in sorted(needs):
             item.add_marker(name)
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    from tests.deploy.docker_engine import start_engine
+
+    yield from start_engine()
+
+
+@pytest.fixture(scope="session")
+def cpu_images(docker_engine):
+    """The CPU variants of every image, built once per content of their inputs (kept in the build cache)."""
+    from tests.deploy.docker_engine import build_cpu_images
+
+    return build_cpu_images(docker_engine)
 
 
 _durations: dict[str, float] = {}

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# Builds every part of the test cluster that is missing from the build cache (scripts/cache.sh):
+#   kubernetes-<v>/   kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
+#                     (`go build` through a wrapper module: see below)
+#   jobset-<v>/       the JobSet controller, its CRDs and webhooks (sigs.k8s.io/jobset)
+#   trainer-<v>/      the Trainer controller, its CRDs and webhooks (github.com/kubeflow/trainer/v2)
+#   coredns-<v>/      cluster DNS (Trainer's rank 0 address is a pod DNS name)
+#   debian-<hash>/    etcd, containerd, runc, CNI plugins, conntrack from Debian (apt-get download)
+#   pause-1/          the sandbox image: a static C binary that sleeps until signalled
+# Everything comes from its registry through its ordinary client (the Go module proxy, apt).
+# A part is built once per version; a finished part holds a `.done` stamp.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/cache.sh
+source scripts/cluster/versions.sh
+CLUSTER_CACHE="$BUILD_CACHE/cluster"
+export GOMODCACHE="$CLUSTER_CACHE/go/mod"
+export GOFLAGS="-trimpath -buildvcs=false"
+export CGO_ENABLED=0
+export GOTOOLCHAIN=local
+mkdir -p "$CLUSTER_CACHE"
+
+check_go() {
+  local have
+  have=$(go env GOVERSION 2>/dev/null) || { echo "cluster build: Go $GO_MIN or newer is needed on PATH" >&2; exit 1; }
+  have=${have#go}
+  if [ "$(printf '%s\n%s\n' "$GO_MIN" "$have" | sort -V | head -1)" != "$GO_MIN" ]; then
+    echo "cluster build: Go $GO_MIN or newer is needed, found go$have" >&2
+    exit 1
+  fi
+}
+
+# A Go build cache for this run only: kept while parts build, removed at the end (about 3 GB).
+GOCACHE_DIR=${CLUSTER_GOCACHE:-$CLUSTER_CACHE/go/build-cache}
+gocache() {
+  export GOCACHE="$GOCACHE_DIR"
+}
+
+build_kubernetes() {
+  local dest="$CLUSTER_CACHE/kubernetes-$K8S_VERSION"
+  [ -f "$dest/.done" ] && return 0
+  check_go; gocache
+  echo "==> building Kubernetes $K8S_VERSION (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy)"
+  # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with ./staging/...;
+  # a dependency's replaces are ignored, so this main module re-points each at its published tag.
+  local mod="$dest/module"
+  rm -rf "$dest"; mkdir -p "$mod" "$dest/bin"
+  {
+    echo "module invfold.dev/testcluster/kubernetes"
+    echo
+    echo "go $GO_MIN"
+    echo
+    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo
+    echo "replace ("
+    local staging
+    for staging in api apiextensions-apiserver apimachinery apiserver cli-runtime client-go cloud-provider \
+      cluster-bootstrap code-generator component-base component-helpers controller-manager cri-api cri-client \
+      cri-streaming csi-translation-lib dynamic-resource-allocation endpointslice externaljwt kms \
+      kube-aggregator kube-controller-manager kube-proxy kube-scheduler kubectl kubelet metrics mount-utils \
+      pod-security-admission sample-apiserver sample-controller streaming; do
+      echo "	k8s.io/$staging => k8s.io/$staging $K8S_STAGING_VERSION"
+    done
+    echo ")"
+  } >"$mod/go.mod"
+  # What `kubectl version` and helm's kubeVersion check read (hack/lib/version.sh sets the same).
+  local major minor pkg ldflags="-s -w"
+  major=${K8S_VERSION#v}; major=${major%%.*}
+  minor=${K8S_VERSION#v*.}; minor=${minor%%.*}
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  (
+    cd "$mod"
+    go mod download -x k8s.io/kubernetes >/dev/null 2>&1 || go mod download k8s.io/kubernetes
+    go build -mod=mod -ldflags "$ldflags" -o "$dest/bin/" \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+  )
+  "$dest/bin/kube-apiserver" --version | grep -qx "Kubernetes $K8S_VERSION" \
+    || { echo "cluster build: kube-apiserver does not report $K8S_VERSION" >&2; exit 1; }
+  touch "$dest/.done"
+}
+
+# `go build` of main packages of a module version through a wrapper main module that requires it:
+# `go install pkg@version` would also list the module's versions, which the proxy may refuse.
+# wrapper_build DEST MODULE VERSION PACKAGE...
+wrapper_build() {
+  local dest=$1 module=$2 version=$3; shift 3
+  mkdir -p "$dest/module" "$dest/bin"
+  printf 'module invfold.dev/testcluster/%s\n\ngo %s\n\nrequire %s %s\n' \
+    "$(basename "$dest")" "$GO_MIN" "$module" "$version" >"$dest/module/go.mod"
+  (cd "$dest/module" && go build -mod=mod -ldflags "-s -w" -o "$dest/bin/" "$@")
+}
+
+# The directory of a module version in the module cache (downloaded if missing).
+module_dir() {
+  (cd "$CLUSTER_CACHE" && go mod download -json "$1" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
+}
+
+build_jobset() {
+  local dest="$CLUSTER_CACHE/jobset-$JOBSET_VERSION"
+  [ -f "$dest/.done" ] && return 0
+  check_go; gocache
+  echo "==> building JobSet $JOBSET_VERSION"
+  rm -rf "$dest"; mkdir -p "$dest/bin" "$dest/crds"
+  wrapper_build "$dest" sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset
+  local src; src=$(module_dir "sigs.k8s.io/jobset@$JOBSET_VERSION")
+  cp "$src"/config/components/crd/bases/*.yaml "$dest/crds/"
+  mkdir -p "$dest/webhook"
+  cp "$src"/config/components/webhook/manifests.yaml "$dest/webhook/"
+  cp "$src"/config/components/webhook/patches/mutating-patch.yaml "$dest/webhook/patch-mutating.yaml"
+  cp "$src"/config/components/webhook/patches/validating-patch.yaml "$dest/webhook/patch-validating.yaml"
+  touch "$dest/.done"
+}
+
+build_trainer() {
+  local dest="$CLUSTER_CACHE/trainer-$TRAINER_VERSION"
+  [ -f "$dest/.done" ] && return 0
+  check_go; gocache
+  echo "==> building Kubeflow Trainer $TRAINER_VERSION"
+  rm -rf "$dest"; mkdir -p "$dest/bin" "$dest/crds" "$dest/webhook"
+  wrapper_build "$dest" github.com/kubeflow/trainer/v2 "$TRAINER_VERSION" \
+    github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager
+  local src; src=$(module_dir "github.com/kubeflow/trainer/v2@$TRAINER_VERSION")
+  cp "$src"/manifests/base/crds/*.yaml "$dest/crds/"
+  rm -f "$dest/crds/kustomization.yaml"
+  cp "$src"/manifests/base/webhook/manifests.yaml "$dest/webhook/"
+  cp "$src"/manifests/base/webhook/patch_mutating.yaml "$dest/webhook/patch-mutating.yaml"
+  cp "$src"/manifests/base/webhook/patch_validating.yaml "$dest/webhook/patch-validating.yaml"
+  touch "$dest/.done"
+}
+
+build_coredns() {
+  local dest="$CLUSTER_CACHE/coredns-$COREDNS_VERSION"
+  [ -f "$dest/.done" ] && return 0
+  check_go; gocache
+  echo "==> building CoreDNS $COREDNS_VERSION (the plugins the cluster uses)"
+  rm -rf "$dest"; mkdir -p "$dest/module" "$dest/bin"
+  # CoreDNS's documented way to choose plugins at build time: a main that imports only them and
+  # sets their order. The stock binary also links every cloud provider's SDK (several times the
+  # build), none of which a test cluster uses.
+  printf 'module invfold.dev/testcluster/coredns\n\ngo %s\n\nrequire github.com/coredns/coredns %s\n' \
+    "$GO_MIN" "$COREDNS_VERSION" >"$dest/module/go.mod"
+  cat >"$dest/module/main.go" <<'GOEOF'
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/forward"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/log"
+)
+
+// In the order of CoreDNS's own plugin.cfg.
+func init() {
+	dnsserver.Directives = []string{"bind", "health", "errors", "log", "cache", "kubernetes", "forward"}
+}
+
+func main() { coremain.Run() }
+GOEOF
+  (cd "$dest/module" && go build -mod=mod -ldflags "-s -w" -o "$dest/bin/coredns" .)
+  touch "$dest/.done"
+}
+
+debian_root() {
+  local key; key=$(printf '%s\n' "${DEBIAN_PACKAGES[@]}" | sha256sum | cut -c1-12)
+  echo "$CLUSTER_CACHE/debian-$key"
+}
+
+build_debian() {
+  local dest; dest=$(debian_root)
+  [ -f "$dest/.done" ] && return 0
+  echo "==> downloading ${DEBIAN_PACKAGES[*]} (apt-get download) into $dest"
+  rm -rf "$dest"; mkdir -p "$dest/debs" "$dest/root"
+  (cd "$dest/debs" && apt-get download "${DEBIAN_PACKAGES[@]}") || {
+    apt-get update -qq && (cd "$dest/debs" && apt-get download "${DEBIAN_PACKAGES[@]}")
+  }
+  local deb
+  for deb in "$dest"/debs/*.deb; do dpkg-deb -x "$deb" "$dest/root"; done
+  rm -rf "$dest/debs"
+  touch "$dest/.done"
+}
+
+build_pause() {
+  local dest="$CLUSTER_CACHE/pause-1"
+  [ -f "$dest/.done" ] && return 0
+  echo "==> building the pause image"
+  rm -rf "$dest"; mkdir -p "$dest"
+  cat >"$dest/pause.c" <<'CEOF'
+#include <signal.h>
+#include <unistd.h>
+static void stop(int sig) { (void)sig; _exit(0); }
+int main(void) {
+  signal(SIGINT, stop);
+  signal(SIGTERM, stop);
+  for (;;) pause();
+}
+CEOF
+  gcc -static -Os -o "$dest/pause" "$dest/pause.c"
+  python3 scripts/cluster/image_tar.py "$dest/pause" "invfold.test/pause:1" "$dest/pause.tar"
+  touch "$dest/.done"
+}
+
+# Usage: build.sh [PART...] (default: every part; PART is debian, pause, kubernetes, jobset,
+# trainer or coredns).
+started=$(date +%s)
+for part in "${@:-debian pause kubernetes jobset trainer coredns}"; do
+  for one in $part; do "build_$one"; done
+done
+if [ -d "$GOCACHE_DIR" ]; then
+  rm -rf "$GOCACHE_DIR"
+  echo "==> cluster parts built in $(($(date +%s) - started)) s"
+fi

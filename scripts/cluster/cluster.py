@@ -1,0 +1,748 @@
+"""Start or stop the single-node test cluster built by scripts/cluster/build.sh.
+
+    cluster.py up     start whatever is not running (a healthy running cluster is reused)
+    cluster.py down   stop every process it started (by pid), unmount, remove its network set-up
+    cluster.py purge  down, then remove the run folder (PKI and the images imported into containerd)
+    cluster.py env    print the shell lines that point kubectl at it
+
+Every component is a plain process of this machine: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, containerd + kubelet (bridge CNI), kube-proxy, CoreDNS, and the Kubeflow Trainer and
+JobSet controllers (their webhooks served on 127.0.0.1 with certificates of the cluster's own CA).
+etcd, the controllers and every health port listen on loopback; the API server, the kubelet and
+CoreDNS listen on the pod bridge's gateway address (10.244.0.1), which pods reach and nothing outside
+this machine does. The run state (PKI, logs, pids, the admin kubeconfig) lies in
+$INVFOLD_CACHE_DIR/cluster; the built parts in $INVFOLD_CACHE_DIR/build/cluster (paths from the
+environment that scripts/cluster/up.sh sets)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+CACHE = Path(os.environ.get("INVFOLD_CACHE_DIR") or Path.home() / ".cache" / "invfold")
+RUN = CACHE / "cluster"
+PKI, LOGS, PIDS = RUN / "pki", RUN / "logs", RUN / "pids"
+KUBECONFIG = RUN / "admin.kubeconfig"
+NODE = "invfold-node"
+BRIDGE, GATEWAY, POD_CIDR, SERVICE_CIDR = "invfold0", "10.244.0.1", "10.244.0.0/24", "10.96.0.0/24"
+API_PORT = 6443
+API = f"https://{GATEWAY}:{API_PORT}"
+JOBSET_WEBHOOK_PORT, TRAINER_WEBHOOK_PORT = 9443, 9444
+# Started in this order, stopped in the reverse one.
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "containerd",
+    "kubelet",
+    "kube-proxy",
+    "coredns",
+    "jobset",
+    "trainer",
+)
+# kubelet changes these sysctls at start; `down` puts back what was there before `up`.
+SYSCTLS = (
+    "net/bridge/bridge-nf-call-iptables",
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
+FORWARD_RULES = (["-i", BRIDGE, "-j", "ACCEPT"], ["-o", BRIDGE, "-j", "ACCEPT"])
+
+
+def part(name: str) -> Path:
+    """A built part's folder, from the environment scripts/cluster/up.sh exports."""
+    value = os.environ.get(name)
+    if not value:
+        sys.exit(f"cluster: {name} is not set: run scripts/cluster/up.sh (make cluster-up), not this file")
+    return Path(value)
+
+
+def log(message: str) -> None:
+    print(f"==> {message}", flush=True)
+
+
+def sh(*cmd: str, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    proc = subprocess.run(list(cmd), capture_output=True, text=True, **kwargs)
+    if check and proc.returncode != 0:
+        sys.exit(f"cluster: `{' '.join(cmd)}` exited {proc.returncode}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc
+
+
+def kubectl(*args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
+    return sh(os.environ.get("KUBECTL", "kubectl"), f"--kubeconfig={KUBECONFIG}", *args, check=check, input=input)
+
+
+# --- PKI ---------------------------------------------------------------------------------------
+
+
+def openssl(*args: str) -> None:
+    sh("openssl", *args)
+
+
+def make_pki() -> None:
+    """The cluster's CA and a certificate for every party (kept across restarts of the cluster)."""
+    if (PKI / "done").exists():
+        return
+    log(f"making the cluster's PKI in {PKI}")
+    shutil.rmtree(PKI, ignore_errors=True)
+    PKI.mkdir(parents=True)
+    openssl(
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "3650", "-subj", "/CN=invfold-test-ca",
+        "-keyout", str(PKI / "ca.key"), "-out", str(PKI / "ca.crt"),
+    )  # fmt: skip
+    openssl("genrsa", "-out", str(PKI / "sa.key"), "2048")
+    openssl("rsa", "-in", str(PKI / "sa.key"), "-pubout", "-out", str(PKI / "sa.pub"))
+    api_sans = [
+        "DNS:kubernetes",
+        "DNS:kubernetes.default",
+        "DNS:kubernetes.default.svc",
+        "DNS:kubernetes.default.svc.cluster.local",
+        "DNS:localhost",
+        "IP:127.0.0.1",
+        f"IP:{GATEWAY}",
+        "IP:10.96.0.1",
+    ]
+    certs = {
+        # name: (subject, SANs or None for a client certificate)
+        "kube-apiserver": ("/CN=kube-apiserver", api_sans),
+        "kubelet-serving": (f"/CN={NODE}", [f"DNS:{NODE}", "DNS:localhost", "IP:127.0.0.1", f"IP:{GATEWAY}"]),
+        "webhooks": ("/CN=127.0.0.1", ["IP:127.0.0.1", "DNS:localhost"]),
+        "admin": ("/O=system:masters/CN=kubernetes-admin", None),
+        "apiserver-kubelet-client": ("/O=system:masters/CN=kube-apiserver-kubelet-client", None),
+        "kube-controller-manager": ("/CN=system:kube-controller-manager", None),
+        "kube-scheduler": ("/CN=system:kube-scheduler", None),
+        "kubelet": (f"/O=system:nodes/CN=system:node:{NODE}", None),
+        "kube-proxy": ("/CN=system:kube-proxy", None),
+    }
+    for name, (subject, sans) in certs.items():
+        key, csr, crt, ext = (PKI / f"{name}.{suffix}" for suffix in ("key", "csr", "crt", "ext"))
+        openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj", subject, "-keyout", str(key), "-out", str(csr))
+        usage = "serverAuth" if sans else "clientAuth"
+        ext.write_text(
+            "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n"
+            f"extendedKeyUsage={usage}\n" + (f"subjectAltName={','.join(sans)}\n" if sans else "")
+        )
+        openssl(
+            "x509", "-req", "-in", str(csr), "-CA", str(PKI / "ca.crt"), "-CAkey", str(PKI / "ca.key"),
+            "-CAcreateserial", "-days", "3650", "-extfile", str(ext), "-out", str(crt),
+        )  # fmt: skip
+        csr.unlink()
+        ext.unlink()
+    for name, user in (
+        ("admin", "kubernetes-admin"),
+        ("kube-controller-manager", "system:kube-controller-manager"),
+        ("kube-scheduler", "system:kube-scheduler"),
+        ("kubelet", f"system:node:{NODE}"),
+        ("kube-proxy", "system:kube-proxy"),
+    ):
+        write_kubeconfig(PKI / f"{name}.kubeconfig", user, PKI / f"{name}.crt", PKI / f"{name}.key")
+    (PKI / "done").touch()
+
+
+def write_kubeconfig(path: Path, user: str, cert: Path, key: Path) -> None:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "invfold-test", "cluster": {"server": API, "certificate-authority": str(PKI / "ca.crt")}}
+        ],
+        "users": [{"name": user, "user": {"client-certificate": str(cert), "client-key": str(key)}}],
+        "contexts": [{"name": "invfold-test", "context": {"cluster": "invfold-test", "user": user}}],
+        "current-context": "invfold-test",
+    }
+    path.write_text(yaml.safe_dump(config))
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+def pid_of(name: str) -> int | None:
+    path = PIDS / f"{name}.pid"
+    if not path.exists():
+        return None
+    pid = int(path.read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    # A recycled pid is not ours: the command line must still be the one we started.
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return pid if str(RUN).encode() in cmdline else None
+
+
+def start(name: str, cmd: list[str], env: dict[str, str] | None = None) -> None:
+    if pid_of(name):
+        return
+    LOGS.mkdir(parents=True, exist_ok=True)
+    PIDS.mkdir(parents=True, exist_ok=True)
+    out = open(LOGS / f"{name}.log", "ab")
+    proc = subprocess.Popen(
+        cmd,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+        cwd=RUN,
+    )
+    (PIDS / f"{name}.pid").write_text(str(proc.pid))
+    # Until the child has exec'd, its command line is ours: pid_of would not recognise it yet.
+    deadline = time.monotonic() + 10
+    while proc.poll() is None and not pid_of(name) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    log(f"started {name} (pid {proc.pid}, log {LOGS / f'{name}.log'})")
+
+
+def stop(name: str, timeout: float = 30) -> None:
+    pid = pid_of(name)
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and pid_of(name):
+            time.sleep(0.2)
+        if pid_of(name):
+            os.kill(pid, signal.SIGKILL)
+        log(f"stopped {name} (pid {pid})")
+    for suffix in ("pid", "cmd"):
+        (PIDS / f"{name}.{suffix}").unlink(missing_ok=True)
+
+
+def wait_for(what: str, check, timeout: float, name: str | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        if name and not pid_of(name):
+            tail = (LOGS / f"{name}.log").read_text(errors="replace")[-3000:]
+            sys.exit(f"cluster: {name} exited while waiting for {what}; its log ends:\n{tail}")
+        if time.monotonic() > deadline:
+            sys.exit(f"cluster: {what} not reached in {timeout:.0f} s (logs in {LOGS})")
+        time.sleep(0.5)
+
+
+def https_ok(url: str) -> bool:
+    context = ssl.create_default_context(cafile=str(PKI / "ca.crt"))
+    context.load_cert_chain(str(PKI / "admin.crt"), str(PKI / "admin.key"))
+    with urllib.request.urlopen(url, context=context, timeout=5) as response:
+        return response.status == 200
+
+
+def insecure_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.status == 200
+
+
+# --- network -----------------------------------------------------------------------------------
+
+
+def set_sysctl(key: str, value: str) -> None:
+    Path("/proc/sys", key).write_text(value)
+
+
+def setup_network() -> None:
+    saved = RUN / "sysctls.json"
+    if not saved.exists():
+        saved.write_text(json.dumps({k: Path("/proc/sys", k).read_text().strip() for k in SYSCTLS}))
+    if sh("ip", "link", "show", BRIDGE, check=False).returncode != 0:
+        sh("ip", "link", "add", BRIDGE, "type", "bridge")
+        sh("ip", "addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
+    sh("ip", "link", "set", BRIDGE, "up")
+    set_sysctl("net/bridge/bridge-nf-call-iptables", "1")
+    set_sysctl("net/ipv4/ip_forward", "1")
+    # dockerd (the image tests' engine) sets FORWARD's policy to DROP: let pod traffic through.
+    for rule in FORWARD_RULES:
+        if sh("iptables", "-C", "FORWARD", *rule, check=False).returncode != 0:
+            sh("iptables", "-I", "FORWARD", "1", *rule)
+    cni = RUN / "cni"
+    (cni / "net.d").mkdir(parents=True, exist_ok=True)
+    conf = {
+        "cniVersion": "1.0.0",
+        "name": "invfold",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": BRIDGE,
+                "isGateway": True,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": POD_CIDR, "gateway": GATEWAY}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(cni / "ipam"),
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+    (cni / "net.d" / "10-invfold.conflist").write_text(json.dumps(conf, indent=1))
+
+
+def teardown_network() -> None:
+    # kubelet's own chain (it drops martian packets to 127.0.0.0/8), left behind when it stops.
+    for chain in ("INPUT", "OUTPUT"):
+        while sh("iptables", "-C", chain, "-j", "KUBE-FIREWALL", check=False).returncode == 0:
+            sh("iptables", "-D", chain, "-j", "KUBE-FIREWALL")
+    if sh("iptables", "-F", "KUBE-FIREWALL", check=False).returncode == 0:
+        sh("iptables", "-X", "KUBE-FIREWALL", check=False)
+    for rule in FORWARD_RULES:
+        while sh("iptables", "-C", "FORWARD", *rule, check=False).returncode == 0:
+            sh("iptables", "-D", "FORWARD", *rule)
+    if sh("ip", "link", "show", BRIDGE, check=False).returncode == 0:
+        sh("ip", "link", "delete", BRIDGE)
+    saved = RUN / "sysctls.json"
+    if saved.exists():
+        for key, value in json.loads(saved.read_text()).items():
+            try:
+                set_sysctl(key, value)
+            except OSError:
+                pass
+        saved.unlink()
+
+
+# --- components --------------------------------------------------------------------------------
+
+
+def start_control_plane() -> None:
+    debian, k8s = part("CLUSTER_DEBIAN_ROOT"), part("CLUSTER_K8S_BIN")
+    start(
+        "etcd",
+        [
+            str(debian / "usr/bin/etcd"),
+            "--name=invfold",
+            f"--data-dir={RUN / 'etcd'}",
+            "--listen-client-urls=http://127.0.0.1:2379",
+            "--advertise-client-urls=http://127.0.0.1:2379",
+            "--listen-peer-urls=http://127.0.0.1:2380",
+            "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+            "--initial-cluster=invfold=http://127.0.0.1:2380",
+            "--listen-metrics-urls=http://127.0.0.1:2381",
+            "--quota-backend-bytes=2147483648",
+            "--logger=zap",
+        ],
+    )
+    wait_for("etcd healthy", lambda: insecure_ok("http://127.0.0.1:2381/health"), 60, "etcd")
+    start(
+        "kube-apiserver",
+        [
+            str(k8s / "kube-apiserver"),
+            "--etcd-servers=http://127.0.0.1:2379",
+            f"--bind-address={GATEWAY}",
+            f"--advertise-address={GATEWAY}",
+            f"--secure-port={API_PORT}",
+            f"--tls-cert-file={PKI / 'kube-apiserver.crt'}",
+            f"--tls-private-key-file={PKI / 'kube-apiserver.key'}",
+            f"--client-ca-file={PKI / 'ca.crt'}",
+            f"--kubelet-client-certificate={PKI / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={PKI / 'apiserver-kubelet-client.key'}",
+            f"--kubelet-certificate-authority={PKI / 'ca.crt'}",
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--service-account-key-file={PKI / 'sa.pub'}",
+            f"--service-account-signing-key-file={PKI / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,"
+            "ResourceQuota,PodSecurity,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,"
+            "ValidatingAdmissionPolicy,NodeRestriction",
+            "--enable-aggregator-routing=true",
+            "--allow-privileged=true",
+            "--profiling=false",
+        ],
+    )
+    wait_for("the API server ready", lambda: https_ok(f"{API}/readyz"), 120, "kube-apiserver")
+    start(
+        "kube-controller-manager",
+        [
+            str(k8s / "kube-controller-manager"),
+            f"--kubeconfig={PKI / 'kube-controller-manager.kubeconfig'}",
+            f"--authentication-kubeconfig={PKI / 'kube-controller-manager.kubeconfig'}",
+            f"--authorization-kubeconfig={PKI / 'kube-controller-manager.kubeconfig'}",
+            "--bind-address=127.0.0.1",
+            f"--service-account-private-key-file={PKI / 'sa.key'}",
+            f"--root-ca-file={PKI / 'ca.crt'}",
+            f"--cluster-signing-cert-file={PKI / 'ca.crt'}",
+            f"--cluster-signing-key-file={PKI / 'ca.key'}",
+            "--use-service-account-credentials=true",
+            "--controllers=*,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--leader-elect=false",
+        ],
+    )
+    start(
+        "kube-scheduler",
+        [
+            str(k8s / "kube-scheduler"),
+            f"--kubeconfig={PKI / 'kube-scheduler.kubeconfig'}",
+            f"--authentication-kubeconfig={PKI / 'kube-scheduler.kubeconfig'}",
+            f"--authorization-kubeconfig={PKI / 'kube-scheduler.kubeconfig'}",
+            "--bind-address=127.0.0.1",
+            "--leader-elect=false",
+        ],
+    )
+
+
+def start_containerd() -> str:
+    """containerd with its CRI plugin, the sandbox image imported; returns its socket."""
+    debian = part("CLUSTER_DEBIAN_ROOT")
+    containerd_dir = RUN / "containerd"
+    socket = containerd_dir / "containerd.sock"
+    containerd_dir.mkdir(parents=True, exist_ok=True)
+    config = f"""version = 2
+root = "{containerd_dir / "root"}"
+state = "{containerd_dir / "state"}"
+[grpc]
+  address = "{socket}"
+[ttrpc]
+  address = "{containerd_dir / "ttrpc.sock"}"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "invfold.test/pause:1"
+  # This machine lacks CAP_SYS_RESOURCE: without this every sandbox fails in runc create.
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "{debian / "usr/sbin/runc"}"
+        SystemdCgroup = false
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{debian / "usr/lib/cni"}"
+    conf_dir = "{RUN / "cni" / "net.d"}"
+"""
+    (containerd_dir / "config.toml").write_text(config)
+    path = f"{debian / 'usr/bin'}:{debian / 'usr/sbin'}:{os.environ['PATH']}"
+    start(
+        "containerd",
+        [str(debian / "usr/bin/containerd"), "--config", str(containerd_dir / "config.toml")],
+        env={"PATH": path},
+    )
+    wait_for("containerd's socket", socket.exists, 60, "containerd")
+    pause = part("CLUSTER_PAUSE_TAR")
+    ctr = [str(debian / "usr/bin/ctr"), "--address", str(socket), "-n", "k8s.io"]
+    if "invfold.test/pause:1" not in sh(*ctr, "images", "ls", "-q").stdout.split():
+        sh(*ctr, "images", "import", str(pause))
+    return str(socket)
+
+
+def start_node() -> None:
+    debian, k8s = part("CLUSTER_DEBIAN_ROOT"), part("CLUSTER_K8S_BIN")
+    socket = start_containerd()
+    path = f"{debian / 'usr/bin'}:{debian / 'usr/sbin'}:{os.environ['PATH']}"
+    kubelet_config = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": GATEWAY,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": 10248,
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(PKI / "ca.crt")},
+        },
+        "authorization": {"mode": "Webhook"},
+        "tlsCertFile": str(PKI / "kubelet-serving.crt"),
+        "tlsPrivateKeyFile": str(PKI / "kubelet-serving.key"),
+        "clusterDomain": "cluster.local",
+        "clusterDNS": [GATEWAY],
+        "containerRuntimeEndpoint": f"unix://{socket}",
+        # This machine runs cgroup v1, has no systemd, and swap may be on.
+        "cgroupDriver": "cgroupfs",
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "makeIPTablesUtilChains": False,
+        "resolvConf": "/etc/resolv.conf",
+        "podLogsDir": str(RUN / "pod-logs"),
+        # The disk is shared with the image builds: never evict or collect images because of it
+        # (the imported images are the only copy; nothing can be pulled).
+        "evictionHard": {"memory.available": "200Mi", "nodefs.available": "1Gi", "imagefs.available": "1Gi"},
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "serializeImagePulls": False,
+        "podPidsLimit": -1,
+        "staticPodPath": "",
+    }
+    (RUN / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config))
+    start(
+        "kubelet",
+        [
+            str(k8s / "kubelet"),
+            f"--config={RUN / 'kubelet.yaml'}",
+            f"--kubeconfig={PKI / 'kubelet.kubeconfig'}",
+            f"--root-dir={RUN / 'kubelet'}",
+            f"--hostname-override={NODE}",
+            f"--node-ip={GATEWAY}",
+        ],
+        env={"PATH": path},
+    )
+    proxy_config = {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clientConnection": {"kubeconfig": str(PKI / "kube-proxy.kubeconfig")},
+        "hostnameOverride": NODE,
+        "clusterCIDR": POD_CIDR,
+        "bindAddress": "127.0.0.1",
+        "healthzBindAddress": "127.0.0.1:10256",
+        "metricsBindAddress": "127.0.0.1:10249",
+        # Leave the machine's conntrack table size alone.
+        "conntrack": {"maxPerCore": 0, "min": 0},
+        "nodePortAddresses": [f"{GATEWAY}/32"],
+    }
+    (RUN / "kube-proxy.yaml").write_text(yaml.safe_dump(proxy_config))
+    start("kube-proxy", [str(k8s / "kube-proxy"), f"--config={RUN / 'kube-proxy.yaml'}"], env={"PATH": path})
+    corefile = f""".:53 {{
+    bind {GATEWAY}
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        kubeconfig {KUBECONFIG}
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+    }}
+    forward . /etc/resolv.conf
+    cache 5
+}}
+"""
+    (RUN / "Corefile").write_text(corefile)
+    start("coredns", [str(part("CLUSTER_COREDNS_BIN") / "coredns"), "-conf", str(RUN / "Corefile")])
+
+
+def node_ready() -> bool:
+    out = kubectl("get", "node", NODE, "-o", "json", check=False)
+    if out.returncode != 0:
+        return False
+    conditions = json.loads(out.stdout)["status"].get("conditions", [])
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def json_patch(doc: dict, ops: list[dict]) -> dict:
+    """RFC 6902 add/replace (all the upstream webhook patches use)."""
+    for op in ops:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        target = doc
+        for key in parents:
+            target = target[int(key)] if isinstance(target, list) else target[key]
+        if isinstance(target, list):
+            index = len(target) if last == "-" else int(last)
+            if op["op"] == "add":
+                target.insert(index, op["value"])
+            else:
+                target[index] = op["value"]
+        else:
+            target[last] = op["value"]
+    return doc
+
+
+def webhook_configurations(folder: Path, prefix: str, port: int) -> list[dict]:
+    """The controller's own webhook configurations (upstream manifests + patches), pointed at
+    https://127.0.0.1:<port> with the cluster CA instead of an in-cluster Service."""
+    ca = base64.b64encode((PKI / "ca.crt").read_bytes()).decode()
+    out = []
+    for doc in yaml.safe_load_all((folder / "manifests.yaml").read_text()):
+        if not doc:
+            continue
+        kind = doc["kind"]
+        patch = folder / ("patch-mutating.yaml" if kind.startswith("Mutating") else "patch-validating.yaml")
+        doc = json_patch(doc, yaml.safe_load(patch.read_text()))
+        doc["metadata"] = {"name": f"{prefix}-{doc['metadata']['name']}"}
+        for hook in doc["webhooks"]:
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
+        out.append(doc)
+    return out
+
+
+def start_kubeflow() -> None:
+    jobset, trainer = part("CLUSTER_JOBSET_DIR"), part("CLUSTER_TRAINER_DIR")
+    for folder in (jobset / "crds", trainer / "crds"):
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(folder))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    certs = RUN / "webhook-certs"
+    certs.mkdir(exist_ok=True)
+    shutil.copy(PKI / "webhooks.crt", certs / "tls.crt")
+    shutil.copy(PKI / "webhooks.key", certs / "tls.key")
+    (RUN / "jobset.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+                "kind": "Configuration",
+                "leaderElection": {"leaderElect": False},
+                "internalCertManagement": {"enable": False},
+                "webhook": {"port": JOBSET_WEBHOOK_PORT, "host": "127.0.0.1", "certDir": str(certs)},
+                "metrics": {"bindAddress": "127.0.0.1:8443"},
+                "health": {"healthProbeBindAddress": "127.0.0.1:8081"},
+            }
+        )
+    )
+    (RUN / "trainer.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+                "kind": "Configuration",
+                "leaderElection": {"leaderElect": False},
+                "certManagement": {"enable": False},
+                "webhook": {"port": TRAINER_WEBHOOK_PORT, "host": "127.0.0.1"},
+                "metrics": {"bindAddress": "127.0.0.1:8444", "secureServing": False},
+                "health": {
+                    "healthProbeBindAddress": "127.0.0.1:8082",
+                    "readinessEndpointName": "readyz",
+                    "livenessEndpointName": "healthz",
+                },
+            }
+        )
+    )
+    env = {"KUBECONFIG": str(KUBECONFIG)}
+    start("jobset", [str(jobset / "bin" / "jobset"), f"--config={RUN / 'jobset.yaml'}"], env=env)
+    # Trainer reads its serving certificate from controller-runtime's default folder under TMPDIR.
+    trainer_tmp = RUN / "trainer-tmp"
+    (trainer_tmp / "k8s-webhook-server").mkdir(parents=True, exist_ok=True)
+    serving = trainer_tmp / "k8s-webhook-server" / "serving-certs"
+    if not serving.exists():
+        serving.symlink_to(certs)
+    start(
+        "trainer",
+        [str(trainer / "bin" / "trainer-controller-manager"), f"--config={RUN / 'trainer.yaml'}"],
+        env={**env, "TMPDIR": str(trainer_tmp)},
+    )
+    wait_for("JobSet ready", lambda: insecure_ok("http://127.0.0.1:8081/readyz"), 120, "jobset")
+    wait_for("Trainer ready", lambda: insecure_ok("http://127.0.0.1:8082/readyz"), 120, "trainer")
+    hooks = webhook_configurations(jobset / "webhook", "jobset", JOBSET_WEBHOOK_PORT)
+    hooks += webhook_configurations(trainer / "webhook", "trainer", TRAINER_WEBHOOK_PORT)
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(hooks))
+
+
+def healthy() -> bool:
+    if not all(pid_of(name) for name in COMPONENTS) or not KUBECONFIG.exists():
+        return False
+    try:
+        return https_ok(f"{API}/readyz") and node_ready()
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def up() -> None:
+    started = time.monotonic()
+    RUN.mkdir(parents=True, exist_ok=True)
+    if healthy():
+        log(f"the cluster is already running: export KUBECONFIG={KUBECONFIG}")
+        return
+    if any(pid_of(name) for name in COMPONENTS):
+        log("part of the cluster is running: stopping it first")
+        down()
+    make_pki()
+    shutil.copy(PKI / "admin.kubeconfig", KUBECONFIG)
+    setup_network()
+    start_control_plane()
+    start_node()
+    wait_for(f"node {NODE} Ready", node_ready, 180, "kubelet")
+    start_kubeflow()
+    log(f"cluster up in {time.monotonic() - started:.0f} s: export KUBECONFIG={KUBECONFIG}")
+
+
+def mounts_under(root: Path) -> list[str]:
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point == str(root) or point.startswith(f"{root}/"):
+            points.append(point)
+    return sorted(set(points), key=len, reverse=True)
+
+
+def remove_pods() -> None:
+    """Kill every container of our containerd (its tasks), so no pod outlives the cluster."""
+    debian = os.environ.get("CLUSTER_DEBIAN_ROOT")
+    socket = RUN / "containerd" / "containerd.sock"
+    if not (debian and pid_of("containerd") and socket.exists()):
+        return
+    ctr = [str(Path(debian) / "usr/bin/ctr"), "--address", str(socket), "-n", "k8s.io"]
+    tasks = sh(*ctr, "tasks", "ls", "-q", check=False).stdout.split()
+    for task in tasks:
+        sh(*ctr, "tasks", "kill", "-a", "-s", "SIGKILL", task, check=False)
+    for task in tasks:
+        for _ in range(50):
+            if sh(*ctr, "tasks", "delete", task, check=False).returncode == 0:
+                break
+            time.sleep(0.1)
+    for container in sh(*ctr, "containers", "ls", "-q", check=False).stdout.split():
+        sh(*ctr, "containers", "delete", container, check=False)
+
+
+def remove_cgroups() -> None:
+    """kubelet's cgroups (kubepods) in every v1 hierarchy, deepest first."""
+    for hierarchy in Path("/sys/fs/cgroup").iterdir():
+        top = hierarchy / "kubepods"
+        if not top.is_dir():
+            continue
+        for folder in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        try:
+            top.rmdir()
+        except OSError:
+            pass
+
+
+def down() -> None:
+    stop("kubelet")
+    remove_pods()
+    for name in reversed(COMPONENTS):
+        stop(name)
+    k8s = os.environ.get("CLUSTER_K8S_BIN")
+    if k8s and Path(k8s, "kube-proxy").exists():
+        sh(str(Path(k8s, "kube-proxy")), "--cleanup", check=False)  # its iptables chains
+    for point in mounts_under(RUN):
+        if sh("umount", point, check=False).returncode != 0:
+            sh("umount", "-l", point, check=False)
+    remove_cgroups()
+    teardown_network()
+    # The cluster's state goes. The PKI stays for the next `up`, and so do the images imported into
+    # containerd (containerd/root): nothing can be pulled here, and a runtime image takes minutes to
+    # import. `purge` removes them too.
+    for name in ("etcd", "kubelet", "pod-logs", "containerd/state", "cni", "trainer-tmp", "webhook-certs"):
+        shutil.rmtree(RUN / name, ignore_errors=True)
+    KUBECONFIG.unlink(missing_ok=True)
+    log("cluster down")
+
+
+def purge() -> None:
+    down()
+    shutil.rmtree(RUN, ignore_errors=True)
+    log(f"removed {RUN} (PKI, imported images)")
+
+
+def env() -> None:
+    print(f"export KUBECONFIG={KUBECONFIG}")
+
+
+if __name__ == "__main__":
+    actions = {"up": up, "down": down, "purge": purge, "env": env}
+    if len(sys.argv) != 2 or sys.argv[1] not in actions:
+        sys.exit(f"usage: {sys.argv[0]} {'|'.join(actions)}")
+    actions[sys.argv[1]]()

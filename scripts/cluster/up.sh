@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# `make cluster-up`: build what is missing (scripts/cluster/build.sh), then start the single-node
+# test cluster (scripts/cluster/cluster.py) or reuse the one running. Needs root (it runs a kubelet)
+# and Go >= 1.26 for the first build. Prints the KUBECONFIG line at the end.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+[ "$(id -u)" = 0 ] || { echo "cluster-up: needs root (kubelet, containerd, a bridge, iptables)" >&2; exit 1; }
+bash scripts/cluster/build.sh
+source scripts/cluster/parts.sh
+[ -x "$KUBECTL" ] || { echo "cluster-up: kubectl is missing at $KUBECTL: run \`PYTHON=.venv/bin/python bash scripts/install_tools.sh\`" >&2; exit 1; }
+exec "$CLUSTER_PY" scripts/cluster/cluster.py up

@@ -1,0 +1,20 @@
+# Sourced by scripts/cluster/*.sh: the pinned parts of the test cluster. Each built part is kept in
+# the build cache (scripts/cache.sh) under a folder named by its version, so a change of pin builds
+# that part again beside the old one and a second `make cluster-up` builds nothing.
+#
+# Kubernetes 1.36 matches Trainer v2.3.0 (k8s.io/api v0.36.2) and JobSet v0.12.0 (v0.36.0); the
+# staging modules (k8s.io/api, apiserver, ...) are pinned at the tag published with the release.
+K8S_VERSION=v1.36.3
+K8S_STAGING_VERSION=v0.36.3
+JOBSET_VERSION=v0.12.0
+TRAINER_VERSION=v2.3.0
+COREDNS_VERSION=v1.15.0
+# Debian bookworm packages, extracted into a private root (no services, no post-install steps).
+DEBIAN_PACKAGES=(
+  "etcd-server=3.4.23-4+b4"
+  "containerd=1.6.20~ds1-1+deb12u3"
+  "runc=1.1.5+ds1-1+deb12u1"
+  "containernetworking-plugins=1.1.1+ds1-3+b5"
+  "conntrack=1:1.4.7-1+b2"
+)
+GO_MIN=1.26.0

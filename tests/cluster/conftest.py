@@ -1,0 +1,90 @@
+"""Fixtures of the cluster lane (tests/cluster): the cluster of `make cluster-up` and the images on its node.
+
+`cluster` brings it up once per session, or reuses one already running (then leaves it running);
+one started here is stopped at the end. The first start on a machine builds Kubernetes, JobSet,
+Trainer and CoreDNS from their Go modules into the build cache (scripts/cluster/build.sh), which
+takes minutes; later starts take seconds. `node_images` loads the project's CPU images (built by
+the image tests' fixture) into the node's containerd: nothing can be pulled here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.docker_engine import DOCKER
+from tests.deploy.tools import CHART, REPO, run, tool
+from tests.support.cluster import CHART_NAMESPACE, KUBECONFIG, RELEASE, RUN, Cluster, ctr, install_args, running
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The cluster of `make cluster-up` (reused if running; else started and, at the end, stopped)."""
+    reused = running()
+    env = {**os.environ, "KUBECTL": tool("kubectl"), "PYTHON": str(REPO / ".venv" / "bin" / "python")}
+    if not Path(env["PYTHON"]).exists():
+        env.pop("PYTHON")
+    if not reused:
+        started = time.monotonic()
+        proc = subprocess.run(["bash", str(REPO / "scripts" / "cluster" / "up.sh")], env=env, text=True, timeout=3600)
+        if proc.returncode != 0:
+            pytest.fail("`make cluster-up` failed (see its output above); logs: " + str(RUN / "logs"))
+        print(f"cluster up in {time.monotonic() - started:.0f} s")
+    yield Cluster(KUBECONFIG)
+    if not reused:
+        subprocess.run(["bash", str(REPO / "scripts" / "cluster" / "down.sh")], env=env, timeout=600, check=False)
+
+
+@pytest.fixture(scope="session")
+def node_images(cluster, cpu_images):
+    """Load the CPU images a test names into the node (`docker save | ctr images import`) once.
+
+    They stay in the node's containerd (under the cluster's run folder) across sessions: an
+    import of the 6.2 GB runtime image takes minutes. Images of other tags (older inputs) are
+    removed first, so the disk holds one generation."""
+    command = ctr()
+    listed = subprocess.run([*command, "images", "ls", "-q"], capture_output=True, text=True, check=True).stdout.split()
+    keep = {f"docker.io/{cpu_images[name]}" for name in ("runtime", "mlflow", "mpi", "deepspeed", "ci-cpu")}
+    stale = [ref for ref in listed if ref.startswith("docker.io/invfold-test/") and ref not in keep]
+    if stale:
+        subprocess.run([*command, "images", "rm", *stale], capture_output=True, check=False)
+
+    def load(name: str) -> str:
+        ref = cpu_images[name]
+        present = subprocess.run([*command, "images", "ls", "-q"], capture_output=True, text=True, check=True).stdout
+        if f"docker.io/{ref}" not in present.split():
+            script = REPO / "scripts" / "cluster" / "load-image.sh"
+            out = run(["bash", str(script), ref], timeout=1800, env={**cpu_images.engine.env(), "DOCKER": DOCKER})
+            print(out.stdout.strip())
+        return ref
+
+    return load
+
+
+def prerequisites(cluster) -> None:
+    """The Secrets docs/deploy.md has the user create before the install."""
+    cluster.namespace(CHART_NAMESPACE)
+    for name, data in (
+        ("mlflow-s3-credentials", {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}),
+        ("mlflow-backend", {"MLFLOW_BACKEND_STORE_URI": "sqlite:////tmp/mlflow.db"}),
+    ):
+        cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": CHART_NAMESPACE},
+                "stringData": data,
+            }
+        )
+
+
+@pytest.fixture(scope="session")
+def release(cluster, cpu_images, node_images):
+    """The chart installed (or upgraded in place) into `kubeflow`, MLflow running."""
+    node_images("mlflow")
+    prerequisites(cluster)
+    cluster.helm("upgrade", "--install", RELEASE, str(CHART), *install_args(cpu_images))
+    return RELEASE

@@ -1,0 +1,118 @@
+"""Every kustomize overlay on the real API server, and the admission each one claims.
+
+Each overlay goes through `kubectl apply --server-side --dry-run=server` whole (schemas, CEL rules
+and Trainer's validating webhook for its runtimes). Its namespace, LimitRange and ResourceQuota are
+applied for real, and the real admission plugins then answer for pods created with
+`--dry-run=server` in that namespace: PodSecurity at the level the Namespace carries, LimitRanger's
+defaults, ResourceQuota's refusal. The objects the installed chart owns (runtimes, PriorityClasses)
+are not taken over: the dry-run never persists."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from tests.deploy.tools import OVERLAYS, documents, kustomize
+
+
+def rendered(overlay: str) -> list[dict]:
+    return documents(kustomize(overlay))
+
+
+def namespace_of(docs: list[dict]) -> str:
+    return next(d["metadata"]["namespace"] for d in docs if d["metadata"].get("namespace"))
+
+
+def runtime_pod(docs: list[dict], ns: str) -> dict:
+    """A pod of the overlay's ddp runtime, as Trainer and JobSet make it (their template)."""
+    runtime = next(d for d in docs if d["kind"].endswith("TrainingRuntime") and d["metadata"]["name"] == "invfold-ddp")
+    template = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "ddp-node-0-0", "namespace": ns, "labels": template["metadata"]["labels"]},
+        "spec": {**copy.deepcopy(template["spec"]), "restartPolicy": "Never"},
+    }
+
+
+@pytest.fixture(scope="module", params=OVERLAYS)
+def overlay(request, cluster, release):
+    """(name, rendered docs, namespace) with the overlay's Namespace, LimitRange and quota applied."""
+    docs = rendered(request.param)
+    ns = namespace_of(docs)
+    applied = [d for d in docs if d["kind"] in ("Namespace", "LimitRange", "ResourceQuota")]
+    if not any(d["kind"] == "Namespace" for d in docs):
+        cluster.namespace(ns)  # single-user: KFP's namespace, made by KFP's install
+    for doc in applied:
+        cluster.apply(doc)
+    for quota in [d["metadata"]["name"] for d in applied if d["kind"] == "ResourceQuota"]:
+        # The quota controller (kube-controller-manager) must have counted usage, or every pod is refused.
+        cluster.wait_for(
+            f"quota {quota} counted",
+            lambda name=quota: cluster.get("resourcequota", name, "-n", ns).get("status", {}).get("used"),
+            60,
+        )
+    yield request.param, docs, ns
+    for doc in reversed(applied):
+        if doc["kind"] != "Namespace":
+            cluster.kubectl("delete", doc["kind"].lower(), doc["metadata"]["name"], "-n", ns, "--ignore-not-found")
+    if any(d["kind"] == "Namespace" for d in applied):
+        cluster.delete_namespace(ns)
+
+
+def dry_run_pod(cluster, pod: dict):
+    return cluster.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(pod), check=False)
+
+
+def test_the_overlay_passes_the_servers_dry_run(cluster, overlay):
+    name, docs, ns = overlay
+    out = cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "--dry-run=server", "-f", "-",
+        input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}), check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, f"{name}: {out.stderr}"
+    assert len(out.stdout.splitlines()) == len(docs), out.stdout
+
+
+def test_pod_security_admits_the_runtime_pods_at_the_namespaces_level(cluster, overlay):
+    name, docs, ns = overlay
+    level = cluster.get("namespace", ns)["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce")
+    pod = runtime_pod(docs, ns)
+    out = dry_run_pod(cluster, pod)
+    assert out.returncode == 0, f"{name} ({level}): {out.stderr}"
+    assert "violate" not in out.stderr, out.stderr
+    if level == "restricted":
+        # The same pod with root and privilege escalation is refused: the level is enforced.
+        bad = copy.deepcopy(pod)
+        bad["spec"]["securityContext"] = {}
+        bad["spec"]["containers"][0]["securityContext"] = {"allowPrivilegeEscalation": True}
+        refused = dry_run_pod(cluster, bad)
+        assert refused.returncode != 0 and 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
+
+
+def test_limit_ranger_defaults_and_the_quota_refuses_what_does_not_fit(cluster, overlay):
+    name, docs, ns = overlay
+    limit_ranges = [d for d in docs if d["kind"] == "LimitRange"]
+    quotas = [d for d in docs if d["kind"] == "ResourceQuota"]
+    if not limit_ranges:
+        assert name == "single-user" and not quotas, f"{name} claims no LimitRange but has a quota"
+        return
+    pod = runtime_pod(docs, ns)
+    for container in pod["spec"]["containers"]:
+        container.pop("resources", None)
+    out = dry_run_pod(cluster, pod)
+    assert out.returncode == 0, out.stderr
+    resources = json.loads(out.stdout)["spec"]["containers"][0]["resources"]
+    limit = limit_ranges[0]["spec"]["limits"][0]
+    assert resources["requests"] == {k: str(v) for k, v in limit["defaultRequest"].items()}, resources
+    assert resources["limits"] == {k: str(v) for k, v in limit["default"].items()}, resources
+    hard_cpu = quotas[0]["spec"]["hard"]["requests.cpu"]
+    greedy = runtime_pod(docs, ns)
+    greedy["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": str(int(hard_cpu) + 1), "memory": "1Gi"},
+        "limits": {"memory": "1Gi"},
+    }
+    refused = dry_run_pod(cluster, greedy)
+    assert refused.returncode != 0 and "exceeded quota: invfold-compute" in refused.stderr, refused.stderr

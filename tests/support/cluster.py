@@ -1,0 +1,114 @@
+"""The real single-node cluster of `make cluster-up` (scripts/cluster/) as the cluster lane sees
+it: where its run state lies and a small client (kubectl and helm on its kubeconfig)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from glob import glob
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.tools import run, tool
+
+CACHE = Path(os.environ.get("INVFOLD_CACHE_DIR") or Path.home() / ".cache" / "invfold")
+RUN = CACHE / "cluster"
+KUBECONFIG = RUN / "admin.kubeconfig"
+CONTAINERD_SOCKET = RUN / "containerd" / "containerd.sock"
+GATEWAY = "10.244.0.1"  # the pod bridge's address: the API server, CoreDNS and host services pods reach
+
+
+@dataclass(frozen=True)
+class Cluster:
+    kubeconfig: Path
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+
+    def kubectl(self, *args: str, check: bool = True, timeout: float = 300, input: str | None = None):
+        return run([tool("kubectl"), *args], check=check, timeout=timeout, env=self.env(), input=input)
+
+    def helm(self, *args: str, check: bool = True, timeout: float = 900):
+        return run([tool("helm"), *args], check=check, timeout=timeout, env=self.env())
+
+    def get(self, *args: str) -> dict:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def apply(self, manifest: dict | str, *args: str, check: bool = True):
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        return self.kubectl("apply", "--server-side", "--force-conflicts", *args, "-f", "-", input=text, check=check)
+
+    def wait_for(self, what: str, check, timeout: float, interval: float = 2.0, explain=None):
+        """Poll `check()` until it returns a true value; on timeout fail with `explain()`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                pytest.fail(f"{what}: not reached in {timeout:.0f} s\n{explain() if explain else ''}")
+            time.sleep(interval)
+
+    def namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
+        doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
+        self.apply(doc)
+        return name
+
+    def delete_namespace(self, name: str) -> None:
+        self.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=true", "--timeout=180s", check=False)
+
+
+def running() -> bool:
+    if not KUBECONFIG.exists():
+        return False
+    proc = subprocess.run(
+        [tool("kubectl"), f"--kubeconfig={KUBECONFIG}", "get", "--raw", "/readyz"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return proc.returncode == 0
+
+
+def ctr() -> list[str]:
+    found = sorted(glob(str(CACHE / "build" / "cluster" / "debian-*" / "root" / "usr" / "bin" / "ctr")))
+    assert found, "ctr is missing from the cluster's Debian root: run `make cluster-up`"
+    return [found[-1], "--address", str(CONTAINERD_SOCKET), "-n", "k8s.io"]
+
+
+CHART_NAMESPACE = "kubeflow"  # single-user: KFP's own namespace, created by the KFP install (here: by us)
+RELEASE = "invfold"
+
+
+def install_args(images) -> list[str]:
+    """Single-user values (the chart's defaults) with the project's CPU images, sized for one
+    2-core node: trainer pods ask for 500m/1Gi instead of the production 2 CPUs/8Gi."""
+    return [
+        "--namespace",
+        CHART_NAMESPACE,
+        "--set",
+        "images.registry=invfold-test",
+        "--set",
+        f"images.tag={images.tag}-cpu",
+        "--set",
+        "pipelineUpload.enabled=false",
+        "--set",
+        "mlflow.backend.type=external",
+        "--set",
+        "mlflow.backend.external.existingSecret=mlflow-backend",
+        "--set",
+        "runtimes.resources.requests.cpu=500m",
+        "--set",
+        "runtimes.resources.requests.memory=1Gi",
+        "--set",
+        "runtimes.resources.limits.memory=6Gi",
+        "--set",
+        "runtimes.sharedMemory=1Gi",
+        "--wait",
+        "--timeout",
+        "10m",
+    ]
