@@ -210,7 +210,16 @@ CEOF
 }
 
 # Usage: build.sh [PART...] (default: every part; PART is debian, pause, kubernetes, jobset,
-# trainer or coredns).
+# trainer or coredns). build.sh --built: exit 0 when every part is already in the cache (how
+# `make test` decides whether its run includes the cluster lane), 1 otherwise; builds nothing.
+if [ "${1:-}" = --built ]; then
+  for dest in "kubernetes-$K8S_VERSION" "jobset-$JOBSET_VERSION" "trainer-$TRAINER_VERSION" \
+              "coredns-$COREDNS_VERSION" pause-1; do
+    [ -f "$CLUSTER_CACHE/$dest/.done" ] || exit 1
+  done
+  compgen -G "$CLUSTER_CACHE/debian-*/.done" >/dev/null || exit 1
+  exit 0
+fi
 started=$(date +%s)
 for part in "${@:-debian pause kubernetes jobset trainer coredns}"; do
   for one in $part; do "build_$one"; done
