@@ -38,6 +38,7 @@ def design_pipeline(
     seed: int = 0,
     score_orders: int = 4,
     threads: int = 0,
+    design_chains: str = "",
     mlflow_tracking_uri: str = "",
     mlflow_experiment: str = d.EXPERIMENT,
     mlflow_secret: str = "invfold-mlflow-auth",
@@ -54,6 +55,7 @@ def design_pipeline(
         seed: Random seed of the designs.
         score_orders: Random decoding orders each design's score (mean NLL, as `invfold score`) averages over; 0 = no score.
         threads: CPU threads per design step (0 = the runtime's default).
+        design_chains: Chains to design, e.g. "A" or "A,B": each structure is read as a complex (all its protein chains) and the other chains are fixed context; structures without them are skipped. Empty: every chain, each designed alone.
         mlflow_tracking_uri: MLflow tracking URI; empty to use the MLFLOW_TRACKING_URI the cluster gives the steps.
         mlflow_experiment: MLflow experiment that records the designs.
         mlflow_secret: Secret with MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD for MLflow (basic auth); ignored when absent.
@@ -65,7 +67,7 @@ def design_pipeline(
     with dsl.ExitHandler(finish, name="invfold-design"):
         fetch = fetch_model_op(model_name=model_name, model_version=model_version, tracking_uri=mlflow_tracking_uri)
         _labelled(fetch.set_caching_options(False).set_display_name("fetch-model"), mlflow_secret)
-        plan = plan_shards_op(structures=structures, shards=shards)
+        plan = plan_shards_op(structures=structures, shards=shards, design_chains=design_chains)
         _labelled(plan.set_display_name("plan-shards"), mlflow_secret)
         with dsl.ParallelFor(plan.output, name="shards") as shard:
             design = design_shard_op(
@@ -77,6 +79,7 @@ def design_pipeline(
                 seed=seed,
                 score_orders=score_orders,
                 threads=threads,
+                design_chains=design_chains,
             )
             _labelled(design.set_display_name("design-shard"), mlflow_secret)
         gather = gather_designs_op(
@@ -89,6 +92,7 @@ def design_pipeline(
                 "seed": seed,
                 "score_orders": score_orders,
                 "shards": shards,
+                "design_chains": design_chains,
             },
             **tracking,
         )

@@ -37,7 +37,7 @@ def seeded_generator(seed: int, device) -> torch.Generator:
 def designed_sequences(model, batch: Batch, seed: int) -> torch.Tensor:
     """[B, L] letters designed from structure alone (see module docstring)."""
     if not model.cfg.autoregressive:
-        logits = model(batch.X, batch.S, batch.structure_mask, batch.residue_index)
+        logits = model(batch.X, batch.tokens, batch.structure_mask, batch.residue_index)
         return logits.argmax(-1)
     return model.sample(
         batch.X,
@@ -45,6 +45,9 @@ def designed_sequences(model, batch: Batch, seed: int) -> torch.Tensor:
         batch.residue_index,
         temperature=GREEDY_TEMPERATURE,
         generator=seeded_generator(seed, batch.X.device),
+        # residues without a backbone keep their token (X where the file has no atom), as in design
+        fixed_mask=batch.structure_mask == 0,
+        fixed_S=batch.tokens,
     )
 
 
@@ -53,7 +56,7 @@ def score_batch(model, batch: Batch, seed: int) -> dict[str, torch.Tensor]:
     """Per protein: nll (sum over observed residues), count, correct; and designed [B, L]."""
     generator = seeded_generator(seed + 1, batch.X.device)
     order = unknown_last(torch.rand(batch.mask.shape, generator=generator, device=batch.X.device), batch)
-    logits = model(batch.X, batch.S, batch.structure_mask, batch.residue_index, order).float()
+    logits = model(batch.X, batch.tokens, batch.structure_mask, batch.residue_index, order).float()
     nll = F.cross_entropy(logits.reshape(-1, NUM_AA), batch.S.reshape(-1), reduction="none").reshape(batch.S.shape)
     designed = designed_sequences(model, batch, seed)
     mask = batch.mask

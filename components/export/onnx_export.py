@@ -203,8 +203,8 @@ def check_parity(
     def diff(batch) -> float:
         order = torch.rand(batch.S.shape, generator=g)
         with torch.no_grad():
-            ref = model(batch.X, batch.S, batch.structure_mask, batch.residue_index, order).numpy()
-        feeds = runtime.feeds(batch.X, batch.S, batch.structure_mask, batch.residue_index, order)
+            ref = model(batch.X, batch.tokens, batch.structure_mask, batch.residue_index, order).numpy()
+        feeds = runtime.feeds(batch.X, batch.tokens, batch.structure_mask, batch.residue_index, order)
         got = session.run(None, feeds)[0]
         if got.shape != ref.shape:
             return float("inf")

@@ -314,7 +314,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
                     if cfg.backbone_noise > 0:
                         X = X + cfg.backbone_noise * torch.randn_like(X)
                     order = unknown_last(torch.rand(batch.mask.shape, device=info.device), batch)
-                    logits = strategy.forward(X, batch.S, batch.structure_mask, batch.residue_index, order)
+                    logits = strategy.forward(X, batch.tokens, batch.structure_mask, batch.residue_index, order)
                     loss, micro_sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
                     strategy.backward(loss)
                 sums += micro_sums
