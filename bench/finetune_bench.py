@@ -31,13 +31,14 @@ import time
 import torch
 
 from invfold.components.evaluate.metrics import score_dataset
+from invfold.components.launch.processes import launch_local
 from invfold.components.model.io import load_model
 from invfold.components.model.published import load_published
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.components.prep.shards import open_prepared
+from invfold.components.train import recipes
 from invfold.components.train.config import TrainConfig
-from invfold.components.train.launch import launch_local
 
 
 def score(model, prepared: str, threads: int) -> dict:
@@ -123,8 +124,7 @@ def main() -> None:
             args,
             init_from=args.weights,
             freeze_encoder=args.freeze_encoder,
-            lr=3e-4,
-            warmup_steps=20,
+            **recipes.FINE_TUNE,
             backbone_noise=provenance["training_noise_A"],
         )
         print("fine_tuned", results["fine_tuned"], flush=True)

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import psutil
 
+from invfold.components.launch.processes import ENTRYPOINT
 from invfold.components.model.config import ModelConfig
 from invfold.components.train.config import TrainConfig
-from invfold.components.train.launch import ENTRYPOINT
 from invfold.components.train.memory import allocator_env, estimated_peak_gb
 
 ALLOCATOR_VARIABLES = ("GLIBC_TUNABLES", "LD_PRELOAD", "MALLOC_CONF")

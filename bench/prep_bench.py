@@ -90,7 +90,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="invfold-prep-bench-", dir=args.workdir) as tmp:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests/support
-        from tests.support.synthetic import SyntheticConfig, write_synthetic_set
+        from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 
         tmp = Path(tmp)
         start = time.perf_counter()

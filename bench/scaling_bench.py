@@ -69,8 +69,8 @@ def phase_times(out: Path, skip: int) -> dict | None:
 
 
 def run_job(strategy: str, nproc: int, preset: str, args, data: str, out: Path, **overrides) -> Path:
+    from invfold.components.launch.processes import launch_local
     from invfold.components.train.config import TrainConfig
-    from invfold.components.train.launch import launch_local
 
     options = dict(
         data=data,

@@ -356,7 +356,7 @@ def our_config(args, data: str, out: Path, preset: str, seconds: float, seed: in
 
 
 def run_ours(cfg) -> None:
-    from invfold.components.train.launch import launch_local
+    from invfold.components.launch.processes import launch_local
 
     code = launch_local(cfg, nproc=1)
     if code != 0:

@@ -4,11 +4,13 @@ banners, each step's own output) goes to a log file under the runs folder instea
 
 KFP's local runner prints each task's output line by line to sys.stdout and logs its task
 banners through `logging`; `StepConsole` stands in for sys.stdout and the root logger's handler
-while the pipeline runs, writes every line to the log file, and reads the banners and the
-trainer's step lines to drive the display (rich)."""
+while the pipeline runs, writes every line to the log file, and reads the banners to follow the
+steps. The training bar reads the trainer's structured records (metrics.jsonl in the train step's
+model folder under pipeline_root), never its log text, whenever the step prints."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import sys
@@ -25,8 +27,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TASK_START = re.compile(r"Executing task '([\w-]+)'")
 TASK_END = re.compile(r"Task '([\w-]+)' finished with status (\w+)")
 TASK_CACHED = re.compile(r"Task '?([\w-]+)'? cache hit")
-TRAIN_STEP = re.compile(r"step (\d+) \| epoch (\d+) \| loss ([\d.]+|nan|inf)")
-VALIDATION = re.compile(r"step (\d+) \| validation \| .*recovery ([\d.]+|nan)")
+METRICS_GLOB = "*/train-op/model/metrics.jsonl"  # the train step's output, under pipeline_root
 FAILED_LINES_SHOWN = 200  # a failing step's output up to this many lines is shown whole
 
 
@@ -64,8 +65,12 @@ class StepConsole:
         verbose: bool = False,
         train: TrainLimit | None = None,
         timings_file: Path | None = None,
+        pipeline_root: Path | None = None,
     ):
         self.log_path, self.timings_file = Path(log_path), timings_file
+        self.pipeline_root = Path(pipeline_root) if pipeline_root else None
+        self._metrics: Path | None = None
+        self._metrics_offset = 0
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log: TextIO = open(self.log_path, "w", buffering=1)  # noqa: SIM115 - closed in __exit__
         self.console, self.verbose, self.train = console, verbose, train or TrainLimit()
@@ -139,7 +144,7 @@ class StepConsole:
             self.finished[step_name(m.group(1))] = "CACHED"
             self._say(Text.assemble(("  = ", "cyan"), f"{step_name(m.group(1)):<16} cached (same inputs as before)"))
         elif "train-op" in self.running:
-            self._train_line(line)
+            self._read_metrics()
 
     def _start(self, task: str) -> None:
         self.running[task] = _Task(task, time.monotonic())
@@ -169,18 +174,31 @@ class StepConsole:
                 self.console.out(text, highlight=False, style="red")
         self._say(f"  (the whole run's output: {self.log_path})")
 
-    def _train_line(self, line: str) -> None:
-        if self._progress is None or self._bar is None:
+    def _read_metrics(self) -> None:
+        """New complete records of this run's metrics.jsonl -> the bar (step, loss, recovery)."""
+        if self._progress is None or self._bar is None or self.pipeline_root is None:
             return
-        fields = {}
-        if m := TRAIN_STEP.search(line):
-            fields = {"step": int(m.group(1)), "loss": m.group(3)}
-        elif m := VALIDATION.search(line):
-            fields = {"recovery": m.group(2)}
+        if self._metrics is None:
+            fresh = [p for p in self.pipeline_root.glob(METRICS_GLOB) if p.stat().st_mtime >= self._train_wall]
+            if not fresh:
+                return
+            self._metrics = max(fresh, key=lambda p: p.stat().st_mtime)
+        with open(self._metrics) as fh:
+            fh.seek(self._metrics_offset)
+            text = fh.read()
+        complete, _, _ = text.rpartition("\n")  # a line still being written waits for the next read
+        self._metrics_offset += len(complete) + 1 if complete else 0
+        fields: dict = {}
+        for line in filter(None, complete.split("\n")):
+            record = json.loads(line)
+            if record.get("split") == "train":
+                fields.update(step=record["step"], loss=f"{record['loss']:.4f}")
+            elif record.get("split") == "validation" and "recovery" in record:
+                fields["recovery"] = f"{record['recovery']:.3f}"
         if not fields:
             return
         if self.train.max_steps:
-            done = min(fields.get("step", 0), self.train.max_steps) if "step" in fields else None
+            done = min(fields["step"], self.train.max_steps) if "step" in fields else None
         else:
             done = min(time.monotonic() - self._train_start, self.train.time_budget_s)
         if done is not None:
@@ -205,7 +223,8 @@ class StepConsole:
             self.console.print(text, highlight=False)
 
     def _start_bar(self) -> None:
-        self._train_start = time.monotonic()
+        self._train_start, self._train_wall = time.monotonic(), time.time() - 1
+        self._metrics, self._metrics_offset = None, 0
         total = self.train.max_steps or self.train.time_budget_s or None
         self._progress = Progress(
             TextColumn("    training"),

@@ -1,33 +1,26 @@
-"""The training recipe the pipeline defaults to (and so `invfold run`, which passes only what
-the user sets): the trainer's own defaults, except where the demo recipe of the training
-quality gate (tests/train/test_quality.py) differs: the `small` preset and a fixed time budget,
-so the bundled sample trains to well above the constant predictor in a few minutes on 2 CPU
-processes."""
+"""The pipeline's parameter defaults (and so `invfold run`'s, which passes only what the user
+sets): the default training recipe of components/train/recipes.py, read from there, plus what
+belongs to the pipeline alone (processes, MLflow names, retries)."""
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields
+from invfold.components.train import recipes
 
-from invfold.components.train.config import TrainConfig
-
-_TRAIN = {f.name: f.default for f in fields(TrainConfig) if f.default is not MISSING}
+_RECIPE = recipes.recipe(recipes.DEFAULT)
+_TRAIN = _RECIPE.values()
 
 STRATEGY = _TRAIN["strategy"]
-PRESET = "small"
-MODEL_OVERRIDES: dict = {}
-TOKENS_PER_BATCH = 1500
-TIME_BUDGET_S = 180.0
+PRESET = _TRAIN["preset"]
+MODEL_OVERRIDES: dict = dict(_TRAIN["model_overrides"])
+TOKENS_PER_BATCH = _TRAIN["tokens_per_batch"]
+TIME_BUDGET_S = _TRAIN["time_budget_s"]
 LR = _TRAIN["lr"]
-WARMUP_STEPS = 30
+WARMUP_STEPS = _TRAIN["warmup_steps"]
 PRECISION = _TRAIN["precision"]
 ZERO_STAGE = _TRAIN["zero_stage"]
 SEED = _TRAIN["seed"]
 THREADS = _TRAIN["threads"]
-PROCS_PER_NODE = 2
+PROCS_PER_NODE = _RECIPE.procs_per_node
 REGISTERED_MODEL = "invfold-inverse-folding"
 EXPERIMENT = "invfold"
 TRAIN_RETRIES = 2
-# fine-tuning from published weights (`invfold run --init-from` without --lr / --warmup-steps):
-# a lower peak and a short warm-up, so the first steps do not undo the published weights
-FINE_TUNE_LR = 3e-4
-FINE_TUNE_WARMUP_STEPS = 20

@@ -6,6 +6,7 @@ across runs (its key includes the data fingerprint); everything else runs each t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -76,6 +77,60 @@ class LocalRun:
         return "\n".join(lines)
 
 
+@dataclass
+class _Session:
+    """One pipeline run through KFP's local runner: its folders, the MLflow URI, the step-timings
+    file, and what was in pipeline_root before (the run's folder is what is new after)."""
+
+    runs: Path
+    tracking_uri: str
+    timings_file: Path
+    start: float
+    before: set[Path]
+
+    def run_folder(self) -> str | None:
+        new = set((self.runs / "pipeline_root").iterdir()) - self.before
+        return str(max(new, key=lambda p: p.stat().st_mtime)) if new else None
+
+
+@contextlib.contextmanager
+def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool):
+    """Set up KFP's local runner under `runs_dir` (the one place a local run's stores are chosen:
+    see ARCHITECTURE.md's table) and restore the environment it changes when the run ends: TMPDIR
+    (the runner leaves a temp folder per task there, removed here) and the step-timings file."""
+    from kfp import local
+
+    runs = Path(runs_dir).absolute()
+    for sub in ("pipeline_root", "workspace", "tmp"):
+        (runs / sub).mkdir(parents=True, exist_ok=True)
+    session = _Session(
+        runs,
+        tracking_uri or default_tracking_uri(runs),
+        runs / "tmp" / f"timings-{os.getpid()}-{int(time.time())}.jsonl",
+        time.time(),
+        set((runs / "pipeline_root").iterdir()),
+    )
+    saved = {name: os.environ.get(name) for name in (TIMINGS_ENV, "TMPDIR")}
+    os.environ[TIMINGS_ENV] = str(session.timings_file)
+    os.environ["TMPDIR"] = str(runs / "tmp")
+    try:
+        local.init(
+            runner=local.SubprocessRunner(use_venv=False),
+            pipeline_root=str(runs / "pipeline_root"),
+            workspace_root=str(runs / "workspace"),
+            enable_caching=cache,
+            raise_on_error=True,
+        )
+        yield session
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        _remove_task_temp_folders(runs / "tmp", session.start)
+
+
 def run_local(
     params: dict,
     runs_dir: str = "runs",
@@ -89,49 +144,34 @@ def run_local(
     Console) shows one line per step and a training bar, and with `verbose` the whole output
     live. Raises PipelineFailed when a step fails (the exit handler has then marked the MLflow
     runs FAILED)."""
-    from kfp import local
     from rich.console import Console
 
     params = _coerce(invfold_pipeline, params)
-    runs = Path(runs_dir).absolute()
-    for sub in ("pipeline_root", "workspace", "tmp"):
-        (runs / sub).mkdir(parents=True, exist_ok=True)
-    uri = tracking_uri or params.get("mlflow_tracking_uri") or default_tracking_uri(runs)
-    params = {**params, "mlflow_tracking_uri": uri}
-    params.setdefault("checkpoint_root", str(runs / "checkpoints"))
-    timings_file = runs / "tmp" / f"timings-{os.getpid()}-{int(time.time())}.jsonl"
-    os.environ[TIMINGS_ENV] = str(timings_file)
-    os.environ["TMPDIR"] = str(runs / "tmp")  # the local runner leaves a temp folder per task
-    local.init(
-        runner=local.SubprocessRunner(use_venv=False),
-        pipeline_root=str(runs / "pipeline_root"),
-        workspace_root=str(runs / "workspace"),
-        enable_caching=cache,
-        raise_on_error=True,
-    )
-    before = set((runs / "pipeline_root").iterdir())
-    start = time.time()
     error = None
-    log_file = runs / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-    limit = TrainLimit(
-        max_steps=int(params.get("max_steps") or 0),
-        time_budget_s=float(params.get("time_budget_s") or _pipeline_default("time_budget_s")),
-    )
-    display = StepConsole(log_file, console or Console(file=sys.stdout), verbose, limit, timings_file)
-    with display:
-        try:
-            invfold_pipeline(**params)
-        except Exception as err:  # noqa: BLE001 - the local runner raises RuntimeError naming the failed task
-            error = err
-            display.fail_running(err)
-    wall = time.time() - start
-    _remove_task_temp_folders(runs / "tmp", start)
-    new = sorted(set((runs / "pipeline_root").iterdir()) - before, key=lambda p: p.stat().st_mtime)
-    run_folder = str(new[-1]) if new else None
-    timings = read_timings(timings_file)
+    with _local_runner(runs_dir, tracking_uri or params.get("mlflow_tracking_uri"), cache) as session:
+        runs, uri = session.runs, session.tracking_uri
+        params = {**params, "mlflow_tracking_uri": uri}
+        params.setdefault("checkpoint_root", str(runs / "checkpoints"))
+        log_file = runs / "logs" / f"run-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        limit = TrainLimit(
+            max_steps=int(params.get("max_steps") or 0),
+            time_budget_s=float(params.get("time_budget_s") or _pipeline_default("time_budget_s")),
+        )
+        display = StepConsole(
+            log_file, console or Console(file=sys.stdout), verbose, limit, session.timings_file, runs / "pipeline_root"
+        )
+        with display:
+            try:
+                invfold_pipeline(**params)
+            except Exception as err:  # noqa: BLE001 - the local runner raises RuntimeError naming the failed task
+                error = err
+                display.fail_running(err)
+    wall = time.time() - session.start
+    run_folder = session.run_folder()
+    timings = read_timings(session.timings_file)
     experiment = params.get("mlflow_experiment") or _pipeline_default("mlflow_experiment")
     model_name = params.get("registered_model_name") or _pipeline_default("registered_model_name")
-    run_id, version, experiment_id = _mlflow_outcome(uri, experiment, start)
+    run_id, version, experiment_id = _mlflow_outcome(uri, experiment, session.start)
     if error is not None:
         raise PipelineFailed(
             f"the pipeline failed: {error} (MLflow run {run_id or 'not recorded'} marked "
@@ -235,36 +275,16 @@ def run_design_local(params: dict, runs_dir: str = "runs", tracking_uri: str | N
     """Run the design pipeline (pipelines/design_pipeline.py) with KFP's local runner: steps as
     subprocesses of this Python, MLflow in the runs folder's SQLite file unless a tracking URI is
     given (the registered model is read from there). Raises PipelineFailed when a step fails."""
-    from kfp import local
-
     params = _coerce(design_pipeline, params)
-    runs = Path(runs_dir).absolute()
-    for sub in ("pipeline_root", "workspace", "tmp"):
-        (runs / sub).mkdir(parents=True, exist_ok=True)
-    uri = tracking_uri or params.get("mlflow_tracking_uri") or default_tracking_uri(runs)
-    params = {**params, "mlflow_tracking_uri": uri}
-    timings_file = runs / "tmp" / f"timings-{os.getpid()}-{int(time.time())}.jsonl"
-    os.environ[TIMINGS_ENV] = str(timings_file)
-    os.environ["TMPDIR"] = str(runs / "tmp")
-    local.init(
-        runner=local.SubprocessRunner(use_venv=False),
-        pipeline_root=str(runs / "pipeline_root"),
-        workspace_root=str(runs / "workspace"),
-        enable_caching=False,
-        raise_on_error=True,
-    )
-    before = set((runs / "pipeline_root").iterdir())
-    start = time.time()
     experiment = params.get("mlflow_experiment") or _pipeline_default("mlflow_experiment")
-    try:
-        design_pipeline(**params)
-    except Exception as err:  # noqa: BLE001 - the local runner raises RuntimeError naming the failed task
-        run_id, _, _ = _mlflow_outcome(uri, experiment, start)
-        raise PipelineFailed(f"the design pipeline failed: {err} (MLflow run {run_id or 'not recorded'})") from err
-    finally:
-        _remove_task_temp_folders(runs / "tmp", start)
-    new = sorted(set((runs / "pipeline_root").iterdir()) - before, key=lambda p: p.stat().st_mtime)
-    run_id, _, _ = _mlflow_outcome(uri, experiment, start)
+    with _local_runner(runs_dir, tracking_uri or params.get("mlflow_tracking_uri"), cache=False) as session:
+        uri = session.tracking_uri
+        try:
+            design_pipeline(**{**params, "mlflow_tracking_uri": uri})
+        except Exception as err:  # noqa: BLE001 - the local runner raises RuntimeError naming the failed task
+            run_id, _, _ = _mlflow_outcome(uri, experiment, session.start)
+            raise PipelineFailed(f"the design pipeline failed: {err} (MLflow run {run_id or 'not recorded'})") from err
+    run_id, _, _ = _mlflow_outcome(uri, experiment, session.start)
     return LocalDesignRun(
-        str(new[-1]) if new else None, uri, experiment, run_id, time.time() - start, read_timings(timings_file)
+        session.run_folder(), uri, experiment, run_id, time.time() - session.start, read_timings(session.timings_file)
     )

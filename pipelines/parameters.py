@@ -65,7 +65,15 @@ def _choices(name: str) -> tuple | None:
 
 def add_pipeline_options(parser: argparse.ArgumentParser, command: str) -> None:
     """A flag per pipeline parameter (unset: the pipeline's default)."""
+    from invfold.components.train import recipes
+
     group = parser.add_argument_group("pipeline parameters (unset: the pipeline's defaults)")
+    group.add_argument(
+        "--recipe",
+        choices=tuple(recipes.RECIPES),
+        default=None,
+        help=recipes.help_text().replace("%", "%%") + "; the flags below override its fields",
+    )
     for name, spec in pipeline_parameters().items():
         if name in OWN_OPTIONS[command]:
             continue
@@ -88,12 +96,18 @@ def add_pipeline_options(parser: argparse.ArgumentParser, command: str) -> None:
 
 
 def given_parameters(args: argparse.Namespace) -> dict:
-    """The pipeline parameters set on the command line; with --init-from (fine-tuning) and no
-    --lr / --warmup-steps, the fine-tuning recipe's lower peak and shorter warm-up."""
-    from invfold.pipelines import defaults
+    """The pipeline parameters set on the command line, on top of `--recipe` where it is not the
+    pipeline's own (its fields that are pipeline parameters; None -> 0, the pipeline's "unset");
+    with --init-from (fine-tuning), recipes.FINE_TUNE where --lr / --warmup-steps are not given."""
+    from invfold.components.train import recipes
 
-    params = {n: getattr(args, n) for n in pipeline_parameters() if getattr(args, n, None) is not None}
+    names = pipeline_parameters()
+    params = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    name = getattr(args, "recipe", None) or recipes.DEFAULT
+    base = recipes.recipe(name).values() if name != recipes.DEFAULT else {}
     if params.get("init_from"):
-        params.setdefault("lr", defaults.FINE_TUNE_LR)
-        params.setdefault("warmup_steps", defaults.FINE_TUNE_WARMUP_STEPS)
+        base = recipes.fine_tuning(base, given=set(params))
+    for field, value in base.items():
+        if field in names and field not in params:
+            params[field] = 0 if value is None else value
     return params

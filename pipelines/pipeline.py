@@ -14,6 +14,8 @@ from invfold.components.launch.trainjob import SECRET_KEYS
 from invfold.components.prep.component import prep_op
 from invfold.components.register.component import compare_op, register_op
 from invfold.components.tracking.component import finish_tracking_op
+from invfold.components.train.config import TrainConfig
+from invfold.options import with_field_help
 from invfold.pipelines import defaults as d
 
 PIPELINE_NAME = "invfold"
@@ -46,6 +48,7 @@ def _labelled(task, mlflow_secret, role: str = "step"):
     "prepare the protein set, train with DDP, Horovod or DeepSpeed, evaluate on held-out "
     "chains, and register the ONNX model in MLflow when it beats the champion.",
 )
+@with_field_help(TrainConfig)
 def invfold_pipeline(
     data_uri: str,
     split_file: str = "",
@@ -88,24 +91,24 @@ def invfold_pipeline(
         data_uri: Protein set: a CATH-style chain_set.jsonl[.gz], a TS50-style JSON list, or a folder of PDB/mmCIF files (path or s3://, gs://, https:// URI).
         split_file: chain_set_splits.json with train/validation/test names; empty to let prep make a cluster-disjoint split.
         complexes: Read the chains of one entry (a PDB/mmCIF file, chain-set lines 1abc.A, 1abc.B) as one multi-chain record, so the model trains on complexes.
-        strategy: Distributed training strategy: ddp, horovod or deepspeed.
+        strategy: @help: ddp, horovod or deepspeed.
         nodes: Training nodes (TrainJob numNodes on a cluster).
         procs_per_node: Training processes per node (one per GPU on GPU nodes).
         gpus_per_node: GPUs per training node (0 trains on CPU).
-        preset: Model preset: small (quick CPU demo), default (a deeper ProteinMPNN-style encoder with extra geometric features, one-shot), proteinmpnn (ProteinMPNN's network, autoregressive) or tiny; ignored with init_from.
-        model_overrides: Model config fields that override the preset, e.g. {"hidden": 64}; {} for the preset as is (with init_from only dropout and activation_checkpointing).
-        init_from: Fine-tune from these weights: a model file/URI or published ProteinMPNN weights (e.g. proteinmpnn:v_48_020); empty to train from scratch. The result is registered only if its validation recovery beats these weights' on the same validation data. Pair it with the fine-tuning recipe (lr 3e-4, warmup_steps 20: what `invfold run --init-from` passes unless --lr/--warmup-steps are given).
-        freeze_encoder: With init_from, train only the decoder and read-out (the encoder keeps the initial weights).
-        tokens_per_batch: Residues per micro-batch on one process (length-bucketed batches).
-        max_steps: Optimizer steps to train for (0 = not limited by steps).
-        epochs: Passes over the training split (0 = not limited by epochs).
-        time_budget_s: Stop, checkpoint and keep the model after this many seconds of training (0 = no budget).
-        lr: Peak learning rate (AdamW, Noam warm-up).
-        warmup_steps: Learning-rate warm-up steps.
-        precision: fp32 or bf16 (bf16 autocast where the device supports it).
-        zero_stage: DeepSpeed ZeRO stage 0-3 (deepspeed only).
-        seed: Random seed of the whole run.
-        threads: CPU threads per training process.
+        preset: @help: small (quick CPU demo), default (a deeper ProteinMPNN-style encoder with extra geometric features, one-shot), proteinmpnn (ProteinMPNN's network, autoregressive) or tiny; ignored with init_from.
+        model_overrides: @help, e.g. {"hidden": 64}; {} for the preset as is (with init_from only dropout and activation_checkpointing).
+        init_from: @help; empty to train from scratch. The result is registered only if its validation recovery beats these weights' on the same validation data. Pair it with the fine-tuning recipe (lr 3e-4, warmup_steps 20: what `invfold run --init-from` passes unless --lr/--warmup-steps are given; components/train/recipes.py).
+        freeze_encoder: @help (the encoder keeps the initial weights).
+        tokens_per_batch: @help (length-bucketed batches).
+        max_steps: @help (0 = not limited by steps).
+        epochs: @help (0 = not limited by epochs).
+        time_budget_s: @help of training, keeping the model (0 = no budget).
+        lr: @help.
+        warmup_steps: @help.
+        precision: @help.
+        zero_stage: @help 0-3 (deepspeed only).
+        seed: @help.
+        threads: @help.
         registration_threshold: Minimum median validation recovery (0-1) for the model to be registered (models are chosen on validation; test figures are reported only).
         mlflow_tracking_uri: MLflow tracking URI; empty to use the MLFLOW_TRACKING_URI the cluster gives the steps.
         mlflow_experiment: MLflow experiment that records the run.

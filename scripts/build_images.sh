@@ -41,7 +41,7 @@ case "$variant" in
 esac
 [ -n "$tag" ] || tag=$("$PY" -c "import tomllib; print(tomllib.load(open('pyproject.toml','rb'))['project']['version'])")
 [ "$variant" = cpu ] && tag="$tag-cpu"
-wanted() { [ ${#only[@]} -eq 0 ] && return 0; local n; for n in "${only[@]}"; do [ "$n" = "$1" ] && return 0; done; return 1; }
+wanted() { [ ${#only[@]} -eq 0 ] && return 0; local n; for n in "${only[@]}"; do [ "$n" = "${1%-deps}" ] && return 0; done; return 1; }
 
 build_args=()
 while IFS='=' read -r key value; do
@@ -99,7 +99,7 @@ build() {
              "${build_args[@]}" "$@" "$context")
   if [ "$dry_run" = 1 ]; then echo "${cmd[*]}"; return 0; fi
   "${cmd[@]}" > ".cache/images/build-$name.log" 2>&1 || { tail -40 ".cache/images/build-$name.log" >&2; echo "build_images: $image failed (log: .cache/images/build-$name.log)" >&2; exit 1; }
-  [ "$push" = 1 ] && "$DOCKER" push "$image"
+  [ "$push" = 1 ] && [ "${name%-deps}" = "$name" ] && "$DOCKER" push "$image"
   return 0
 }
 
@@ -111,14 +111,25 @@ else
   mkdir -p "$wheelhouse"
 fi
 img() { echo "$registry/invfold-$1:$tag"; }
-build runtime runtime/Dockerfile --target runtime
-build mpi mpi/Dockerfile --build-arg "BASE_IMAGE=$(img runtime)"
-build deepspeed deepspeed/Dockerfile --build-arg "BASE_IMAGE=$(img mpi)"
+# Each image chains on the one below *without* invfold (its `-deps` target, tagged
+# <image>-deps, never pushed) and installs invfold's wheel as its own last layer: a code change
+# rebuilds one small layer per image, the dependency layers stay cached.
+deps() { echo "$registry/invfold-$1-deps:$tag"; }
+build_pair() {  # NAME DOCKERFILE ARGS...: the -deps target, then the image
+  local name=$1 dockerfile=$2; shift 2
+  wanted "$name" || return 0
+  build "$name-deps" "$dockerfile" --target "${DEPS_TARGET:-$name}-deps" "$@"
+  build "$name" "$dockerfile" --target "${DEPS_TARGET:-$name}" "$@"
+}
+build_pair runtime runtime/Dockerfile
+build_pair mpi mpi/Dockerfile --build-arg "BASE_IMAGE=$(deps runtime)"
+build_pair deepspeed deepspeed/Dockerfile --build-arg "BASE_IMAGE=$(deps mpi)"
 hvd_from=$(arg_value HOROVOD_WHEEL_FROM)
 if [ "$variant" = cpu ] && ls "$wheelhouse"/horovod-0.28.1-*.whl >/dev/null 2>&1; then hvd_from=horovod-prebuilt; fi
-build horovod horovod/Dockerfile --build-arg "BASE_IMAGE=$(img mpi)" --build-arg "HOROVOD_WHEEL_FROM=$hvd_from"
+build_pair horovod horovod/Dockerfile --build-arg "BASE_IMAGE=$(deps mpi)" --build-arg "HOROVOD_WHEEL_FROM=$hvd_from"
 if [ "$variant" = cpu ]; then
-  build ci-cpu horovod/Dockerfile --build-arg "BASE_IMAGE=$(img deepspeed)" --build-arg "HOROVOD_WHEEL_FROM=$hvd_from"
+  DEPS_TARGET=horovod build_pair ci-cpu horovod/Dockerfile --build-arg "BASE_IMAGE=$(deps deepspeed)" \
+    --build-arg "HOROVOD_WHEEL_FROM=$hvd_from"
 fi
 build mlflow mlflow/Dockerfile --build-arg "BASE_IMAGE=$(arg_value MLFLOW_BASE_IMAGE)"
 echo "==> done: $registry/invfold-*:$tag"

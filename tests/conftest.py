@@ -6,6 +6,12 @@
   `AWS_ENDPOINT_URL` set only in this test's environment (child processes inherit them);
   `.new_bucket()` gives each test its own bucket so fsspec's listing caches never go stale.
 - `mlflow_server`: one real MLflow tracking server for the whole session (tests/tracking/server.py).
+
+Markers (registered in pyproject.toml) are given here, in one table, by what a test needs:
+`docker` (the image fixtures), `pipeline` (whole pipeline runs), `multiproc` (several training
+processes), `slow` (all of those, and anything past SLOW_S in the last recorded run).
+`make test-fast` deselects `slow`. A run with INVFOLD_TEST_DURATIONS=FILE writes each test's
+seconds there (`make test` keeps it in runs/test-durations.json).
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from __future__ import annotations
 import functools
 import http.server
 import itertools
+import json
+import os
 import socket
 import threading
 from dataclasses import dataclass
@@ -21,6 +29,56 @@ from pathlib import Path
 import pytest
 
 from tests.tracking.server import mlflow_server, unreachable_uri  # noqa: F401 - fixtures
+
+DOCKER_FIXTURES = {"docker_engine", "cpu_images"}
+PIPELINE_MODULES = {"test_local_pipeline.py", "test_design_pipeline.py", "test_mlflow_outage.py"}
+MULTIPROC_MODULES = {
+    "tests/launch/test_mpi_runtimes.py",
+    "tests/launch/test_processes.py",
+    "tests/train/test_horovod_agreement.py",
+    "tests/train/test_init_from.py",
+    "tests/train/test_memory.py",
+    "tests/train/test_nonfinite.py",
+    "tests/train/test_preemption.py",
+    "tests/train/test_strategies.py",
+    "tests/train/test_checkpoint.py",
+}
+SLOW_S = 20.0
+RECORDED = Path(__file__).with_name("durations.json")  # a clean-clone CI run's INVFOLD_TEST_DURATIONS
+
+
+def pytest_collection_modifyitems(config, items):
+    recorded = json.loads(RECORDED.read_text()) if RECORDED.exists() else {}
+    root = Path(config.rootpath)
+    for item in items:
+        where = Path(item.fspath).relative_to(root).as_posix()
+        needs = set()
+        if DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            needs.add("docker")
+        if where.startswith("tests/pipelines/") and Path(where).name in PIPELINE_MODULES:
+            needs.add("pipeline")
+        if where in MULTIPROC_MODULES:
+            needs.add("multiproc")
+        if needs or recorded.get(item.nodeid, 0.0) > SLOW_S:
+            needs.add("slow")
+        for name in sorted(needs):
+            item.add_marker(name)
+
+
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("INVFOLD_TEST_DURATIONS"):
+        _durations[report.nodeid] = round(_durations.get(report.nodeid, 0.0) + report.duration, 2)
+
+
+def pytest_sessionfinish(session):
+    path = os.environ.get("INVFOLD_TEST_DURATIONS")
+    if path and _durations:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        ordered = dict(sorted(_durations.items(), key=lambda kv: -kv[1]))
+        Path(path).write_text(json.dumps(ordered, indent=0) + "\n")
 
 
 @dataclass

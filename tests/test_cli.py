@@ -51,7 +51,8 @@ CASES = [
     ("export {garbage} --out {tmp}/model.txt", "ExportConfig.out_path"),
     ("train --data {tmp} --out {tmp}/t --zero-stage 2 --max-steps 1", "needs strategy 'deepspeed'"),
     ("train --data {tmp} --out {tmp}/t --model nonsense=1 --max-steps 1", "unknown ModelConfig fields ['nonsense']"),
-    ("train --data {tmp} --out {tmp}/t", "give max_steps, epochs, time_budget_s"),
+    ("train --data {tmp} --out {tmp}/t --recipe full", "give max_steps, epochs, time_budget_s"),
+    ("train --data {tmp} --out {tmp}/t", "index.json: expected an existing file"),  # before any process starts
     ("weights import nosuch:v1 --out {tmp}/w.pt", "nosuch:v1"),
     ("submit --host http://127.0.0.1:9 --data s3://b/x --param oops", "--param expects NAME=VALUE"),
 ]

@@ -13,11 +13,12 @@ from invfold.components.design.design import DesignConfig
 from invfold.components.design.score import ScoreConfig
 from invfold.components.evaluate.evaluate import EvaluateConfig
 from invfold.components.export.onnx_export import ExportConfig
+from invfold.components.launch.processes import LocalProcesses
 from invfold.components.model.cli import WeightsImport
 from invfold.components.prep.config import PrepConfig
+from invfold.components.train import recipes
 from invfold.components.train.config import TrainConfig
-from invfold.components.train.launch import LocalProcesses
-from invfold.options import cli_fields
+from invfold.options import cli_fields, unmarked
 from invfold.pipelines.cli import CompileOptions, RunOptions, SubmitOptions
 from invfold.pipelines.parameters import OWN_OPTIONS, pipeline_parameters
 
@@ -36,6 +37,7 @@ CONFIGS = {
     "weights list": (),
 }
 PIPELINE_COMMANDS = ("run", "submit")
+RECIPE_COMMANDS = ("train", *PIPELINE_COMMANDS)
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -67,14 +69,19 @@ def test_options_are_the_config_fields_with_their_defaults(command):
     fields = {f.name: f for config in CONFIGS[command] for f, _ in cli_fields(config)}
     actions = {a.dest: a for a in _options(_subcommands()[command])}
     pipeline = set(pipeline_parameters()) - set(OWN_OPTIONS[command]) if command in PIPELINE_COMMANDS else set()
-    assert set(actions) == set(fields) | pipeline, "an option restated outside its config, or a field not on the CLI"
+    recipe = {"recipe"} if command in RECIPE_COMMANDS else set()  # a set of field values, not a field
+    assert set(actions) == set(fields) | pipeline | recipe, (
+        "an option restated outside its config, or a field not on the CLI"
+    )
+    starts_from = recipes.recipe(recipes.DEFAULT).values() if command == "train" else {}
     for name, field in fields.items():
         action = actions[name]
         if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
             assert action.required or not action.option_strings, f"invfold {command}: {name} is required"
             continue
         default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-        cli = action.default
+        default = starts_from.get(name, default)
+        cli = unmarked(action.default)
         if isinstance(default, (tuple, list, dict)) and action.nargs != 3:  # repeatable: collected into a list
             cli = type(default)(cli or ())
         assert cli == default, f"invfold {command} {name}: CLI {action.default!r}, config {default!r}"

@@ -126,3 +126,18 @@ def test_test_setup_stops_first_without_the_go_toolchain(tmp_path, go_script, ex
     assert proc.returncode == 1
     assert expected in proc.stderr and "Go 1.26.0 or newer" in proc.stderr
     assert not (tmp_path / "venv").exists(), "set-up went on past the failed Go check"
+
+
+def test_benches_never_import_the_tests():
+    """bench/ is run on its own (and on other machines): what it shares with the tests lives in the
+    library, so a test refactor cannot break a bench."""
+    import ast
+
+    offenders = []
+    for path in sorted((ROOT / "bench").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [f"{path.name}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
+    assert not offenders

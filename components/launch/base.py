@@ -1,6 +1,6 @@
 """One interface for starting a training job: local processes or a Kubeflow Trainer TrainJob.
 
-The train step asks `select_launcher()` for the backend that fits where it runs (inside a
+The train step asks `select_launcher()` (in the package's `__init__`) for the backend that fits where it runs (inside a
 Kubernetes pod: a TrainJob; anywhere else: processes on this machine) and calls `run()`; both
 return when the job has ended and raise `LaunchError` with the job's own reason when it failed.
 """
@@ -68,17 +68,3 @@ class Launcher(ABC):
 def on_kubernetes(env: Mapping[str, str] = os.environ) -> bool:
     """True inside a pod (the kubelet sets KUBERNETES_SERVICE_HOST in every container)."""
     return bool(env.get("KUBERNETES_SERVICE_HOST"))
-
-
-def select_launcher(env: Mapping[str, str] = os.environ, **cluster_options) -> Launcher:
-    """The Kubernetes backend inside a pod, local processes elsewhere. cluster_options go to
-    ClusterOptions (ignored locally)."""
-    # Imported here: both backends subclass Launcher from this module.
-    if on_kubernetes(env):
-        from invfold.components.launch.kubernetes import KubernetesLauncher
-        from invfold.components.launch.trainjob import ClusterOptions
-
-        return KubernetesLauncher(ClusterOptions(**cluster_options))
-    from invfold.components.launch.local import LocalLauncher
-
-    return LocalLauncher()

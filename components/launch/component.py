@@ -8,6 +8,8 @@ the KFP run id, so a retried step resumes from the last complete checkpoint."""
 from kfp import dsl
 from kfp.dsl import Dataset, Input, Metrics, Model, Output
 
+from invfold.components.train.config import TrainConfig
+from invfold.options import with_field_help
 from invfold.runtime import runtime_image
 
 
@@ -16,6 +18,7 @@ from invfold.runtime import runtime_image
     install_kfp_package=False,
     task_config_passthroughs=[dsl.TaskConfigField.KUBERNETES_NODE_SELECTOR, dsl.TaskConfigField.KUBERNETES_TOLERATIONS],
 )
+@with_field_help(TrainConfig)
 def train_op(
     prepared: Input[Dataset],
     pipeline_run_id: str,
@@ -58,24 +61,24 @@ def train_op(
         pipeline_run_name: KFP run name (MLflow parent run name).
         tracking_uri: MLflow tracking URI ('' = MLFLOW_TRACKING_URI of the pod).
         experiment: MLflow experiment name.
-        strategy: ddp, horovod or deepspeed.
+        strategy: @help: ddp, horovod or deepspeed.
         nodes: Training nodes.
         procs_per_node: Processes per node.
         gpus_per_node: GPUs per node (0 = CPU).
-        preset: Model preset (small, default, proteinmpnn, tiny).
-        model_overrides: Model config fields that override the preset.
-        init_from: Fine-tune from these weights (model file/URI or published name); '' = from scratch.
-        freeze_encoder: With init_from, train only the decoder and read-out.
-        tokens_per_batch: Residue budget of one micro-batch per process.
-        max_steps: Optimizer steps (0 = not limited by steps).
-        epochs: Passes over the training data (0 = not limited by epochs).
-        time_budget_s: Stop and save after this many seconds (0 = no budget).
-        lr: Peak learning rate.
-        warmup_steps: Learning-rate warm-up steps.
-        precision: fp32 or bf16.
-        zero_stage: DeepSpeed ZeRO stage (0-3; deepspeed only).
-        seed: Random seed.
-        threads: CPU threads per process.
+        preset: @help (small, default, proteinmpnn, tiny).
+        model_overrides: @help.
+        init_from: @help; '' = from scratch.
+        freeze_encoder: @help.
+        tokens_per_batch: @help.
+        max_steps: @help (0 = not limited by steps).
+        epochs: @help (0 = not limited by epochs).
+        time_budget_s: @help (0 = no budget).
+        lr: @help.
+        warmup_steps: @help.
+        precision: @help.
+        zero_stage: @help (0-3; deepspeed only).
+        seed: @help.
+        threads: @help.
         checkpoint_root: Where checkpoints go (a run-id folder under it); '' = beside the model locally, under storage_root on a cluster.
         storage_root: Object-storage URI for TrainJob outputs (cluster only).
         storage_secret: Secret holding the storage keys `accesskey` / `secretkey` (KFP's layout; cluster only; referenced, never copied).

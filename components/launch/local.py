@@ -1,12 +1,12 @@
-"""Local backend: the training processes of train/launch.py on this machine."""
+"""Local backend: the training processes of launch/processes.py on this machine."""
 
 from __future__ import annotations
 
 import logging
 
 from invfold.components.launch.base import Launcher, LaunchError, LaunchResult, Resources
+from invfold.components.launch.processes import launch_local
 from invfold.components.train.config import TrainConfig
-from invfold.components.train.launch import launch_local
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
     torchrun --module invfold.components.launch.trainjob_entry --config-json JSON --output URI
 
-Writes the TrainConfig to a local file, runs the training entrypoint, and on success rank 0
+Writes the TrainConfig to a local file, runs the per-rank training entry (train/rank_entry.py), and on success rank 0
 copies the output folder (model.pt, metrics.jsonl, summary.json, tensorboard/) to URI, from
 where the pipeline step fetches it. Checkpoints are not copied: they already live at the
 config's checkpoint_dir.
@@ -17,7 +17,7 @@ import os
 import sys
 
 from invfold import storage
-from invfold.components.train import entrypoint
+from invfold.components.train import rank_entry
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.distributed import launcher_ranks
 
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(cfg.out, exist_ok=True)
     config_path = os.path.join(cfg.out, f"train_config.rank{rank}.json")
     cfg.to_json(config_path)
-    code = entrypoint.main(["--config", config_path])
+    code = rank_entry.main(["--config", config_path])
     if code == 0 and rank == 0:
         upload(cfg.out, args.output)
         log.info("outputs copied to %s", args.output)

@@ -344,11 +344,69 @@ def _identity(assignment: dict[str, str], seqs: dict[str, str], tool: str) -> di
     )
 
 
+@dataclass
+class _SplitPlan:
+    """The split stage's decision, made before any record is written: which split (and subsets)
+    each name goes to, how it was decided, and the held-out chains dropped as too similar."""
+
+    splits: dict[str, list[str]] | None  # from a split file; None when prep made the split
+    subsets: dict[str, list[str]]
+    assignment: dict[str, str]
+    info: dict
+    excluded: dict[str, splitting.IdentityHit]
+    subset_of: dict[str, list[str]]
+
+    @property
+    def dataset_names(self) -> list[str]:
+        return list(SPLIT_NAMES) + sorted(self.subsets)
+
+
+@dataclass
+class _Written:
+    """What the shards stage wrote and kept aside for the checks and the card."""
+
+    screen: _Screen
+    writers: dict[str, DatasetWriter]
+    stats: CompositionStats
+    kept: int
+    identity_seqs: dict[str, str]  # train/test/subset members, for identity checks
+    external_seqs: dict[str, dict[str, str]]  # non-train dataset -> name -> seq (check_against)
+    topologies: dict[str, tuple[str, ...]]
+
+
 def run_prep(cfg: PrepConfig) -> PrepResult:
     """Prepare `cfg.input` into `cfg.output`; raises InputError on bad input (see module policy)."""
     start = time.monotonic()
+    reference = _open_reference(cfg) if cfg.check_against else None  # fail before the first pass
+    plan = _plan_split(cfg)
+    remote = storage.is_remote(cfg.output)
+    out_dir = Path(cfg.output.removeprefix("file://"))
+    if not remote:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".prep-", dir=None if remote else out_dir))
+    try:
+        written = _write_shards(cfg, plan, staging, collect_external=reference is not None)
+        _check_split(cfg, plan, written, reference)
+        card = _write_card(cfg, plan, written, staging)
+        _publish(staging, cfg.output, remote, out_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    seconds = time.monotonic() - start
+    log.info(
+        "prep: kept %d of %d records (%s) in %.1f s; digest %s",
+        written.kept,
+        written.screen.read,
+        ", ".join(f"{k} {v}" for k, v in card["dropped"].items()) or "nothing dropped",
+        seconds,
+        card["digest"],
+    )
+    datasets = {n: d["chains"] for n, d in card["datasets"].items()}
+    return PrepResult(cfg.output, card["digest"], card["counts"], datasets, card, seconds)
+
+
+def _plan_split(cfg: PrepConfig) -> _SplitPlan:
+    """Split: the split file's assignment, or prep's own (a first pass over names and sequences)."""
     splits, subsets = _read_splits(cfg)
-    reference = _open_reference(cfg) if cfg.check_against else None
     excluded: dict[str, splitting.IdentityHit] = {}
     if splits is None:
         assignment, split_info, excluded = _make_split(cfg)
@@ -359,148 +417,138 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
     for subset, names in subsets.items():
         for name in names:
             subset_of.setdefault(name, []).append(subset)
+    return _SplitPlan(splits, subsets, assignment, split_info, excluded, subset_of)
 
-    dataset_names = list(SPLIT_NAMES) + sorted(subsets)
-    remote = storage.is_remote(cfg.output)
-    out_dir = Path(cfg.output.removeprefix("file://"))
-    if not remote:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".prep-", dir=None if remote else out_dir))
-    try:
-        screen = _Screen(cfg)
-        writers = {
-            name: DatasetWriter(staging / dataset_file(name), cfg.batch_rows, cfg.batch_bytes) for name in dataset_names
-        }
-        stats = CompositionStats()
-        collect_identity = splits is None or cfg.check_identity
-        identity_seqs: dict[str, str] = {}
-        external_seqs: dict[str, dict[str, str]] = {}  # non-train dataset -> name -> seq (check_against)
-        topologies: dict[str, tuple[str, ...]] = {}
-        kept = 0
-        for item in _with_progress(
-            read_protein_set(cfg.input, strict=cfg.strict, complexes=cfg.complexes), "prep", cfg.log_every
-        ):
-            record = screen.check(item)
-            if record is None:
-                continue
-            split, conflict = _split_of(record, assignment)
-            if conflict:
-                screen.drop(record, "split_conflict", "name", "the chains of one complex in one split", conflict)
-                continue
-            targets = ([split] if split else []) + _subsets_of(record, subset_of)
-            if not targets and record.name in excluded:
-                hit = excluded[record.name]
-                screen.drop(
-                    record,
-                    "similar_to_train",
-                    "seq",
-                    f"under {cfg.identity_threshold:g} identity to every train chain",
-                    f"{hit.identity:.3f} to '{hit.train}'",
-                )
-                continue
-            if not targets:
-                screen.drop(
-                    record, "not_in_split_file", "name", "a chain named in the split or subset files", "not named"
-                )
-                continue
-            for target in targets:
-                writers[target].add(record)
-                if reference is not None and target != "train":
-                    external_seqs.setdefault(target, {})[record.name] = record.seq
-            stats.add(record.seq, record.mask)
-            kept += 1
-            if collect_identity and (split in ("train", "test") or record.name in subset_of):
-                identity_seqs[record.name] = record.seq
-            if record.cath:
-                topologies[record.name] = splitting.cath_topologies(record.cath)
-        for writer in writers.values():
-            writer.close()
-        if screen.read != kept + screen.skipped:
-            raise AssertionError(
-                f"records do not reconcile: read {screen.read} != kept {kept} + skipped {screen.skipped}"
-            )
-        if kept == 0:
-            raise InputError(
-                cfg.input,
-                None,
-                None,
-                "at least one chain passing the checks",
-                f"none of {screen.read} records ({dict(screen.reader_skips + screen.filtered)})",
-                reason="nothing_kept",
-            )
 
-        split_info["absent_from_set"] = _absent(cfg, splits, subsets, screen.names | screen.members)
-        tool = splitting.resolve_tool(cfg.identity_tool)
-        if collect_identity:
-            in_split = {n: assignment[n] for n in identity_seqs if n in assignment}
-            if splits is not None:
-                split_info["highest_train_test_identity"] = _identity(in_split, identity_seqs, tool)
-            split_info["subset_overlap"] = _subset_overlap(subsets, in_split, identity_seqs, tool, cfg)
-        if reference is not None:
-            split_info["external_overlap"] = _external_overlap(reference, cfg, external_seqs, tool)
-        if topologies and "topology_overlap" not in split_info:
-            split_info["topology_overlap"] = splitting.topology_overlap(
-                {n: s for n, s in assignment.items() if n in topologies}, topologies
+def _write_shards(cfg: PrepConfig, plan: _SplitPlan, staging: Path, collect_external: bool) -> _Written:
+    """Validate, normalize and filter each record (`_Screen`), then stream it into the Arrow
+    writer of its split and subsets; counts must reconcile and something must be kept."""
+    screen = _Screen(cfg)
+    writers = {
+        name: DatasetWriter(staging / dataset_file(name), cfg.batch_rows, cfg.batch_bytes)
+        for name in plan.dataset_names
+    }
+    collect_identity = plan.splits is None or cfg.check_identity
+    written = _Written(screen, writers, CompositionStats(), 0, {}, {}, {})
+    for item in _with_progress(
+        read_protein_set(cfg.input, strict=cfg.strict, complexes=cfg.complexes), "prep", cfg.log_every
+    ):
+        record = screen.check(item)
+        if record is None:
+            continue
+        split, conflict = _split_of(record, plan.assignment)
+        if conflict:
+            screen.drop(record, "split_conflict", "name", "the chains of one complex in one split", conflict)
+            continue
+        targets = ([split] if split else []) + _subsets_of(record, plan.subset_of)
+        if not targets and record.name in plan.excluded:
+            hit = plan.excluded[record.name]
+            screen.drop(
+                record,
+                "similar_to_train",
+                "seq",
+                f"under {cfg.identity_threshold:g} identity to every train chain",
+                f"{hit.identity:.3f} to '{hit.train}'",
             )
-        split_info["subset_members_by_split"] = {
-            subset: dict(Counter(assignment.get(n, "none") for n in names if n in screen.names))
-            for subset, names in sorted(subsets.items())
-        }
+            continue
+        if not targets:
+            screen.drop(record, "not_in_split_file", "name", "a chain named in the split or subset files", "not named")
+            continue
+        for target in targets:
+            writers[target].add(record)
+            if collect_external and target != "train":
+                written.external_seqs.setdefault(target, {})[record.name] = record.seq
+        written.stats.add(record.seq, record.mask)
+        written.kept += 1
+        if collect_identity and (split in ("train", "test") or record.name in plan.subset_of):
+            written.identity_seqs[record.name] = record.seq
+        if record.cath:
+            written.topologies[record.name] = splitting.cath_topologies(record.cath)
+    for writer in writers.values():
+        writer.close()
+    if screen.read != written.kept + screen.skipped:
+        raise AssertionError(
+            f"records do not reconcile: read {screen.read} != kept {written.kept} + skipped {screen.skipped}"
+        )
+    if written.kept == 0:
+        raise InputError(
+            cfg.input,
+            None,
+            None,
+            "at least one chain passing the checks",
+            f"none of {screen.read} records ({dict(screen.reader_skips + screen.filtered)})",
+            reason="nothing_kept",
+        )
+    return written
 
-        digest = content_digest(staging, dataset_names)
-        index = {
-            "format": FORMAT,
-            "digest": digest,
-            "datasets": {
-                name: {
-                    "file": dataset_file(name),
-                    "rows": len(writers[name].lengths),
-                    "residues": int(sum(writers[name].lengths)),
-                    "lengths": writers[name].lengths,
-                }
-                for name in dataset_names
-            },
-        }
-        counts = {
+
+def _check_split(cfg: PrepConfig, plan: _SplitPlan, written: _Written, reference) -> None:
+    """What the card reports about the split: absent names, train/test and subset identity,
+    overlap with another prepared set's train split, topology overlap (into plan.info)."""
+    info, assignment, names = plan.info, plan.assignment, written.screen.names
+    info["absent_from_set"] = _absent(cfg, plan.splits, plan.subsets, names | written.screen.members)
+    tool = splitting.resolve_tool(cfg.identity_tool)
+    if plan.splits is None or cfg.check_identity:
+        in_split = {n: assignment[n] for n in written.identity_seqs if n in assignment}
+        if plan.splits is not None:
+            info["highest_train_test_identity"] = _identity(in_split, written.identity_seqs, tool)
+        info["subset_overlap"] = _subset_overlap(plan.subsets, in_split, written.identity_seqs, tool, cfg)
+    if reference is not None:
+        info["external_overlap"] = _external_overlap(reference, cfg, written.external_seqs, tool)
+    if written.topologies and "topology_overlap" not in info:
+        info["topology_overlap"] = splitting.topology_overlap(
+            {n: s for n, s in assignment.items() if n in written.topologies}, written.topologies
+        )
+    info["subset_members_by_split"] = {
+        subset: dict(Counter(assignment.get(n, "none") for n in members if n in names))
+        for subset, members in sorted(plan.subsets.items())
+    }
+
+
+def _write_card(cfg: PrepConfig, plan: _SplitPlan, written: _Written, staging: Path) -> dict:
+    """The content digest, index.json (datasets in order: splits, subsets) and the card."""
+    screen, writers = written.screen, written.writers
+    digest = content_digest(staging, plan.dataset_names)
+    index = {
+        "format": FORMAT,
+        "digest": digest,
+        "datasets": {
+            name: {
+                "file": dataset_file(name),
+                "rows": len(writers[name].lengths),
+                "residues": int(sum(writers[name].lengths)),
+                "lengths": writers[name].lengths,
+            }
+            for name in plan.dataset_names
+        },
+    }
+    card = {
+        "format": FORMAT,
+        "digest": digest,
+        "counts": {
             "read": screen.read,
-            "kept": kept,
+            "kept": written.kept,
             "skipped": screen.skipped,
             "reader_skipped": sum(screen.reader_skips.values()),
             "filtered": sum(screen.filtered.values()),
-        }
-        card = {
-            "format": FORMAT,
-            "digest": digest,
-            "counts": counts,
-            "dropped": dict(sorted((screen.reader_skips + screen.filtered).items())),
-            "drop_examples": dict(sorted(screen.examples.items())),
-            "datasets": {
-                name: {
-                    "chains": len(w.lengths),
-                    "residues": int(sum(w.lengths)),
-                    "median_length": float(np.median(w.lengths)) if w.lengths else 0.0,
-                }
-                for name, w in writers.items()
-            },
-            "split": split_info,
-            "kept": stats.summary(cfg.max_length),
-            "options": cfg.options(),
-        }
-        (staging / INDEX_FILE).write_text(json.dumps(index) + "\n")  # datasets in order: splits, subsets
-        write_card(staging, card)
-        _publish(staging, cfg.output, remote, out_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    seconds = time.monotonic() - start
-    log.info(
-        "prep: kept %d of %d records (%s) in %.1f s; digest %s",
-        kept,
-        screen.read,
-        ", ".join(f"{k} {v}" for k, v in card["dropped"].items()) or "nothing dropped",
-        seconds,
-        digest,
-    )
-    return PrepResult(cfg.output, digest, counts, {n: d["chains"] for n, d in card["datasets"].items()}, card, seconds)
+        },
+        "dropped": dict(sorted((screen.reader_skips + screen.filtered).items())),
+        "drop_examples": dict(sorted(screen.examples.items())),
+        "datasets": {
+            name: {
+                "chains": len(w.lengths),
+                "residues": int(sum(w.lengths)),
+                "median_length": float(np.median(w.lengths)) if w.lengths else 0.0,
+            }
+            for name, w in writers.items()
+        },
+        "split": plan.info,
+        "kept": written.stats.summary(cfg.max_length),
+        "options": cfg.options(),
+    }
+    (staging / INDEX_FILE).write_text(json.dumps(index) + "\n")
+    write_card(staging, card)
+    return card
 
 
 def _overlap(present: dict[str, str], train: dict[str, str], tool: str, threshold: float) -> dict:

@@ -228,7 +228,9 @@ class PreparedData:
 
     def open(self, name: str) -> ShardedDataset:
         if name not in self.index["datasets"]:
-            raise KeyError(f"no dataset '{name}' in {self.root} (has {self.datasets})")
+            raise InputError(
+                str(self.root), None, "datasets", f"one of {self.datasets}", repr(name), reason="missing_dataset"
+            )
         return ShardedDataset(self.root / self.index["datasets"][name]["file"], name)
 
 

@@ -1,6 +1,6 @@
 """TrainConfig: every option of a training run, validated before any process starts.
 
-The same JSON file drives every rank (`entrypoint --config`), locally and on a cluster.
+The same JSON file drives every rank (`rank_entry --config`), locally and on a cluster.
 """
 
 from __future__ import annotations
@@ -66,24 +66,26 @@ class TrainConfig:
         factory=dict,
         aliases=("--model",),
         metavar="NAME=VALUE",
-        help="model config override, e.g. --model hidden=64 (repeatable)",
+        help="model config fields that override the preset (repeatable: --model hidden=64)",
     )
     init_from: str | None = option(
         None,
-        "fine-tune: start from a model file/URI or published weights (e.g. proteinmpnn:v_48_020; see "
-        "`invfold weights list`); the architecture is the initial model's",
+        "fine-tune from these weights: a model file/URI or published ProteinMPNN weights (e.g. "
+        "proteinmpnn:v_48_020; `invfold weights list` names them); the architecture is theirs",
         metavar="MODEL",
     )
-    freeze_encoder: bool = option(False, "with --init-from: train only the decoder and read-out")
+    freeze_encoder: bool = option(False, "with init_from, train only the decoder and read-out")
     strategy: str = option("ddp", "distributed training strategy", choices=STRATEGIES)  # the table's keys
     zero_stage: Literal[0, 1, 2, 3] = option(0, "DeepSpeed ZeRO stage")
-    precision: Literal["fp32", "bf16"] = option("fp32", "bf16 autocasts where the device supports it")
+    precision: Literal["fp32", "bf16"] = option(
+        "fp32", "numeric precision: fp32, or bf16 autocast where the device supports it"
+    )
     tokens_per_batch: int = option(3000, "residue budget per process and step")
     pool_batches: int = option(50, "batches the sampler packs at once")
     balance: str = option("interleaved", "how each step's batches are made alike across ranks", choices=BALANCE_MODES)
     max_steps: int | None = option(None, "optimizer steps to train for")
     epochs: int | None = option(None, "passes over the training data")
-    lr: float = option(2e-3, "peak learning rate")
+    lr: float = option(2e-3, "peak learning rate (AdamW, warm-up, then the schedule)")
     warmup_steps: int = option(50, "learning-rate warm-up steps")
     schedule: Literal["noam", "one_cycle"] = option("noam", "learning-rate schedule after the warm-up")
     weight_decay: float = option(0.01, "AdamW weight decay")

@@ -231,11 +231,54 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+@dataclass
+class _Run:
+    """What one rank holds from build to finish: the data, the wrapped model, the position and the
+    loop's running state (clocks, windows, the last validation, why it stopped)."""
+
+    cfg: TrainConfig
+    info: DistInfo
+    train_set: object
+    val_set: object | None
+    model_cfg: object
+    strategy: object
+    pos: _Position
+    metrics: MetricsLog | None
+    batches: object
+    preemption: _Preemption = dataclasses.field(default_factory=_Preemption)
+    start: float = dataclasses.field(default_factory=time.monotonic)
+    cpu_start: float = dataclasses.field(default_factory=time.process_time)
+    clock: StepClock = dataclasses.field(default_factory=StepClock)
+    window: _Window | None = None
+    stop_reason: str = "finished"
+    last_saved: int = -1
+    val_summary: dict = dataclasses.field(default_factory=dict)
+    grad_norm: float | None = None
+    nonfinite_run: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.info.is_main
+
+
 def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     """Run (or resume) training on this rank; every rank of the job calls this."""
+    run = _build(cfg, info)
+    try:
+        while not _done(cfg, run.pos):
+            stop = _step(run)
+            if _after_step(run, stop):
+                break
+    finally:
+        run.preemption.restore()
+    return _finish_run(run)
+
+
+def _build(cfg: TrainConfig, info: DistInfo) -> _Run:
+    """Data, sampler, model (initial weights alike on every rank), strategy, and the resumed
+    position; the budget's clocks start when this returns."""
     torch.set_num_threads(cfg.threads)
-    main = info.is_main
-    if main:
+    if info.is_main:
         os.makedirs(cfg.out, exist_ok=True)
     data = open_prepared(cfg.data)
     train_set = data.open(cfg.train_dataset)
@@ -279,8 +322,8 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
         )
     if latest:
         pos = _resume(strategy, latest, cfg, info)
-    metrics = MetricsLog(cfg.out, pos.step) if main else None
-    if main:
+    metrics = MetricsLog(cfg.out, pos.step) if info.is_main else None
+    if info.is_main:
         log.info(
             "training %s (%d parameters, %d trainable) with %s on %d process(es) x %d thread(s); "
             "%d train chains, %d steps/epoch%s",
@@ -294,106 +337,122 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
             steps_per_epoch,
             f"; resumed from {latest}" if latest else "",
         )
+    return _Run(
+        cfg,
+        info,
+        train_set,
+        val_set,
+        model_cfg,
+        strategy,
+        pos,
+        metrics,
+        sampler.iterate(pos.epoch, pos.position),
+        window=_Window(info.world_size),
+        last_saved=pos.step if latest else -1,
+    )
 
-    preemption = _Preemption()
-    start, cpu_start = time.monotonic(), time.process_time()
-    stop_reason, last_saved, val_summary = "finished", pos.step if latest else -1, {}
-    clock = StepClock()
-    window = _Window(info.world_size)
-    grad_norm, nonfinite_run = None, 0
-    batches = sampler.iterate(pos.epoch, pos.position)
-    try:
-        while not _done(cfg, pos):
-            sums = torch.zeros(len(STAT_FIELDS), dtype=torch.float64, device=info.device)
-            for micro in range(cfg.grad_accum):
-                with clock.phase("data_s"):
-                    rows, pos.epoch, pos.position = next(batches)
-                    batch = collate([train_set[i] for i in rows]).to(info.device)
-                with clock.phase("compute_s"), strategy.accumulating(sync=micro == cfg.grad_accum - 1):
-                    X = batch.X
-                    if cfg.backbone_noise > 0:
-                        X = X + cfg.backbone_noise * torch.randn_like(X)
-                    order = unknown_last(torch.rand(batch.mask.shape, device=info.device), batch)
-                    logits = strategy.forward(X, batch.tokens, batch.structure_mask, batch.residue_index, order)
-                    loss, micro_sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
-                    strategy.backward(loss)
-                sums += micro_sums
-            # Replicated gradients are judged after the exchange, alike on every rank, so the
-            # agreement can start first (Horovod sends it in the gradients' cycle); ZeRO's
-            # partitions are judged before it and put to the vote.
-            vote = not strategy.replicated_grads
-            if vote:
-                grads_finite = _grads_finite(strategy, clock)
-            else:  # DDP waited inside backward: book it before this step's lap
-                clock.move(strategy.sync_seconds(), "compute_s", "sync_s")
-            flags = [
-                STOP_PREEMPTED if preemption.requested else 0,
-                STOP_TIME_BUDGET if _over_budget(cfg, start, cpu_start) else 0,
-                0 if not vote or grads_finite else 1,
-            ]
-            with clock.phase("sync_s"):
-                agreement = _start_agreement(strategy, info, flags, sums, clock.lap())
-            if not vote:
-                grads_finite = _grads_finite(strategy, clock)
-            with clock.phase("sync_s"):
-                rank_flags, rank_stats, step_times = agreement()
-            if not grads_finite:
-                rank_flags[:, 2] = np.maximum(rank_flags[:, 2], 1)
-            stop = int(rank_flags[:, :2].max())
-            nonfinite_ranks = int(((rank_flags[:, 2] > 0) | ~np.isfinite(rank_stats).all(axis=1)).sum())
-            if nonfinite_ranks:
-                strategy.step(skip=True)
-                pos.nonfinite_steps += 1
-                nonfinite_run += 1
-                _report_nonfinite(cfg, info, pos, nonfinite_ranks, nonfinite_run)
-                window.add(np.zeros(len(STAT_FIELDS)), step_times)
-            else:
-                with clock.phase("compute_s"):
-                    grad_norm = strategy.step()
-                nonfinite_run = 0
-                window.add(rank_stats.sum(axis=0), step_times)
-            pos.step += 1
 
-            if cfg.log_every and pos.step % cfg.log_every == 0 or stop or _done(cfg, pos):
-                pos.residues += window.residues()
-                if main:
-                    _log_train(metrics, pos, window, strategy.current_lr(), grad_norm)
-                window.reset()
+def _step(run: _Run) -> int:
+    """One optimizer step on every rank: accumulate micro-batches, agree on the stop flags and on
+    finiteness, then update (or skip alike everywhere). Returns the agreed stop flag."""
+    cfg, info, strategy, pos, clock = run.cfg, run.info, run.strategy, run.pos, run.clock
+    sums = torch.zeros(len(STAT_FIELDS), dtype=torch.float64, device=info.device)
+    for micro in range(cfg.grad_accum):
+        with clock.phase("data_s"):
+            rows, pos.epoch, pos.position = next(run.batches)
+            batch = collate([run.train_set[i] for i in rows]).to(info.device)
+        with clock.phase("compute_s"), strategy.accumulating(sync=micro == cfg.grad_accum - 1):
+            X = batch.X
+            if cfg.backbone_noise > 0:
+                X = X + cfg.backbone_noise * torch.randn_like(X)
+            order = unknown_last(torch.rand(batch.mask.shape, device=info.device), batch)
+            logits = strategy.forward(X, batch.tokens, batch.structure_mask, batch.residue_index, order)
+            loss, micro_sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
+            strategy.backward(loss)
+        sums += micro_sums
+    # Replicated gradients are judged after the exchange, alike on every rank, so the
+    # agreement can start first (Horovod sends it in the gradients' cycle); ZeRO's
+    # partitions are judged before it and put to the vote.
+    vote = not strategy.replicated_grads
+    if vote:
+        grads_finite = _grads_finite(strategy, clock)
+    else:  # DDP waited inside backward: book it before this step's lap
+        clock.move(strategy.sync_seconds(), "compute_s", "sync_s")
+    flags = [
+        STOP_PREEMPTED if run.preemption.requested else 0,
+        STOP_TIME_BUDGET if _over_budget(cfg, run.start, run.cpu_start) else 0,
+        0 if not vote or grads_finite else 1,
+    ]
+    with clock.phase("sync_s"):
+        agreement = _start_agreement(strategy, info, flags, sums, clock.lap())
+    if not vote:
+        grads_finite = _grads_finite(strategy, clock)
+    with clock.phase("sync_s"):
+        rank_flags, rank_stats, step_times = agreement()
+    if not grads_finite:
+        rank_flags[:, 2] = np.maximum(rank_flags[:, 2], 1)
+    nonfinite_ranks = int(((rank_flags[:, 2] > 0) | ~np.isfinite(rank_stats).all(axis=1)).sum())
+    if nonfinite_ranks:
+        strategy.step(skip=True)
+        pos.nonfinite_steps += 1
+        run.nonfinite_run += 1
+        _report_nonfinite(cfg, info, pos, nonfinite_ranks, run.nonfinite_run)
+        run.window.add(np.zeros(len(STAT_FIELDS)), step_times)
+    else:
+        with clock.phase("compute_s"):
+            run.grad_norm = strategy.step()
+        run.nonfinite_run = 0
+        run.window.add(rank_stats.sum(axis=0), step_times)
+    pos.step += 1
+    return int(rank_flags[:, :2].max())
 
-            if val_set is not None and cfg.validate_every and pos.step % cfg.validate_every == 0:
-                val_summary = _validate(strategy, val_set, cfg, info, metrics, pos.step)
-                window.restart_clock()  # throughput counts training time only
-                clock.restart()
-            if stop or (cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0):
-                _save(strategy, cfg, info, pos)
-                last_saved = pos.step
-                window.restart_clock()
-                clock.restart()
-            if stop:
-                stop_reason = "preempted" if stop == STOP_PREEMPTED else "time_budget"
-                break
-    finally:
-        preemption.restore()
 
-    if stop_reason == "preempted":
-        if main:
+def _after_step(run: _Run, stop: int) -> bool:
+    """Log, validate and checkpoint on their schedules; True when the ranks agreed to stop (a
+    checkpoint of this step is then written)."""
+    cfg, pos = run.cfg, run.pos
+    if cfg.log_every and pos.step % cfg.log_every == 0 or stop or _done(cfg, pos):
+        pos.residues += run.window.residues()
+        if run.main:
+            _log_train(run.metrics, pos, run.window, run.strategy.current_lr(), run.grad_norm)
+        run.window.reset()
+    if run.val_set is not None and cfg.validate_every and pos.step % cfg.validate_every == 0:
+        run.val_summary = _validate(run.strategy, run.val_set, cfg, run.info, run.metrics, pos.step)
+        run.window.restart_clock()  # throughput counts training time only
+        run.clock.restart()
+    if stop or (cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0):
+        _save(run.strategy, cfg, run.info, pos)
+        run.last_saved = pos.step
+        run.window.restart_clock()
+        run.clock.restart()
+    if stop:
+        run.stop_reason = "preempted" if stop == STOP_PREEMPTED else "time_budget"
+    return bool(stop)
+
+
+def _finish_run(run: _Run) -> TrainResult:
+    """After SIGTERM: summary only, exit 143 (the retried pod resumes). Otherwise the last
+    checkpoint and validation, model.pt (fp32, consolidated from the checkpoint) and summary.json."""
+    cfg, info, strategy, pos = run.cfg, run.info, run.strategy, run.pos
+    if run.stop_reason == "preempted":
+        if run.main:
             log.warning("SIGTERM: checkpointed step %d on all ranks; exiting %d", pos.step, EXIT_PREEMPTED)
-        summary = _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, None)
-        _finish(strategy, metrics, summary, cfg, main)
-        return TrainResult(EXIT_PREEMPTED, stop_reason, pos.step, summary)
+        summary = _summary(cfg, info, strategy, pos, run.stop_reason, run.start, run.val_summary, None)
+        _close(strategy, run.metrics, summary, cfg, run.main)
+        return TrainResult(EXIT_PREEMPTED, run.stop_reason, pos.step, summary)
 
-    if last_saved != pos.step:
+    if run.last_saved != pos.step:
         _save(strategy, cfg, info, pos)
-    if val_set is not None and not (cfg.validate_every and pos.step % cfg.validate_every == 0):
-        val_summary = _validate(strategy, val_set, cfg, info, metrics, pos.step)
+    if run.val_set is not None and not (cfg.validate_every and pos.step % cfg.validate_every == 0):
+        run.val_summary = _validate(strategy, run.val_set, cfg, info, run.metrics, pos.step)
     model_path = os.path.join(cfg.out, "model.pt")
-    if main:
-        final = InverseFoldingModel(dataclasses.replace(model_cfg, activation_checkpointing=False))
+    if run.main:
+        final = InverseFoldingModel(dataclasses.replace(run.model_cfg, activation_checkpointing=False))
         final.load_state_dict(strategy.fp32_state_dict(ckpt.step_dir(cfg.checkpoint_dir, pos.step)))
         save_model(model_path, final, {"init_from": cfg.init_from} if cfg.init_from else None)
-    summary = _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_path)
-    _finish(strategy, metrics, summary, cfg, main)
-    return TrainResult(EXIT_OK, stop_reason, pos.step, summary)
+    summary = _summary(cfg, info, strategy, pos, run.stop_reason, run.start, run.val_summary, model_path)
+    _close(strategy, run.metrics, summary, cfg, run.main)
+    return TrainResult(EXIT_OK, run.stop_reason, pos.step, summary)
 
 
 def encoder_parameters(model: InverseFoldingModel) -> list[torch.nn.Parameter]:
@@ -563,7 +622,7 @@ def _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_pa
     }
 
 
-def _finish(strategy, metrics, summary: dict, cfg: TrainConfig, main: bool) -> None:
+def _close(strategy, metrics, summary: dict, cfg: TrainConfig, main: bool) -> None:
     if main:
         metrics.close()
         with open(os.path.join(cfg.out, "summary.json"), "w") as fh:

@@ -17,7 +17,7 @@ from invfold.errors import InvfoldError
 # so `invfold --help` stays fast.
 SUBCOMMAND_MODULES = (
     "invfold.components.prep.cli",
-    "invfold.components.train.cli",
+    "invfold.components.launch.cli",
     "invfold.components.evaluate.cli",
     "invfold.components.export.cli",
     "invfold.components.design.cli",

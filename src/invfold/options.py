@@ -193,3 +193,62 @@ def config_from_dict(cls, data: dict[str, Any], source: str = "<dict>"):
     if unknown:
         raise ConfigError(f"{source}: unknown {cls.__name__} fields {unknown}; expected some of {sorted(known)}")
     return cls(**data)
+
+
+class _Default:
+    """A parser default marked as such, so that a value typed on the command line (a plain value,
+    even an equal one) can be told apart from it: how `--recipe` knows what the user set. argparse
+    never converts or checks a default that is not a string, and help shows it as the value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+def marked_defaults(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` marked, for parser.set_defaults (read them back with `given` and `unmarked`)."""
+    return {name: _Default(value) for name, value in values.items()}
+
+
+def given(args: argparse.Namespace, name: str) -> bool:
+    """Whether the user set option `name` (its value is not a marked default)."""
+    return not isinstance(getattr(args, name, None), _Default)
+
+
+def unmarked(value: Any) -> Any:
+    """The plain value of a marked default (anything else as it is)."""
+    return value.value if isinstance(value, _Default) else value
+
+
+HELP_MARK = "@help"
+
+
+def field_help(cls, name: str) -> str:
+    """The help of `cls`'s field `name` as the start of a sentence (capitalised)."""
+    text = {f.name: f for f in dataclasses.fields(cls)}[name].metadata["help"]
+    return text[:1].upper() + text[1:]
+
+
+def with_field_help(cls):
+    """Decorator: each docstring line `name: @help ...` gets field `name`'s help in place of the
+    mark, so a pipeline's or a component's `Args:` never restate a config field's help (KFP reads
+    the docstring into the compiled parameters' descriptions)."""
+
+    def fill(func):
+        lines = []
+        for line in (func.__doc__ or "").splitlines():
+            name, sep, rest = line.strip().partition(": ")
+            if sep and rest.startswith(HELP_MARK):
+                line = line.replace(HELP_MARK, field_help(cls, name), 1)
+            lines.append(line)
+        func.__doc__ = "\n".join(lines)
+        return func
+
+    return fill

@@ -221,7 +221,7 @@ def test_mpi_strategy_trains_across_two_containers(cpu_images, prepared, work, m
         f"TrainConfig(**json.loads(sys.argv[1])).to_json('{out}.json')",
         json.dumps(config),
     )
-    mpi_pair("python", "-m", "invfold.components.train.entrypoint", "--config", f"{out}.json", timeout=900)
+    mpi_pair("python", "-m", "invfold.components.train.rank_entry", "--config", f"{out}.json", timeout=900)
     assert_trained(work / f"{strategy}-mpi")
 
 

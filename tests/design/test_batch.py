@@ -10,8 +10,8 @@ from invfold.components.design.design import parse_temperatures
 from invfold.components.export import write_onnx
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.protein.sources import read_protein_set
+from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 from tests.design.test_design import read_fasta, write_pdb
-from tests.support.synthetic import SyntheticConfig, write_synthetic_set
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from invfold.components.model import InverseFoldingModel, ModelConfig, save_mode
 from invfold.components.protein.alphabet import ALPHABET
 from invfold.components.protein.record import BACKBONE_ATOMS
 from invfold.components.protein.sources import read_protein_set
-from tests.support.synthetic import SyntheticConfig, write_synthetic_set
+from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 
 HEADER = re.compile(r"^>(\S+) sample=(\d+) T=(\S+) seed=(\d+) mean_nll=(\S+) recovery=(\S+) model=(\S+)$")
 

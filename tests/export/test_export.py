@@ -11,7 +11,7 @@ from invfold.components.export import check_parity
 from invfold.components.export.onnx_export import load_parity_records
 from invfold.components.export.runtime import INPUT_NAMES, feeds, session
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
-from tests.support.synthetic import SyntheticConfig, write_synthetic_set
+from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 
 REAL_SET = Path(__file__).resolve().parents[3] / "shared" / "data" / "real_chain_set.jsonl.gz"
 

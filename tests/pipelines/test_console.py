@@ -71,15 +71,28 @@ def test_verbose_shows_the_whole_output_live(tmp_path):
     assert "executor_output" in out.getvalue()
 
 
-def test_training_shows_a_progress_bar_with_step_loss_and_recovery_on_a_terminal(tmp_path):
+def test_training_shows_a_progress_bar_from_the_trainers_metrics_records_on_a_terminal(tmp_path):
+    """The bar follows metrics.jsonl (structured records), whatever the trainer's log lines say;
+    a record still being written waits for the next read."""
     out = io.StringIO()
     console = Console(file=out, width=160, force_terminal=True, color_system=None)
-    with StepConsole(tmp_path / "run.log", console, train=TrainLimit(max_steps=10)) as display:
+    root = tmp_path / "pipeline_root"
+    metrics = root / "invfold-1" / "train-op" / "model" / "metrics.jsonl"
+    with StepConsole(tmp_path / "run.log", console, train=TrainLimit(max_steps=10), pipeline_root=root) as display:
         logging.getLogger("kfp").info("Executing task 'train-op'")
-        print("    INFO trainer: step 5 | epoch 0 | loss 2.8100 | ppl 16.6")
-        print("    INFO trainer: step 5 | validation | loss 2.7 | recovery 0.210")
+        metrics.parent.mkdir(parents=True)
+        records = [
+            {"split": "train", "step": 5, "loss": 2.81, "accuracy": 0.1},
+            {"split": "validation", "step": 5, "loss": 2.7, "recovery": 0.21},
+        ]
+        metrics.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"split": "train", "st')
+        print("    any line the step prints")
         bar = display._progress
         assert bar is not None and bar.tasks[0].completed == 5 and bar.tasks[0].total == 10
+        with open(metrics, "a") as fh:
+            fh.write('ep": 7, "loss": 2.5}\n')
+        print("    another line")
+        assert bar.tasks[0].completed == 7 and bar.tasks[0].fields["loss"] == "2.5000"
         bar.refresh()
     shown = out.getvalue()
-    assert "step 5" in shown and "loss 2.8100" in shown and "val recovery 0.210" in shown
+    assert "step 7" in shown and "loss 2.5000" in shown and "val recovery 0.210" in shown

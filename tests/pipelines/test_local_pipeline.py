@@ -1,6 +1,10 @@
 """The whole pipeline through KFP's local runner against a real MLflow server on loopback.
 
-One default-like ddp run (short time budget) is shared by the tests that read it back; further
+One ddp run of the `quality_gate` recipe (the pipeline's default recipe bounded by optimizer steps,
+not seconds) is shared by the tests that read it back, and is also the training quality gate: its
+model must beat the best constant predictor's median recovery on the held-out test split
+(cluster-disjoint from training) by at least 3 points. Measured on a busy 2-core machine: 120 steps
+gave 0.193 against 0.076. Further
 runs check caching on the data fingerprint, that a worse model does not dethrone the champion,
 that an unreachable tracking server costs nothing but the records, and that a failing step
 leaves FAILED runs and a non-zero exit with its reason."""
@@ -18,10 +22,14 @@ import pytest
 from mlflow import MlflowClient
 
 from invfold.components.register.step import compare_step
+from invfold.components.train import recipes
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 from invfold.pipelines.local import run_local
 
-TRAIN_SECONDS = 40.0
+GATE = recipes.QUALITY_GATE.settings
+# The shared run trains a fixed number of steps, so its wall time follows the machine's load: on a
+# machine loaded ~10x past its 2 cores it took over 900 s (the suite's per-test limit).
+pytestmark = pytest.mark.timeout(2400)
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +51,8 @@ def workspace(tmp_path_factory, mlflow_server):
 
 @pytest.fixture(scope="module")
 def ddp_run(workspace):
-    """The pipeline's defaults (model, recipe, 2 processes) with a shorter time budget."""
-    params = {**workspace["base"], "strategy": "ddp", "time_budget_s": TRAIN_SECONDS}
+    """The pipeline's defaults (model, 2 processes) bounded by the quality gate's steps."""
+    params = {**workspace["base"], "strategy": "ddp", "max_steps": GATE["max_steps"], "time_budget_s": 0}
     result = run_local(params, runs_dir=workspace["runs"], tracking_uri=workspace["uri"])
     return result
 
@@ -100,7 +108,8 @@ def test_model_beats_the_constant_predictor_and_becomes_champion(ddp_run, worksp
     name = workspace["base"]["registered_model_name"]
     evaluation = json.loads((Path(ddp_run.run_folder) / "evaluate-op" / "evaluation" / "metrics.json").read_text())
     recovery = evaluation["datasets"]["test"]["recovery"]
-    assert recovery > evaluation["baseline"]["recovery"]["test"]
+    constant = evaluation["baseline"]["recovery"]["test"]
+    assert recovery >= constant + 0.03, f"median test recovery {recovery:.3f} vs constant {constant:.3f}"
     assert ddp_run.registered_version == "1"
     champion = client.get_model_version_by_alias(name, "champion")
     assert champion.version == "1"

@@ -10,7 +10,9 @@ import yaml
 
 from invfold.components.launch.base import Resources
 from invfold.components.launch.trainjob import ClusterOptions
+from invfold.components.train import recipes
 from invfold.components.train.config import TrainConfig
+from invfold.options import field_help
 from invfold.pipelines.compile import COMMITTED_YAML
 from invfold.pipelines.parameters import FLAG_ALIASES, OWN_OPTIONS, RENAMED, pipeline_parameters
 
@@ -87,7 +89,6 @@ def test_flag_aliases_and_own_options_name_real_parameters():
 
 def test_fine_tuning_flags_bring_the_fine_tuning_recipe_unless_lr_or_warmup_are_given():
     from invfold.cli import build_parser
-    from invfold.pipelines import defaults
     from invfold.pipelines.parameters import given_parameters
 
     parser = build_parser()
@@ -95,13 +96,44 @@ def test_fine_tuning_flags_bring_the_fine_tuning_recipe_unless_lr_or_warmup_are_
     assert tuned == {
         "init_from": "proteinmpnn:v_48_020",
         "freeze_encoder": True,
-        "lr": defaults.FINE_TUNE_LR,
-        "warmup_steps": defaults.FINE_TUNE_WARMUP_STEPS,
+        "lr": recipes.FINE_TUNE["lr"],
+        "warmup_steps": recipes.FINE_TUNE["warmup_steps"],
     }
-    assert defaults.FINE_TUNE_LR < pipeline_parameters()["lr"]["defaultValue"]
+    assert recipes.FINE_TUNE["lr"] < pipeline_parameters()["lr"]["defaultValue"]
     chosen = given_parameters(
         parser.parse_args(["submit", "--host", "h", "--data", "d", "--init-from", "m.pt", "--lr", "1e-4"])
     )
-    assert chosen["lr"] == 1e-4 and chosen["warmup_steps"] == defaults.FINE_TUNE_WARMUP_STEPS
+    assert chosen["lr"] == 1e-4 and chosen["warmup_steps"] == recipes.FINE_TUNE["warmup_steps"]
     assert given_parameters(parser.parse_args(["run"])) == {}  # from scratch: the pipeline's own defaults
+    full = given_parameters(parser.parse_args(["run", "--recipe", "full", "--epochs", "2", "--lr", "1e-3"]))
+    assert full["preset"] == "default" and full["tokens_per_batch"] == 3000 and full["time_budget_s"] == 0
+    assert full["epochs"] == 2 and full["lr"] == 1e-3  # a flag wins over the recipe
     assert pipeline_parameters()["freeze_encoder"]["defaultValue"] is False
+
+
+def test_every_training_parameter_is_described_by_its_config_fields_help():
+    """Written once: the pipeline's and the train step's `Args:` lines for a TrainConfig field
+    start with that field's help (options.with_field_help), which is also the CLI flag's help."""
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    spec = next(yaml.safe_load_all(COMMITTED_YAML.read_text()))
+    train_inputs = spec["components"]["comp-train-op"]["inputDefinitions"]["parameters"]
+    checked = 0
+    for parameters in (spec["root"]["inputDefinitions"]["parameters"], train_inputs):
+        for name, definition in parameters.items():
+            if name in fields:
+                assert definition["description"].startswith(field_help(TrainConfig, name)), name
+                checked += 1
+    assert checked >= 2 * 14  # strategy, preset, ..., threads in both
+
+
+def test_the_pipeline_defaults_are_the_default_recipe():
+    """`invfold run` and `invfold train` start from the same recipe (components/train/recipes.py)."""
+    recipe = recipes.recipe(recipes.DEFAULT).values()
+    parameters = pipeline_parameters()
+    compared = 0
+    for name, definition in parameters.items():
+        if name in recipe and "defaultValue" in definition and recipe[name] is not None:
+            assert definition["defaultValue"] == recipe[name], name
+            compared += 1
+    assert compared >= 10
+    assert parameters["preset"]["defaultValue"] == recipe["preset"] == "small"

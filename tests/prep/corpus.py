@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from invfold.components.protein.alphabet import THREE_TO_ONE
+from invfold.components.protein.synthetic import SyntheticConfig, generate_chains
 from tests.protein.builders import ATOMS, pdb_text
-from tests.support.synthetic import SyntheticConfig, generate_chains
 
 
 def good_entries(n: int, seed: int = 0) -> list[dict]:

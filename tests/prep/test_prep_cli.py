@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from invfold.cli import main
-from tests.support.synthetic import SyntheticConfig, write_synthetic_set
+from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 
 
 def _invfold(*argv) -> int:

@@ -8,7 +8,7 @@ import numpy as np
 
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import chain_breaks
-from tests.support.synthetic import SyntheticConfig, write_synthetic_set
+from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 
 
 def test_generator_is_deterministic_and_realistic(tmp_path):

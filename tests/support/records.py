@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from invfold.components.protein.jsonl import parse_line
-from tests.support.synthetic import SyntheticConfig, generate_chains
+from invfold.components.protein.synthetic import SyntheticConfig, generate_chains
 
 
 def synthetic_records(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from invfold.components.launch.processes import launch_local
 from invfold.components.train.config import TrainConfig
-from invfold.components.train.launch import launch_local
 
 
 def tiny_config(data: str, out: Path, **overrides) -> TrainConfig:

@@ -6,7 +6,7 @@ import pytest
 
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
-from tests.support.synthetic import SyntheticConfig, write_synthetic_set
+from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 
 
 @pytest.fixture(scope="session")

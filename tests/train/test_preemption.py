@@ -12,8 +12,8 @@ import time
 
 import psutil
 
+from invfold.components.launch.processes import ENTRYPOINT, launch_command
 from invfold.components.train import checkpoint as ckpt
-from invfold.components.train.launch import ENTRYPOINT, launch_command
 from tests.support.training import read_metrics, run_job, summary, tiny_config
 
 

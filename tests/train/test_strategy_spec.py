@@ -17,11 +17,11 @@ import yaml
 
 from invfold.cli import build_parser
 from invfold.components.launch import Resources
+from invfold.components.launch.processes import LocalProcesses, launch_command
 from invfold.components.launch.schema import validate
 from invfold.components.launch.trainjob import ClusterOptions, build_trainjob
 from invfold.components.train import distributed
 from invfold.components.train.config import TrainConfig
-from invfold.components.train.launch import LocalProcesses, launch_command
 from invfold.components.train.strategies import STRATEGIES, StrategySpec, make_strategy, strategy_spec
 from invfold.components.train.strategies.base import Strategy
 from invfold.errors import ConfigError

@@ -2,7 +2,7 @@
 
 Everything that differs between ddp, horovod and deepspeed outside their classes is in
 `STRATEGIES`, read by TrainConfig (choices, ZeRO, checkpoint storage) and so by the CLIs and the
-pipeline's flags, by the local launcher (train/launch.py), by distributed.py (who sets up the
+pipeline's flags, by the local launcher (launch/processes.py), by distributed.py (who sets up the
 process group, with which env) and by the TrainJob builder (launch/trainjob.py: runtime, replicated
 jobs, command). Adding a strategy = one record here + one Strategy class (+ its runtime in
 k8s/base/runtimes.yaml for clusters). Importing this module is light: a strategy's class, and

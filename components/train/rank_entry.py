@@ -1,6 +1,6 @@
 """The per-process entry every rank runs, locally and in the cluster images:
 
-    python -m invfold.components.train.entrypoint --config train_config.json
+    python -m invfold.components.train.rank_entry --config train_config.json
 
 under torchrun (ddp, deepspeed), horovodrun or mpirun (horovod, deepspeed). Exit status: 0 when
 training finished (or its time budget ran out), 143 after SIGTERM with a checkpoint written, 3 when

@@ -4,7 +4,7 @@ ddp and deepspeed: torchrun with a c10d rendezvous on 127.0.0.1 and a free port 
 --standalone, which resolves the host name and hangs in containers whose name does not resolve;
 DeepSpeed reads torchrun's environment, and needs neither ssh nor a hostfile on one machine). horovod:
 horovodrun with Gloo (no MPI installation needed). mpirun (OpenMPI) can start horovod and
-deepspeed too, as the cluster's MPI runtimes do. Every process runs train.entrypoint with the
+deepspeed too, as the cluster's MPI runtimes do. Every process runs train.rank_entry with the
 same config file, with OMP_NUM_THREADS set to cfg.threads.
 
 The ranks run under jemalloc when the machine has it, and a job whose estimated peak memory
@@ -23,13 +23,14 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from invfold.components.prep.shards import open_prepared
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.memory import allocator_env, memory_warning
 from invfold.components.train.strategies import STRATEGIES, local_launchers, strategy_spec
 from invfold.errors import ConfigError
 from invfold.options import check_choices, option
 
-ENTRYPOINT = "invfold.components.train.entrypoint"
+ENTRYPOINT = "invfold.components.train.rank_entry"
 CONFIG_FILE = "train_config.json"
 
 
@@ -102,6 +103,7 @@ def launch_local(
     warning = memory_warning(
         cfg.model_config(initial.cfg if initial is not None else None), cfg.tokens_per_batch, nproc
     )
+    open_prepared(cfg.data).open(cfg.train_dataset)  # a bad --data fails here, not in every rank
     if warning:
         print(f"invfold train: warning: {warning}", file=sys.stderr, flush=True)
     os.makedirs(cfg.out, exist_ok=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from invfold.components.launch.processes import ENTRYPOINT, launch_command
 from invfold.components.train.config import TrainConfig
-from invfold.components.train.launch import ENTRYPOINT, launch_command
 
 
 @pytest.mark.parametrize(
