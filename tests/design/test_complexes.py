@@ -168,11 +168,13 @@ def test_batch_design_of_a_folder_keeps_each_complex(tmp_path, pdb, models):
     complex, chain A is designed with the other chains as context (the design a single-structure
     call gives), a structure without chain A is skipped and counted."""
     from invfold.components.design.batch import design_batch
+    from tests.support.parity_cases import ChainSpec, sample_records, write_chains
 
     folder = tmp_path / "structures"
     folder.mkdir()
     (folder / f"{ENTRY}.pdb").write_bytes(pdb.read_bytes())  # chains A (designed) and D (context)
-    write_sample_complex(folder / "1BD2.cif", "1BD2")  # chains D, B: no chain A
+    records = sample_records()
+    write_chains(folder / "1BD2.cif", [ChainSpec("D", records["1BD2.D"]), ChainSpec("B", records["1BD2.B"])])  # no A
     onnx = models["autoregressive"][1]
     parser = argparse.ArgumentParser()
     cli.add_parser(parser.add_subparsers())
