@@ -57,11 +57,11 @@ def bench_model(label, model, records, threads: int, repeats: int) -> dict:
         for record in records:
             b = collate([record])
             order = torch.rand(b.S.shape, generator=torch.Generator().manual_seed(0))
-            inputs = feeds(b.X, b.S, b.structure_mask, b.residue_index, order)
+            inputs = feeds(b.X, b.tokens, b.structure_mask, b.residue_index, order)
 
             def run_torch(b=b, order=order):
                 with torch.inference_mode():
-                    return model(b.X, b.S, b.structure_mask, b.residue_index, order).numpy()
+                    return model(b.X, b.tokens, b.structure_mask, b.residue_index, order).numpy()
 
             def run_ort(inputs=inputs):
                 return sess.run(None, inputs)[0]

@@ -39,6 +39,7 @@ def design_pipeline(
     seed: int = 0,
     score_orders: int = 4,
     threads: int = 0,
+    design_chains: str = "",
     mlflow_tracking_uri: str = "",
     mlflow_experiment: str = d.EXPERIMENT,
     mlflow_secret: str = "invfold-mlflow-auth",
@@ -57,6 +58,7 @@ def design_pipeline(
         seed: Random seed of the designs.
         score_orders: Random decoding orders each design's score (mean NLL, as `invfold score`) averages over; 0 = no score.
         threads: CPU threads per design step (0 = the runtime's default).
+        design_chains: Chains to design, e.g. "A" or "A,B": each structure is read as a complex (all its protein chains) and the other chains are fixed context; structures without them are skipped. Empty: every chain, each designed alone.
         mlflow_tracking_uri: MLflow tracking URI; empty to use the MLFLOW_TRACKING_URI the cluster gives the steps.
         mlflow_experiment: MLflow experiment that records the designs.
         mlflow_secret: Secret with MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD for MLflow (basic auth); ignored when absent.
@@ -70,7 +72,9 @@ def design_pipeline(
     with dsl.ExitHandler(finish, name="invfold-design"):
         fetch = fetch_model_op(model_name=model_name, model_version=model_version, tracking_uri=mlflow_tracking_uri)
         _labelled(fetch.set_caching_options(False).set_display_name("fetch-model"), mlflow_secret)
-        plan = plan_shards_op(structures=structures, shards=shards, storage_endpoint=storage_endpoint)
+        plan = plan_shards_op(
+            structures=structures, shards=shards, design_chains=design_chains, storage_endpoint=storage_endpoint
+        )
         _labelled(plan.set_display_name("plan-shards"), mlflow_secret)
         _with_storage(plan, storage_secret)
         with dsl.ParallelFor(plan.output, name="shards") as shard:
@@ -84,6 +88,7 @@ def design_pipeline(
                 score_orders=score_orders,
                 threads=threads,
                 storage_endpoint=storage_endpoint,
+                design_chains=design_chains,
             )
             _labelled(design.set_display_name("design-shard"), mlflow_secret)
             _with_storage(design, storage_secret)
@@ -97,6 +102,7 @@ def design_pipeline(
                 "seed": seed,
                 "score_orders": score_orders,
                 "shards": shards,
+                "design_chains": design_chains,
             },
             **tracking,
         )

@@ -3,7 +3,10 @@ loaded once, a progress bar, and every record that could not be designed counted
 
 Structures: a folder of PDB/mmCIF files, a chain-set jsonl (or TS50 json), one structure file, or
 a text list of structure paths (`*.txt` / `*.list`: one path per line, relative to the list's
-folder; blank lines and `#` comments ignored). Output (`--out`): a folder (one
+folder; blank lines and `#` comments ignored). With `design_chains` every structure is read as a
+complex (all protein chains of a file, the lines of one chain-set entry), as a single design
+reads it: the named chains are designed, the others are fixed context; a structure without one
+of the named chains is skipped (reason `no_design_chain`). Output (`--out`): a folder (one
 `<record name>.fasta` per record, plus `summary.json`) or `*.jsonl` (one line per design, plus
 `<stem>.summary.json` beside it).
 """
@@ -85,12 +88,13 @@ def is_structure_list(path: str) -> bool:
     return storage.strip_gz(storage.basename(path).lower()).endswith(LIST_SUFFIXES)
 
 
-def read_structures(structures: str) -> Iterator[ChainRecord | Skip]:
+def read_structures(structures: str, complexes: bool = False) -> Iterator[ChainRecord | Skip]:
     """Every record (or Skip) of a folder, a chain set, a structure file, or a list of paths; a
-    structure file that cannot be read at all becomes a Skip naming it, not an error."""
+    structure file that cannot be read at all becomes a Skip naming it, not an error. complexes:
+    one record per structure (file or chain-set entry) with all its chains."""
 
     if not is_structure_list(structures):
-        yield from read_protein_set(structures)
+        yield from read_protein_set(structures, complexes=complexes)
         return
     base = os.path.dirname(structures)
     text = storage.read_bytes(structures).decode("utf-8", errors="replace")
@@ -101,14 +105,29 @@ def read_structures(structures: str) -> Iterator[ChainRecord | Skip]:
         if not os.path.isabs(path) and "://" not in path:
             path = os.path.join(base, path)
         try:
-            yield from read_protein_set(path)
+            yield from read_protein_set(path, complexes=complexes)
         except InputError as err:
             yield Skip(err.reason, f"{structures}:{line_no}: {err}", path)
 
 
 def wanted(record: ChainRecord, cfg: DesignConfig) -> bool:
-    return (cfg.name is None or record.name == cfg.name) and (
-        cfg.chain is None or record.name.rsplit(".", 1)[-1] == cfg.chain
+    named = (
+        cfg.name is None or record.name == cfg.name or cfg.name in {f"{record.name}.{c}" for c in record.chain_names}
+    )
+    return named and (cfg.chain is None or record.name.rsplit(".", 1)[-1] == cfg.chain)
+
+
+def missing_design_chains(record: ChainRecord, cfg: DesignConfig) -> Skipped | None:
+    """A Skip for a record that lacks any of cfg.design_chains (None when it holds them all, or
+    when no chains are named): in a folder of complexes, the structures without those chains."""
+    chains = list(record.chain_positions())
+    missing = [c for c in (c.strip() for c in cfg.design_chains.split(",")) if c and c not in chains]
+    if not missing:
+        return None
+    return Skipped(
+        record.name,
+        "no_design_chain",
+        f"{record.name}: chains to design {missing} are not in it (chains: {', '.join(chains)})",
     )
 
 
@@ -140,13 +159,17 @@ def design_batch(
     model = os.path.basename(str(cfg.model))
     summary = BatchSummary(cfg.structure, cfg.out, model, list(cfg.temperature), cfg.num_sequences)
     records: list[ChainRecord] = []
-    for i, item in enumerate(read_structures(cfg.structure)):
+    for i, item in enumerate(read_structures(cfg.structure, complexes=bool(cfg.design_chains))):
         if shard is not None and i % shard[1] != shard[0]:
             continue
         if isinstance(item, Skip):
             summary.skipped.append(Skipped(item.name or "?", item.reason, item.message))
         elif wanted(item, cfg):
-            records.append(item)
+            missing = missing_design_chains(item, cfg)
+            if missing is None:
+                records.append(item)
+            else:
+                summary.skipped.append(missing)
     if not records and not summary.skipped and shard is None:
         raise InputError(cfg.structure, None, None, "at least one record to design", "none",
                          reason="no_records")  # fmt: skip
@@ -199,6 +222,10 @@ def score_designs(backend, record: ChainRecord, designs: list[Design], orders: i
 
 def design_row(d: Design, model: str, score_nll: float | None = None) -> dict:
     extra = {} if score_nll is None else {"score_nll": score_nll}
+    if d.chain_lengths is not None:
+        extra["chain_lengths"] = list(d.chain_lengths)
+        extra["designed_chains"] = list(d.designed_chains)
+        extra["fixed_chains"] = list(d.fixed_chains)
     return {
         "name": d.name,
         "sample": d.index,

@@ -28,13 +28,14 @@ def fetch_model_op(model_name: str, model_version: str, tracking_uri: str, model
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
-def plan_shards_op(structures: str, shards: int, storage_endpoint: str = "") -> List[str]:
+def plan_shards_op(structures: str, shards: int, design_chains: str = "", storage_endpoint: str = "") -> List[str]:
     """Split the structure set into shards ("k/n"), at most one per record.
 
     Args:
         structures: Structure set: a folder of PDB/mmCIF files, a chain-set jsonl[.gz], or a text list of paths.
         shards: Shards wanted (design runs one step per shard).
         storage_endpoint: S3-compatible endpoint of the object store (KFP's SeaweedFS / MinIO); '' for AWS.
+        design_chains: Chains to design ("A,B"); set: one record per structure (a complex).
 
     Returns:
         The shards, "k/n" each.
@@ -43,7 +44,7 @@ def plan_shards_op(structures: str, shards: int, storage_endpoint: str = "") -> 
     from invfold.components.design.step import plan_shards
 
     storage.use_endpoint(storage_endpoint)
-    return plan_shards(structures, shards)
+    return plan_shards(structures, shards, design_chains)
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -58,6 +59,7 @@ def design_shard_op(
     threads: int,
     designs: Output[Dataset],
     storage_endpoint: str = "",
+    design_chains: str = "",
 ):
     """Design and score the records of one shard.
 
@@ -72,6 +74,7 @@ def design_shard_op(
         threads: CPU threads (0 = the runtime's default).
         designs: designs.jsonl and designs.summary.json of the shard.
         storage_endpoint: S3-compatible endpoint of the object store (KFP's SeaweedFS / MinIO); '' for AWS.
+        design_chains: Chains to design ("A,B"): each structure read as a complex, the other chains fixed context.
     """
     import os
 
@@ -90,6 +93,7 @@ def design_shard_op(
         score_orders=score_orders,
         threads=threads,
         out_dir=designs.path,
+        design_chains=design_chains,
     )
     designs.metadata.update({k: summary[k] for k in ("designed", "designs", "skip_counts")})
 

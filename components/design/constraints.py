@@ -67,8 +67,9 @@ class Constraints:
 
     def groups(self, observed: torch.Tensor, temperature: float) -> Groups:
         """sampling.Groups: the tied groups, every other position alone. A member without a
-        backbone has weight 0 (it keeps its native letter); a group's bias is its members' mean,
-        with the union of their omitted letters."""
+        backbone has weight 0 (it keeps its native letter); every listed member counts in the
+        group's size (the n of ProteinMPNN's tied_beta sum / n); a group's bias is its members'
+        mean, with the union of their omitted letters."""
         length = len(self.fixed)
         per_position = torch.from_numpy(self.bias).float() / temperature
         per_position = per_position.masked_fill(torch.from_numpy(self.omit), float("-inf"))
@@ -79,11 +80,12 @@ class Constraints:
         members = torch.zeros(len(lists), width, dtype=torch.long)
         weights = torch.zeros(len(lists), width)
         bias = torch.zeros(len(lists), NUM_AA)
+        size = torch.tensor([float(len(indices)) for indices, _ in lists])
         for g, (indices, w) in enumerate(lists):
             members[g] = torch.tensor(indices + [indices[0]] * (width - len(indices)))
             weights[g, : len(indices)] = torch.tensor(w, dtype=torch.float32) * observed[indices].float()
             bias[g] = per_position[indices].mean(0)
-        return Groups(members, weights, bias)
+        return Groups(members, weights, bias, size)
 
 
 def load_constraints(files: ConstraintFiles, record: ChainRecord) -> Constraints:

@@ -25,7 +25,7 @@ from invfold.components.model.features import gather_nodes
 from invfold.components.model.io import load_model_or_published
 from invfold.components.model.network import sample_one_shot, sampling_noise
 from invfold.components.model.sampling import Groups, letter_bias, pick_group_letters, tied_order
-from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET
+from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA
 from invfold.components.protein.batch import Batch, collate
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
@@ -108,13 +108,15 @@ class OnnxBackend:
 
     def logits(self, b: Batch, S, order) -> torch.Tensor:
         order = torch.zeros_like(b.mask) if order is None else order
+        if not self.cfg.proteinmpnn_features:  # a graph without an X row (also one exported before X tokens)
+            S = torch.where(S < NUM_AA, S, torch.zeros_like(S))
         out = self.session.run(None, self.runtime.feeds(b.X, S, b.structure_mask, b.residue_index, order))[0]
         return torch.from_numpy(out)
 
     def sample(self, b: Batch, temperature, excluded, fixed_mask, fixed_S, order, uniforms, groups=None):
 
         groups = Groups.singletons(b.S.shape[1]) if groups is None else groups
-        groups = Groups(groups.members, groups.weights, groups.bias + letter_bias(excluded))
+        groups = groups.with_bias(letter_bias(excluded))
         if not self.cfg.autoregressive:
             return sample_one_shot(self.logits(b, b.S, None), groups, temperature, uniforms, fixed_mask, fixed_S)
         if self.decoding is not None:
@@ -235,7 +237,10 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
     randomness. Unobserved residues (no backbone) and fixed positions keep the native letter; an
     unknown native (X) with a backbone is designed. With cfg.design_chains, the residues of the
     other chains are fixed too (context, decoded first); an X with a backbone in a context chain
-    keeps its X and is decoded last, so no designed residue reads a letter for it.
+    keeps its X and is decoded last, so no designed residue reads a letter for it, unless the
+    model embeds X (featurization "proteinmpnn": published weights), which reads it as context
+    like upstream. The decoder reads residues without a backbone as X where the file has no
+    atom of theirs (Batch.tokens), as upstream's parser makes them.
     mean_nll: mean -log p(letter) at T = 1 over designed positions (teacher-forced, in the
     sample's decoding order); recovery: fraction of designed positions with a known native letter
     that equal it.
@@ -275,6 +280,9 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
     designed_chains = positions.selected_chains(chains, cfg.design_chains, "DesignConfig.design_chains")
     in_context = torch.from_numpy(~np.isin(positions.chain_of(chains, length), designed_chains))
     context_unknown = in_context & ~native_known & ~fixed_one  # X with a backbone in a context chain
+    if backend.cfg.proteinmpnn_features:
+        # the model embeds X: a context X is fixed context like any other residue, as upstream has it
+        context_unknown = torch.zeros_like(context_unknown)
     fixed_one |= in_context & ~context_unknown
     fixed = fixed_one.expand(n, length).contiguous()
     groups = constraints.groups(b.structure_mask[0] > 0, temperature)
@@ -295,9 +303,10 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
         order = tied_order(order, groups)[0]  # tied members share their group's turn (scored so too)
         order = order + 2.0 * context_unknown.to(order.dtype)  # after every designed residue
     uniforms = torch.cat([u for _, u in noise])
-    S = backend.sample(b, temperature, cfg.excluded, fixed, b.S, order, uniforms, groups)
+    S = backend.sample(b, temperature, cfg.excluded, fixed, b.tokens, order, uniforms, groups)
     logp = torch.log_softmax(backend.logits(b, S, order).float(), dim=-1)
-    nll = -logp.gather(-1, S.unsqueeze(-1)).squeeze(-1)
+    letters = torch.where(S < NUM_AA, S, torch.zeros_like(S))  # X (kept, never designed) is not scored
+    nll = -logp.gather(-1, letters.unsqueeze(-1)).squeeze(-1)
     designed = ~fixed & ~context_unknown
     if not designed[0].any():
         log.warning("%s: every position is fixed or unobserved; nothing is designed", record.name)

@@ -142,7 +142,7 @@ def score_sequence(backend, record: ChainRecord, sequence: str, in_scored, order
                 ]
             )
             order = order + 2.0 * unknown.to(order.dtype)
-        logp = torch.log_softmax(backend.logits(b, b.S, order).float(), dim=-1)
+        logp = torch.log_softmax(backend.logits(b, b.tokens, order).float(), dim=-1)
         nll = -logp.gather(-1, b.S.unsqueeze(-1)).squeeze(-1) * scored
         nll_sum += nll.sum(0)
         per_order.append(nll.sum(1) / scored.sum().clamp(min=1))

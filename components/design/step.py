@@ -36,15 +36,16 @@ def fetch_model_step(*, model_name: str, model_version: str, tracking_uri: str, 
     return {"registered_model": model_name, "version": found["version"], "run_id": found["run_id"]}
 
 
-def plan_shards(structures: str, shards: int) -> list[str]:
+def plan_shards(structures: str, shards: int, design_chains: str = "") -> list[str]:
     """["0/n", ..., "n-1/n"]: n = min(shards, items in the set) (at least 1); an item is a record
-    or a skip, so every shard has something to do or report."""
+    or a skip, so every shard has something to do or report. design_chains: the set is read as
+    complexes (one item per structure), as the design steps read it."""
 
     if shards < 1:
         from invfold.errors import ConfigError
 
         raise ConfigError(f"design pipeline: shards: expected >= 1, got {shards}")
-    count = sum(1 for _ in read_structures(structures))
+    count = sum(1 for _ in read_structures(structures, complexes=bool(design_chains)))
     n = max(1, min(shards, count))
     return [f"{k}/{n}" for k in range(n)]
 
@@ -60,9 +61,11 @@ def design_shard_step(
     score_orders: int,
     threads: int,
     out_dir: str,
+    design_chains: str = "",
 ) -> dict:
     """Design (and score) the records of shard "k/n" of `structures` into out_dir/designs.jsonl
-    (+ designs.summary.json); returns the summary."""
+    (+ designs.summary.json); returns the summary. design_chains ("A,B"; "" = every chain of each
+    record): structures are read as complexes, the other chains kept as fixed context."""
 
     k, _, n = shard.partition("/")
     cfg = DesignConfig(
@@ -73,6 +76,7 @@ def design_shard_step(
         temperature=temperatures,
         seed=seed,
         threads=threads or None,
+        design_chains=design_chains,
     )
     summary = design_batch(cfg, progress=False, shard=(int(k), int(n)), score_orders=score_orders)
     record_timing("design", summary.seconds, shard=shard, designs=summary.designs, skipped=len(summary.skipped))

@@ -37,7 +37,12 @@ def seeded_generator(seed: int, device) -> torch.Generator:
 def _greedy_noise(batch: Batch, seed: int, autoregressive: bool):
     """The decoding order and uniforms a greedy design of `batch` draws from seed (as sample())."""
     generator = seeded_generator(seed, batch.X.device)
-    return sampling_noise(torch.zeros_like(batch.mask, dtype=torch.bool), autoregressive, generator)
+    return sampling_noise(_no_backbone(batch), autoregressive, generator)
+
+
+def _no_backbone(batch: Batch) -> torch.Tensor:
+    """Residues a design keeps as read (X where the file has no atoms), as design does."""
+    return batch.structure_mask == 0
 
 
 def _diversity_seed(seed: int, d: int) -> int:
@@ -49,7 +54,7 @@ def designed_sequences(model, batch: Batch, seed: int, encoded=None) -> torch.Te
     """[B, L] letters designed from structure alone (see module docstring)."""
     encoded = model.encode(batch.X, batch.structure_mask, batch.residue_index) if encoded is None else encoded
     if not model.cfg.autoregressive:
-        return model.decode(encoded, batch.S, batch.structure_mask).argmax(-1)
+        return model.decode(encoded, batch.tokens, batch.structure_mask).argmax(-1)
     return model.sample(
         batch.X,
         batch.structure_mask,
@@ -57,6 +62,8 @@ def designed_sequences(model, batch: Batch, seed: int, encoded=None) -> torch.Te
         temperature=GREEDY_TEMPERATURE,
         generator=seeded_generator(seed, batch.X.device),
         encoded=encoded,
+        fixed_mask=_no_backbone(batch),
+        fixed_S=batch.tokens,
     )
 
 
@@ -79,6 +86,8 @@ def designs_of_batch(model, batch: Batch, seed: int, designs: int, temperature: 
                     temperature,
                     generator=generator,
                     encoded=encoded,
+                    fixed_mask=_no_backbone(batch),
+                    fixed_S=batch.tokens,
                 )
             )
         return out
@@ -94,6 +103,8 @@ def designs_of_batch(model, batch: Batch, seed: int, designs: int, temperature: 
         uniforms=torch.cat([u for _, u in noise]),
         encoded=encoded,
         structure_rows=torch.arange(b, device=batch.X.device).repeat(designs + 1),
+        fixed_mask=_no_backbone(batch).repeat(designs + 1, 1),
+        fixed_S=batch.tokens.repeat(designs + 1, 1),
     )
     return list(S.split(b))
 
@@ -106,7 +117,7 @@ def score_batch(model, batch: Batch, seed: int, designs: int = 0, temperature: f
     generator = seeded_generator(seed + 1, batch.X.device)
     order = unknown_last(torch.rand(batch.mask.shape, generator=generator, device=batch.X.device), batch)
     encoded = model.encode(batch.X, batch.structure_mask, batch.residue_index)
-    logits = model.decode(encoded, batch.S, batch.structure_mask, order).float()
+    logits = model.decode(encoded, batch.tokens, batch.structure_mask, order).float()
     nll = F.cross_entropy(logits.reshape(-1, NUM_AA), batch.S.reshape(-1), reduction="none").reshape(batch.S.shape)
     designed, *samples = designs_of_batch(model, batch, seed, designs, temperature, encoded)
     mask = batch.mask

@@ -19,7 +19,7 @@ from invfold import storage
 from invfold.components.export import runtime
 from invfold.components.export.config import ExportConfig
 from invfold.components.model.io import load_model_or_published
-from invfold.components.protein.alphabet import ALPHABET
+from invfold.components.protein.alphabet import ALPHABET, NUM_AA
 from invfold.components.protein.batch import collate
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
@@ -162,8 +162,11 @@ class DecodeUpdate(torch.nn.Module):
     def __init__(self, model):
         super().__init__()
         self.decoder, self.seq_embed = model.decoder, model.seq_embed
+        self.x_row = model.seq_embed.num_embeddings > NUM_AA  # X keeps its own row (InverseFoldingModel.tokens)
 
     def forward(self, layer_inputs, letters):
+        if not self.x_row:  # a fixed X (no backbone atoms) reads as A, as in PyTorch
+            letters = torch.where(letters < NUM_AA, letters, torch.zeros_like(letters))
         h_S = self.seq_embed(letters)
         return torch.stack(
             [layer.msg_nb(layer_inputs[li]) + layer.msg_seq(h_S) for li, layer in enumerate(self.decoder)]
@@ -286,8 +289,8 @@ def check_parity(
     def diff(batch) -> float:
         order = torch.rand(batch.S.shape, generator=g)
         with torch.no_grad():
-            ref = model(batch.X, batch.S, batch.structure_mask, batch.residue_index, order).numpy()
-        feeds = runtime.feeds(batch.X, batch.S, batch.structure_mask, batch.residue_index, order)
+            ref = model(batch.X, batch.tokens, batch.structure_mask, batch.residue_index, order).numpy()
+        feeds = runtime.feeds(batch.X, batch.tokens, batch.structure_mask, batch.residue_index, order)
         got = session.run(None, feeds)[0]
         if got.shape != ref.shape:
             return float("inf")

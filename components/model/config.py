@@ -10,6 +10,7 @@ from invfold.errors import ConfigError
 from invfold.options import config_from_dict
 
 DECODING_MODES = ("one_shot", "autoregressive")
+FEATURIZATIONS = ("invfold", "proteinmpnn")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,16 @@ class ModelConfig:
         encoder, as ProteinMPNN has (its `W_e`); needed to load its published weights.
     activation_checkpointing: recompute encoder/decoder layer activations in backward (training
         only) to trade compute for memory on long chains.
+    featurization: how the structure becomes a graph (model/features.py).
+        "invfold" (our models): only observed residues are neighbours, a C-N break starts a new
+        segment (the "other chain" position bucket), a partly observed residue is left out.
+        "proteinmpnn" (ProteinMPNN-compatible; what published weights import with): upstream's
+        `tied_featurize` + `ProteinFeatures` exactly: unobserved residues of the record are k-NN
+        candidates (at the row's farthest observed distance) and read by the decoder, a break
+        stays inside its chain (sequence-position offsets), the observed atoms of a partly
+        observed residue stay in the edge features, and the unknown letter X has its own
+        embedding (input token 20). Logits match upstream's network on what its parser builds
+        from the same file (tests/model/test_upstream_parity.py).
     """
 
     hidden: int = 128
@@ -42,6 +53,7 @@ class ModelConfig:
     geometric_features: bool = False
     edge_projection: bool = False
     activation_checkpointing: bool = False
+    featurization: str = "invfold"
 
     def __post_init__(self) -> None:
         positive = {
@@ -61,12 +73,20 @@ class ModelConfig:
             raise ConfigError(f"ModelConfig.decoding: expected one of {DECODING_MODES}, got {self.decoding!r}")
         if self.decoding == "autoregressive" and self.decoder_layers < 1:
             raise ConfigError("ModelConfig.decoder_layers: an autoregressive model needs >= 1 decoder layer")
+        if self.featurization not in FEATURIZATIONS:
+            raise ConfigError(
+                f"ModelConfig.featurization: expected one of {FEATURIZATIONS}, got {self.featurization!r}"
+            )
         if not 0.0 <= float(self.dropout) < 1.0:
             raise ConfigError(f"ModelConfig.dropout: expected 0 <= dropout < 1, got {self.dropout!r}")
 
     @property
     def autoregressive(self) -> bool:
         return self.decoding == "autoregressive"
+
+    @property
+    def proteinmpnn_features(self) -> bool:
+        return self.featurization == "proteinmpnn"
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

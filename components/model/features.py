@@ -2,12 +2,26 @@
 
 Everything here works on [B, L, ...] tensors with a neighbour list E_idx [B, L, K]; no dense
 [B, L, L] tensor is built except the one CA distance matrix the k-nearest-neighbour search needs.
+
+residue_index carries three things (protein.record, protein.batch): the position in the record's
+sequence, +1 after each C-N break inside a chain, a jump of CHAIN_OFFSET (100) between chains
+and of PADDING_OFFSET (1000) where padding starts. Two featurizations read it
+(ModelConfig.featurization):
+
+- "invfold" (our own models): a new segment at every jump > 1, a chain break included;
+  unobserved residues are never neighbours (segment_ids, knn_graph, relative_position_buckets).
+- "proteinmpnn" (ProteinMPNN's published weights; its `tied_featurize` + `ProteinFeatures`):
+  chains only at chain jumps, a break stays inside its chain with sequence-position offsets,
+  and unobserved residues of the record are k-NN candidates as upstream makes them
+  (chain_ids, knn_graph_proteinmpnn, relative_position_buckets_by_chain).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from invfold.components.protein.record import CHAIN_OFFSET, PADDING_OFFSET
 
 # ProteinMPNN's ideal virtual C-beta from N, CA, C.
 CB_A, CB_B, CB_C = -0.58273431, 0.56802827, -0.54067466
@@ -48,6 +62,22 @@ def segment_ids(residue_index: torch.Tensor) -> torch.Tensor:
     return torch.cat([zero, torch.cumsum(breaks.to(residue_index.dtype), dim=1)], dim=1)
 
 
+def chain_ids(residue_index: torch.Tensor) -> torch.Tensor:
+    """[B, L] int: increases by one at every chain start (a numbering jump >= CHAIN_OFFSET) and
+    where padding starts; a chain break inside a chain (jump 2) does not start a chain."""
+    jumps = torch.abs(residue_index[:, 1:] - residue_index[:, :-1]) >= CHAIN_OFFSET
+    zero = torch.zeros_like(residue_index[:, :1])
+    return torch.cat([zero, torch.cumsum(jumps.to(residue_index.dtype), dim=1)], dim=1)
+
+
+def record_mask(residue_index: torch.Tensor) -> torch.Tensor:
+    """[B, L] bool: True for the record's residues (observed or not), False for padding (which
+    starts with a numbering jump >= PADDING_OFFSET, protein.batch.collate)."""
+    starts = (residue_index[:, 1:] - residue_index[:, :-1]) >= PADDING_OFFSET
+    zero = torch.zeros_like(residue_index[:, :1])
+    return torch.cat([zero, torch.cumsum(starts.to(residue_index.dtype), dim=1)], dim=1) == 0
+
+
 def knn_graph(CA: torch.Tensor, mask: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """k nearest observed residues by CA distance, self included.
 
@@ -69,16 +99,65 @@ def knn_graph(CA: torch.Tensor, mask: torch.Tensor, k: int) -> tuple[torch.Tenso
     return E_idx, nb_mask
 
 
-def rbf_features(atoms: torch.Tensor, E_idx: torch.Tensor, num_rbf: int) -> torch.Tensor:
+def knn_graph_proteinmpnn(
+    CA: torch.Tensor, mask: torch.Tensor, residue_index: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """ProteinMPNN's neighbour rule (upstream `ProteinFeatures._dist`), for its published weights.
+
+    Every residue of the record is a candidate: an unobserved one (mask 0) gets the distance
+    of the row's farthest observed residue, so it fills the list when fewer than k residues are
+    observed; the list has min(k, L) entries, sorted by that distance. Computed with upstream's
+    own operations in its order, so the same inputs select the same neighbours, ties included.
+    Padding (not in the record) is never a candidate before a residue of the record.
+
+    Returns E_idx [B, L, K], encoder_mask [B, L, K] (both ends observed: upstream's encoder
+    mask), decoder_mask [B, L, K] (i observed, j in the record: upstream's decoder reads every
+    neighbour of an observed residue, an unobserved one through its edge and letter) and
+    ca_distance [B, L, K] (the CA-CA distance upstream RBF-encodes: the adjusted one above).
+    """
+    b, length = mask.shape
+    in_record = record_mask(residue_index)
+    mask_2D = torch.unsqueeze(mask, 1) * torch.unsqueeze(mask, 2)
+    dX = torch.unsqueeze(CA, 1) - torch.unsqueeze(CA, 2)
+    D = mask_2D * torch.sqrt(torch.sum(dX**2, 3) + 1e-6)
+    D_max, _ = torch.max(D, -1, keepdim=True)
+    D_adjust = D + (1.0 - mask_2D) * D_max
+    D_adjust = torch.where(in_record.unsqueeze(1), D_adjust, torch.full_like(D_adjust, FAR))
+    if torch.compiler.is_exporting():
+        # a static k for the graph: k far-away dummy columns (masked below), as knn_graph does;
+        # onnxruntime's TopK breaks exact ties by the lower index
+        D_adjust = torch.cat([D_adjust, torch.full_like(D_adjust[:, :, :1], 2 * FAR).expand(b, length, k)], dim=2)
+        D_neighbors, E_idx = torch.topk(D_adjust, k, dim=-1, largest=False)
+    else:
+        D_neighbors, E_idx = torch.topk(D_adjust, min(k, length), dim=-1, largest=False)
+    real = E_idx < length
+    E_idx = torch.where(real, E_idx, torch.zeros_like(E_idx))
+    real = real.to(mask.dtype)
+    encoder_mask = mask.unsqueeze(-1) * gather_nodes(mask.unsqueeze(-1), E_idx).squeeze(-1) * real
+    decoder_mask = mask.unsqueeze(-1) * gather_nodes(in_record.to(mask.dtype).unsqueeze(-1), E_idx).squeeze(-1) * real
+    return E_idx, encoder_mask, decoder_mask, D_neighbors
+
+
+# the CA-CA pair among the 25 atom pairs of rbf_features ([5, 5]: backbone_atoms order N, CA, C, O, CB)
+_CA_PAIR = torch.zeros(5, 5, dtype=torch.bool)
+_CA_PAIR[1, 1] = True
+
+
+def rbf_features(
+    atoms: torch.Tensor, E_idx: torch.Tensor, num_rbf: int, ca_distance: torch.Tensor | None = None
+) -> torch.Tensor:
     """RBF-encoded distances of all 25 atom pairs (i atom a, neighbour atom b) at once.
 
-    atoms [B, L, 5, 3] -> [B, L, K, 25 * num_rbf].
+    atoms [B, L, 5, 3] -> [B, L, K, 25 * num_rbf]. ca_distance [B, L, K]: the CA-CA distance to
+    encode instead of the one from the coordinates (ProteinMPNN encodes its k-NN distance).
     """
     b, length = atoms.shape[:2]
     nb = gather_nodes(atoms.reshape(b, length, 15), E_idx)
     nb = nb.reshape(b, length, E_idx.shape[2], 1, 5, 3)
     diff = atoms.reshape(b, length, 1, 5, 1, 3) - nb
     d = torch.sqrt((diff * diff).sum(-1) + 1e-6)  # [B, L, K, 5, 5]
+    if ca_distance is not None:
+        d = torch.where(_CA_PAIR.to(d.device), ca_distance[..., None, None], d)
     sigma = (RBF_MAX - RBF_MIN) / num_rbf
     mu = torch.linspace(RBF_MIN / sigma, RBF_MAX / sigma, num_rbf, device=atoms.device, dtype=atoms.dtype)
     z = d.unsqueeze(-1) * (1.0 / sigma) - mu  # (d - mu) / sigma with mu pre-scaled
@@ -95,6 +174,23 @@ def relative_position_buckets(residue_index: torch.Tensor, E_idx: torch.Tensor, 
     offset = torch.clamp(ridx_nb - residue_index.unsqueeze(-1), -max_relative, max_relative)
     bucket = offset + max_relative
     return torch.where(seg_nb == seg.unsqueeze(-1), bucket, torch.full_like(bucket, 2 * max_relative + 1))
+
+
+def relative_position_buckets_by_chain(
+    residue_index: torch.Tensor, E_idx: torch.Tensor, max_relative: int
+) -> torch.Tensor:
+    """ProteinMPNN's relative position (upstream `tied_featurize` + `PositionalEncodings`):
+    [B, L, K] long, the neighbour's sequence-position offset clipped to +-max_relative within
+    the same chain (chain_ids: a chain break stays inside its chain), the last bucket across
+    chains. Positions are indices into the record (upstream numbers residues consecutively,
+    numbering gaps filled), not residue_index."""
+    b, length = residue_index.shape
+    chain = chain_ids(residue_index)
+    position = torch.arange(length, device=residue_index.device, dtype=residue_index.dtype).expand(b, length)
+    pos_nb = gather_nodes(position.unsqueeze(-1), E_idx).squeeze(-1)
+    chain_nb = gather_nodes(chain.unsqueeze(-1), E_idx).squeeze(-1)
+    bucket = torch.clamp(pos_nb - position.unsqueeze(-1), -max_relative, max_relative) + max_relative
+    return torch.where(chain_nb == chain.unsqueeze(-1), bucket, torch.full_like(bucket, 2 * max_relative + 1))
 
 
 def local_frames(X: torch.Tensor) -> torch.Tensor:

@@ -101,6 +101,8 @@ class InverseFoldingModel(nn.Module):
     """forward(X [B,L,4,3], S [B,L] long, mask [B,L] float, residue_index [B,L] long,
     decoding_order [B,L] float | None) -> logits [B, L, 20] over ALPHABET.
 
+    S: letters as indices into ALPHABET, UNKNOWN_INDEX (20) for X (Batch.tokens).
+
     decoding_order: residue j is visible to residue i's decoder iff order[j] < order[i]
     (so argsort ascending is the decoding order). One-shot models ignore S and decoding_order;
     an autoregressive model given None draws a random order (training convenience).
@@ -125,7 +127,8 @@ class InverseFoldingModel(nn.Module):
             EncoderLayer(cfg, update_edges=cfg.autoregressive or i < n_enc - 1) for i in range(n_enc)
         )
         if cfg.autoregressive:
-            self.seq_embed = nn.Embedding(NUM_AA, h)
+            # ProteinMPNN's W_s has a 21st row, for X: kept with its featurization
+            self.seq_embed = nn.Embedding(NUM_AA + 1 if cfg.proteinmpnn_features else NUM_AA, h)
             self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
             self.readout = nn.Linear(h, NUM_AA)
         else:
@@ -143,26 +146,44 @@ class InverseFoldingModel(nn.Module):
         return layer(*args)
 
     def encode(self, X, mask, residue_index):
-        """Structure only -> (h_V [B,L,H], h_E [B,L,K,H], E_idx [B,L,K], nb_mask [B,L,K])."""
+        """Structure only -> (h_V [B,L,H], h_E [B,L,K,H], E_idx [B,L,K], nb_mask [B,L,K]);
+        nb_mask: the neighbours the decoder reads (ModelConfig.featurization)."""
         mask = mask.to(X.dtype)
-        X = X * mask[:, :, None, None]
-        atoms = ft.backbone_atoms(X)
-        E_idx, nb_mask = ft.knn_graph(X[:, :, 1], mask, self.cfg.k_neighbors)
-        edge = ft.rbf_features(atoms, E_idx, self.cfg.num_rbf)
+        if self.cfg.proteinmpnn_features:
+            # upstream keeps the observed atoms of a partly observed residue (tied_featurize: NaN -> 0)
+            E_idx, enc_mask, nb_mask, ca_distance = ft.knn_graph_proteinmpnn(
+                X[:, :, 1], mask, residue_index, self.cfg.k_neighbors
+            )
+            atoms = ft.backbone_atoms(X)
+            edge = ft.rbf_features(atoms, E_idx, self.cfg.num_rbf, ca_distance)
+            buckets = ft.relative_position_buckets_by_chain(residue_index, E_idx, self.cfg.max_relative_position)
+        else:
+            X = X * mask[:, :, None, None]
+            atoms = ft.backbone_atoms(X)
+            E_idx, nb_mask = ft.knn_graph(X[:, :, 1], mask, self.cfg.k_neighbors)
+            enc_mask = nb_mask
+            edge = ft.rbf_features(atoms, E_idx, self.cfg.num_rbf)
+            buckets = ft.relative_position_buckets(residue_index, E_idx, self.cfg.max_relative_position)
         if self.cfg.geometric_features:
             edge = torch.cat([edge, ft.orientation_features(X, atoms, E_idx)], dim=-1)
-        buckets = ft.relative_position_buckets(residue_index, E_idx, self.cfg.max_relative_position)
         h_E = self.norm_edges(self.edge_embed(edge) + self.position_embed(buckets))
         if self.cfg.edge_projection:
             h_E = self.edge_projection(h_E)
         if self.cfg.geometric_features:
-            dihedrals = ft.dihedral_features(X, mask, residue_index)
+            dihedrals = ft.dihedral_features(X * mask[:, :, None, None], mask, residue_index)
             h_V = self.norm_nodes(self.node_embed(dihedrals)) * mask.unsqueeze(-1)
         else:
             h_V = X.new_zeros(X.shape[0], X.shape[1], self.cfg.hidden)
         for layer in self.encoder:
-            h_V, h_E = self._run(layer, h_V, h_E, E_idx, nb_mask, mask)
+            h_V, h_E = self._run(layer, h_V, h_E, E_idx, enc_mask, mask)
         return h_V, h_E, E_idx, nb_mask
+
+    def tokens(self, S: torch.Tensor) -> torch.Tensor:
+        """S as embedding rows: X (UNKNOWN_INDEX) keeps its own row where the model has one
+        (ProteinMPNN's W_s), otherwise it reads as A (0), as S = 0 marked unknown letters before."""
+        if self.seq_embed.num_embeddings > NUM_AA:
+            return S
+        return torch.where(S < NUM_AA, S, torch.zeros_like(S))
 
     def forward(self, X, S, mask, residue_index, decoding_order=None):
         mask = mask.to(X.dtype)
@@ -179,7 +200,7 @@ class InverseFoldingModel(nn.Module):
             decoding_order = torch.rand_like(mask)
         order_nb = ft.gather_nodes(decoding_order.unsqueeze(-1), E_idx).squeeze(-1)
         earlier = (order_nb < decoding_order.unsqueeze(-1)).unsqueeze(-1)
-        h_S = self.seq_embed(S)
+        h_S = self.seq_embed(self.tokens(S))
         h_enc = h_V
         for layer in self.decoder:
             dec = ft.gather_nodes(layer.msg_nb(h_V) + layer.msg_seq(h_S), E_idx)
@@ -231,7 +252,7 @@ class InverseFoldingModel(nn.Module):
         fixed_mask = torch.zeros_like(mask, dtype=torch.bool) if fixed_mask is None else fixed_mask.to(torch.bool)
         fixed_S = torch.zeros(b, length, dtype=torch.long, device=X.device) if fixed_S is None else fixed_S
         groups = Groups.singletons(length) if groups is None else groups
-        groups = Groups(groups.members, groups.weights, groups.bias + letter_bias(excluded)).to(X.device)
+        groups = groups.with_bias(letter_bias(excluded)).to(X.device)
         if uniforms is None or (self.cfg.autoregressive and decoding_order is None):
             drawn_order, drawn_uniforms = sampling_noise(fixed_mask, self.cfg.autoregressive, generator)
             decoding_order = drawn_order if decoding_order is None else decoding_order
@@ -289,7 +310,7 @@ class InverseFoldingModel(nn.Module):
             letter = pick_group_letters(self.readout(h), groups, g, temperature, uniforms)
             letters = torch.where(fixed_mask[rows, pos], fixed_S[rows, pos], letter.unsqueeze(1))
             S[rows, pos] = letters
-            h_S = self.seq_embed(letters)
+            h_S = self.seq_embed(self.tokens(letters))
             for li, layer in enumerate(self.decoder):
                 dec_proj[li][rows, pos] = layer.msg_nb(h_layers[li][rows, pos]) + layer.msg_seq(h_S)
         return S

@@ -14,11 +14,16 @@ tensors:
 - message MLPs: upstream's first Linear over [h_i, e_ij, (s_j,) h_j] is split by input block
   into our msg_self (carries the bias), msg_edge, (msg_seq,) msg_nb;
 - `W_e` becomes `edge_projection`;
-- the 21st letter X (unknown) is dropped from W_s and W_out: our alphabet is the first 20 of
-  upstream's ACDEFGHIKLMNPQRSTVWYX, so our softmax is upstream's renormalized without X.
+- the 21st letter X (unknown) is dropped from W_out: our alphabet is the first 20 of upstream's
+  ACDEFGHIKLMNPQRSTVWYX, so our softmax is upstream's renormalized without X (upstream's
+  protein_mpnn_run.py omits X from sampling by default too). W_s keeps its X row: the decoder
+  reads X for unknown and missing residues decoded earlier, as upstream does;
+- the model is built with featurization="proteinmpnn" (ModelConfig): upstream's neighbour rule,
+  chains and positions (model/features.py).
 
-tests/model/test_published.py checks that the converted model's logits equal upstream's network
-(imported from that package) on real chains.
+tests/model/test_published.py checks the converted network against upstream's on the same
+tensors; tests/model/test_upstream_parity.py checks logits end to end: the same PDB/mmCIF files
+through upstream's parse_PDB + tied_featurize + network and through our reader + collate + model.
 """
 
 from __future__ import annotations
@@ -149,6 +154,7 @@ def convert_state_dict(state: dict[str, torch.Tensor], k_neighbors: int) -> Inve
         num_rbf=num_rbf,
         max_relative_position=max_relative,
         edge_projection=True,
+        featurization="proteinmpnn",
     )
     used: set[str] = set()
 
@@ -207,7 +213,7 @@ def convert_state_dict(state: dict[str, torch.Tensor], k_neighbors: int) -> Inve
         copy(f"{dst}.ffn.0", f"{src}.dense.W_in")
         copy(f"{dst}.ffn.2", f"{src}.dense.W_out")
     letters = UPSTREAM_LETTERS.index("X")  # keep the 20 amino acids, drop X
-    ours["seq_embed.weight"] = take("W_s.weight")[:letters]
+    ours["seq_embed.weight"] = take("W_s.weight")  # 21 rows: X read as a neighbour's letter
     ours["readout.weight"] = take("W_out.weight")[:letters]
     ours["readout.bias"] = take("W_out.bias")[:letters]
 

@@ -3,6 +3,7 @@ logits and the same uniforms into the same letters."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -47,12 +48,24 @@ class Groups:
     bias: float [G, 20], added to logits / T: the mean over the group's members of their
         per-position bias (global + per-residue, already divided by T), -inf for letters omitted at
         any member or excluded everywhere.
+    size: float [G], the members listed in each group, weight 0 or not (repeats excluded): the n
+        of ProteinMPNN's sum(tied_beta * logits) / n (`tied_sample` divides by len(t_list)). None:
+        the members with a nonzero weight.
     Every position is in exactly one group; untied positions are groups of one, in position order.
     """
 
     members: torch.Tensor
     weights: torch.Tensor
     bias: torch.Tensor
+    size: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.size is None:
+            self.size = (self.weights != 0).sum(-1).clamp(min=1).to(torch.float32)
+
+    def with_bias(self, extra: torch.Tensor) -> Groups:
+        """The same groups with `extra` [20] added to every group's bias."""
+        return dataclasses.replace(self, bias=self.bias + extra)
 
     @staticmethod
     def singletons(length: int, bias: torch.Tensor | None = None, observed: torch.Tensor | None = None) -> Groups:
@@ -62,7 +75,7 @@ class Groups:
         return Groups(members, weights, bias.float().contiguous())
 
     def to(self, device) -> Groups:
-        return Groups(self.members.to(device), self.weights.to(device), self.bias.to(device))
+        return Groups(self.members.to(device), self.weights.to(device), self.bias.to(device), self.size.to(device))
 
 
 def tied_order(decoding_order: torch.Tensor, groups: Groups) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,14 +89,20 @@ def tied_order(decoding_order: torch.Tensor, groups: Groups) -> tuple[torch.Tens
     return order, torch.argsort(first, dim=1, stable=True)
 
 
+def group_logits(logits: torch.Tensor, groups: Groups, g: torch.Tensor) -> torch.Tensor:
+    """[B, 20] logits of groups g [B] from their members' logits [B, M, 20]: the weighted sum over
+    the group's size (the mean when all weights are 1; a member of weight 0 still counts, as in
+    ProteinMPNN's tied_sample: sum(tied_beta * logits) / len(group))."""
+    w = groups.weights[g].to(logits.dtype)  # [B, M]
+    counted = groups.size[g].to(logits.dtype).clamp(min=1).unsqueeze(-1)
+    return (logits * w.unsqueeze(-1)).sum(1) / counted
+
+
 def pick_group_letters(
     logits: torch.Tensor, groups: Groups, g: torch.Tensor, temperature: float, uniforms: torch.Tensor
 ) -> torch.Tensor:
-    """One letter per sample for groups g [B] from the members' logits [B, M, 20]: the weighted
-    sum of the members' logits over the number of weighted members (the mean when all weights
-    are 1), sampled with the uniform of the group's first member (uniforms [B, L])."""
-    w = groups.weights[g].to(logits.dtype)  # [B, M]
-    counted = (w != 0).sum(-1, keepdim=True).clamp(min=1).to(logits.dtype)
-    mixed = (logits * w.unsqueeze(-1)).sum(1) / counted
+    """One letter per sample for groups g [B] from the members' logits [B, M, 20] (group_logits),
+    sampled with the uniform of the group's first member (uniforms [B, L])."""
+    mixed = group_logits(logits, groups, g)
     rows = torch.arange(g.shape[0], device=g.device)
     return pick_letters(mixed, temperature, groups.bias[g], uniforms[rows, groups.members[g, 0]])

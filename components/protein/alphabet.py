@@ -12,6 +12,9 @@ NUM_AA = len(ALPHABET)
 # An unknown residue (UNK, an untabulated or D-amino acid, a numbering gap): it keeps its place in
 # the chain, masked out of what the model sees and is scored on.
 UNKNOWN = "X"
+# X's index as a model input token (ProteinMPNN's 21-letter alphabet ends in X): read by models
+# with an unknown-letter embedding (published ProteinMPNN weights), as A (0) by the others.
+UNKNOWN_INDEX = NUM_AA
 AA_TO_INDEX = {aa: i for i, aa in enumerate(ALPHABET)}
 
 THREE_TO_ONE = {

@@ -12,6 +12,9 @@ PEPTIDE_BREAK_ANGSTROM = 2.0
 # residue_index jump between consecutive chains of a complex (ProteinMPNN adds 100 per chain);
 # features.segment_ids starts a new segment at any jump this large.
 CHAIN_OFFSET = 100
+# residue_index jump where a batch's padding starts (protein.batch.collate): padding is never
+# adjacent to, nor in the chain of, a real residue.
+PADDING_OFFSET = 1000
 
 
 @dataclass

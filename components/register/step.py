@@ -108,7 +108,7 @@ def input_example(prepared_path: str) -> dict:
     record = test[int(min(range(len(test)), key=lambda i: test.lengths[i]))]
     batch = collate([record])
     order = torch.rand(batch.S.shape, generator=torch.Generator().manual_seed(0))
-    return feeds(batch.X, batch.S, batch.structure_mask, batch.residue_index, order)
+    return feeds(batch.X, batch.tokens, batch.structure_mask, batch.residue_index, order)
 
 
 def model_description(model_name: str, comparison: Comparison) -> str:

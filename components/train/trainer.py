@@ -423,7 +423,7 @@ def _step(run: _Run) -> int:
             if cfg.backbone_noise > 0:
                 X = X + cfg.backbone_noise * torch.randn_like(X)
             order = unknown_last(torch.rand(batch.mask.shape, device=info.device), batch)
-            logits = strategy.forward(X, batch.S, batch.structure_mask, batch.residue_index, order)
+            logits = strategy.forward(X, batch.tokens, batch.structure_mask, batch.residue_index, order)
             loss, micro_sums = sequence_loss(logits, batch.S, batch.mask, cfg.label_smoothing)
             strategy.backward(loss)
         sums += micro_sums

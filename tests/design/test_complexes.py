@@ -4,6 +4,7 @@ other chains as fixed context; a checkpoint and its ONNX export design the same 
 from __future__ import annotations
 
 import argparse
+import json
 
 import numpy as np
 import pytest
@@ -176,3 +177,63 @@ def test_cli_chain_id_jsonl_is_design_chains_from_a_file(tmp_path, pdb, models):
         assert args.func(args) == 0
         outs.append(_fasta(out))
     assert outs[0] == outs[1] and [h.endswith("designed_chains=A fixed_chains=D") for h, _ in outs[1]] == [True, True]
+
+
+def test_batch_design_of_a_folder_keeps_each_complex(tmp_path, pdb, models):
+    """`invfold design MODEL folder/ --design-chains A --out designs/`: each structure is read as a
+    complex, chain A is designed with the other chains as context (the design a single-structure
+    call gives), a structure without chain A is skipped and counted."""
+    from invfold.components.design.batch import design_batch
+    from tests.support.parity_cases import ChainSpec, sample_records, write_chains
+
+    folder = tmp_path / "structures"
+    folder.mkdir()
+    (folder / f"{ENTRY}.pdb").write_bytes(pdb.read_bytes())  # chains A (designed) and D (context)
+    records = sample_records()
+    write_chains(folder / "1BD2.cif", [ChainSpec("D", records["1BD2.D"]), ChainSpec("B", records["1BD2.B"])])  # no A
+    onnx = models["autoregressive"][1]
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers())
+    out = tmp_path / "designs"
+    args = parser.parse_args(["design", str(onnx), str(folder), "--out", str(out), "-n", "2", "--design-chains", "A"])
+    assert args.func(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["designed"] == 1 and summary["skip_counts"] == {"no_design_chain": 1}
+    assert summary["skipped"][0]["name"] == "1BD2"
+    batch = _fasta(out / f"{ENTRY}.fasta")
+    record = sample_complex(ENTRY)
+    chains = record.chain_positions()
+    single = design(DesignConfig(model=str(onnx), structure=str(pdb), out=str(tmp_path / "one.fa"),
+                                 design_chains="A", num_sequences=2))  # fmt: skip
+    assert [s for _, s in batch] == [_fasta(tmp_path / "one.fa")[i][1] for i in range(2)]
+    for header, seq in batch:
+        assert header.endswith("designed_chains=A fixed_chains=D")
+        first, second = seq.split("/")
+        assert (len(first), len(second)) == (len(chains["A"]), len(chains["D"]))  # the whole complex
+        assert second == "".join(record.seq[i] for i in chains["D"])  # context keeps its native letters
+    assert single[0].chain_lengths == (len(chains["A"]), len(chains["D"]))
+    # jsonl output and the pipeline's shard step carry the complex too
+    rows_out = tmp_path / "designs.jsonl"
+    design_batch(DesignConfig(model=str(onnx), structure=str(folder), out=str(rows_out), design_chains="A",
+                              num_sequences=1), progress=False)  # fmt: skip
+    (row,) = [json.loads(line) for line in rows_out.read_text().splitlines()]
+    assert row["name"] == ENTRY and len(row["sequence"]) == len(record)
+    assert row["chain_lengths"] == [len(chains["A"]), len(chains["D"])] and row["fixed_chains"] == ["D"]
+
+
+def test_design_pipeline_steps_take_design_chains(tmp_path, pdb, models):
+    from invfold.components.design.step import design_shard_step, plan_shards
+
+    folder = tmp_path / "structures"
+    folder.mkdir()
+    (folder / f"{ENTRY}.pdb").write_bytes(pdb.read_bytes())
+    assert plan_shards(str(folder), 4) == ["0/2", "1/2"]  # two chains, one record each
+    assert plan_shards(str(folder), 4, design_chains="D") == ["0/1"]  # one complex
+    summary = design_shard_step(
+        model_path=str(models["autoregressive"][0]), structures=str(folder), shard="0/1", temperatures="0.1",
+        num_sequences=1, seed=0, score_orders=1, threads=1, out_dir=str(tmp_path / "out"), design_chains="D",
+    )  # fmt: skip
+    assert summary["designed"] == 1
+    (row,) = [json.loads(line) for line in (tmp_path / "out" / "designs.jsonl").read_text().splitlines()]
+    chains = sample_complex(ENTRY).chain_positions()
+    assert len(row["sequence"]) == len(chains["A"]) + len(chains["D"]) and row["designed_chains"] == ["D"]

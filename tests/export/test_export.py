@@ -108,3 +108,27 @@ def test_parity_on_real_chains_up_to_500_residues(exported):
     assert max(len(r) for r in records) > 400
     parity = check_parity(tmp / "model.onnx", model, records, tolerance=1e-4)
     assert parity["passed"], parity
+
+
+def test_proteinmpnn_featurization_exports_with_parity(tmp_path, chain_set):
+    """The ProteinMPNN-compatible featurization (published weights) exports too: unobserved residues
+    as neighbour candidates, X tokens, chains with breaks, in onnxruntime as in eager PyTorch."""
+    torch.manual_seed(0)
+    model = InverseFoldingModel(ModelConfig.preset("tiny", decoding="autoregressive", featurization="proteinmpnn"))
+    path = tmp_path / "mpnn.pt"
+    save_model(path, model.eval())
+    assert export_cli(str(path), "--out", str(tmp_path / "m.onnx"), "--data", chain_set, "--chains", "3") == 0
+    report = json.loads((tmp_path / "m.parity.json").read_text())
+    assert report["passed"], report
+    sess = session(tmp_path / "m.onnx", threads=1)
+    records = load_parity_records(chain_set, count=3, max_length=500)
+    from invfold.components.protein.batch import collate
+
+    b = collate(records)
+    assert (b.tokens == 20).any()  # X tokens (missing residues) reach the graph
+    order = torch.rand(b.S.shape)
+    got = sess.run(None, feeds(b.X, b.tokens, b.structure_mask, b.residue_index, order))[0]
+    with torch.no_grad():
+        ref = model(b.X, b.tokens, b.structure_mask, b.residue_index, order).numpy()
+    real = b.structure_mask.numpy() > 0
+    assert np.abs(got - ref)[real].max() < 1e-4

@@ -132,3 +132,72 @@ def test_activation_checkpointing_gives_the_same_gradients(batch, decoding):
     for (name, a), b in zip(plain.named_parameters(), ckpt.parameters(), strict=True):
         assert a.grad is not None, name
         torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4)
+
+
+# ProteinMPNN-compatible featurization (ModelConfig.featurization = "proteinmpnn"): the end-to-end
+# parity with upstream is tests/model/test_upstream_parity.py; these check its contract on any model.
+
+
+@pytest.mark.parametrize("length", [1, 3, 8, 9])  # shorter than, equal to and longer than k = 8
+def test_proteinmpnn_featurization_on_chains_shorter_than_k(length):
+    b = collate(synthetic_records(1, seed=3, min_length=20, max_length=40))
+    model = tiny("autoregressive", featurization="proteinmpnn")
+    logits = model(
+        b.X[:, :length], b.tokens[:, :length], b.mask[:, :length], b.residue_index[:, :length], torch.rand(1, length)
+    )
+    assert logits.shape == (1, length, 20) and torch.isfinite(logits).all()
+
+
+def test_proteinmpnn_featurization_padding_does_not_change_logits(records):
+    model = tiny("autoregressive", featurization="proteinmpnn")
+    shortest = min(records, key=len)
+    alone, padded = collate([shortest]), collate([shortest, max(records, key=len)])
+    n = alone.S.shape[1]
+    order = torch.rand(padded.S.shape)
+    a = model(alone.X, alone.tokens, alone.structure_mask, alone.residue_index, order[:1, :n])
+    p = model(padded.X, padded.tokens, padded.structure_mask, padded.residue_index, order)
+    torch.testing.assert_close(a[0], p[0, :n], atol=1e-5, rtol=0)
+
+
+def test_proteinmpnn_featurization_keeps_a_break_inside_its_chain():
+    """A C-N break (residue_index +2) stays in its chain with sequence-position offsets; a chain jump
+    (>= 100) and padding (>= 1000) start new chains; padding is not part of the record."""
+    ridx = torch.tensor([[0, 1, 2, 4, 5, 105, 106, 1106, 1107]])
+    assert ft.chain_ids(ridx).tolist() == [[0, 0, 0, 0, 0, 1, 1, 2, 2]]
+    assert ft.record_mask(ridx).tolist() == [[True] * 7 + [False] * 2]
+    E_idx = torch.arange(9).expand(1, 9, 9)
+    buckets = ft.relative_position_buckets_by_chain(ridx, E_idx, max_relative=32)
+    assert buckets[0, 2, 3] == 32 + 1  # across the break: offset 1 (positions), same chain
+    assert buckets[0, 4, 5] == 65 and buckets[0, 5, 6] == 33  # across chains; inside the second
+    segments = ft.relative_position_buckets(ridx, E_idx, max_relative=32)
+    assert segments[0, 2, 3] == 65  # our own rule: a break starts a segment
+
+
+def test_proteinmpnn_featurization_lets_unobserved_residues_in(records):
+    """Upstream's neighbour rule: fewer than k observed residues -> unobserved ones of the record
+    fill the list (masked in the encoder, read by the decoder); ours keeps only observed ones."""
+    b = collate([min(records, key=len)])
+    mask = b.structure_mask.clone()
+    mask[0, 6:] = 0  # 6 observed < k = 8
+    CA = b.X[:, :, 1]
+    E_idx, enc, dec, distance = ft.knn_graph_proteinmpnn(CA, mask, b.residue_index, k=8)
+    assert E_idx.shape == (1, mask.shape[1], 8)
+    row = 0
+    observed = int(mask[0].sum())
+    unobserved = mask[0, E_idx[0, row]] == 0
+    # every observed residue but perhaps the farthest (tied with the unobserved ones) is in the list
+    assert int(unobserved.sum()) in (8 - observed, 8 - observed + 1)
+    assert (enc[0, row][unobserved] == 0).all() and (dec[0, row] == 1).all()
+    farthest = (CA[0, :observed] - CA[0, row]).norm(dim=-1).max()
+    torch.testing.assert_close(distance[0, row][unobserved], farthest.expand(int(unobserved.sum())))
+    _, nb_mask = ft.knn_graph(CA, mask, k=8)
+    assert int(nb_mask[0, row].sum()) == 6
+
+
+def test_proteinmpnn_featurization_embeds_x():
+    model = tiny("autoregressive", featurization="proteinmpnn")
+    assert model.seq_embed.num_embeddings == 21
+    own = tiny("autoregressive")
+    assert own.seq_embed.num_embeddings == 20
+    S = torch.tensor([[0, 20, 5]])
+    assert own.tokens(S).tolist() == [[0, 0, 5]] and model.tokens(S).tolist() == [[0, 20, 5]]

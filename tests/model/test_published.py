@@ -10,8 +10,11 @@ first 20, X is dropped).
 Inputs: real chains of the bundled sample (read with numbering gaps filled by unobserved
 residues, as upstream's parser fills them): one with a chain break and 30 filled residues, one with
 a chain break and 8 filled residues, one with unobserved residues in one segment, and a two-chain
-complex built from two sample chains, padded into one batch. Upstream gets each segment as its
-own chain label (as its parser numbers chains); both get the same fixed decoding order.
+complex built from two sample chains, padded into one batch. Upstream gets the tensors its
+`tied_featurize` would build for them: chain labels by chain (a break stays inside its chain),
+residue_idx by sequence position, the observed mask and the tokens (X = 20); both get the same
+fixed decoding order. End to end from PDB/mmCIF files through upstream's own parser and
+featurizer: tests/model/test_upstream_parity.py.
 """
 
 from __future__ import annotations
@@ -74,14 +77,16 @@ def _upstream_logits(name: str, batch) -> torch.Tensor:
     net.eval()
     captured = {}
     net.W_out.register_forward_hook(lambda module, inputs, output: captured.setdefault("logits", output))
-    chain_labels = ft.segment_ids(batch.residue_index) + 1
+    chain_labels = ft.chain_ids(batch.residue_index) + 1
+    b, length = batch.mask.shape
+    positions = torch.arange(length).expand(b, length) + 100 * (chain_labels - 1)  # tied_featurize's residue_idx
     with torch.no_grad():
         net(
             batch.X,
-            batch.S,
-            batch.mask,
+            batch.tokens,
+            batch.structure_mask,
             torch.ones_like(batch.mask),
-            batch.residue_index,
+            positions,
             chain_labels,
             torch.zeros_like(batch.mask),
             use_input_decoding_order=True,
@@ -103,16 +108,16 @@ def test_imported_weights_give_upstream_logits(name, batch):
     assert provenance["source"] == name
     ranks = torch.argsort(_order(batch), dim=1).to(torch.float32)  # ours: rank of each position
     with torch.no_grad():
-        logits = ours(batch.X, batch.S, batch.mask, batch.residue_index, ranks)
+        logits = ours(batch.X, batch.tokens, batch.structure_mask, batch.residue_index, ranks)
     theirs = _upstream_logits(name, batch)
     assert theirs.shape[-1] == 21 and logits.shape[-1] == 20
-    observed = batch.mask > 0
+    observed = batch.structure_mask > 0
     diff = (logits - theirs[..., :20]).abs()[observed]
     assert float(diff.max()) <= 1e-4, f"{name}: max |ours - upstream| = {float(diff.max()):.2e}"
     # the comparison is not vacuous: the logits vary and a different order changes them
     assert float(logits[observed].std()) > 0.5
     with torch.no_grad():
-        reversed_order = ours(batch.X, batch.S, batch.mask, batch.residue_index, -ranks)
+        reversed_order = ours(batch.X, batch.tokens, batch.structure_mask, batch.residue_index, -ranks)
     assert float((reversed_order - logits).abs()[observed].max()) > 1e-2
 
 
