@@ -36,12 +36,22 @@ def allocator_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {"LD_PRELOAD": library, "MALLOC_CONF": JEMALLOC_CONF} if library else {}
 
 
+def is_invfold_command(argv0: str | None = None) -> bool:
+    """Whether this process is the `invfold` command itself (the console script, or `python -m
+    invfold...`), the only process a handler may replace."""
+    path = os.path.normpath(argv0 if argv0 is not None else (sys.argv[0] if sys.argv else ""))
+    name, parent = os.path.basename(path), os.path.basename(os.path.dirname(path))
+    return name == "invfold" or parent == "invfold"
+
+
 def reexec_under_jemalloc() -> None:
     """Replace this command's process by the same command under jemalloc (allocator_env), once;
     returns without doing anything when the allocator is already chosen or jemalloc is absent.
     Call it first thing in a CLI handler, before any work (the process starts over)."""
     extra = allocator_env()
     if not extra or os.environ.get(REEXEC_MARK) or not getattr(sys, "orig_argv", None):
+        return
+    if not is_invfold_command():  # called in-process (a test, a notebook): never replace the caller
         return
     sys.stdout.flush()
     sys.stderr.flush()
