@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     # every input judged before torch is imported: a mistake costs a fraction of a second
     cfg = from_args(DesignConfig, args)
     tracking = from_args(CommandTracking, args)
+    context = tracking.context()  # --experiment with nowhere to record: refused first
     check_model(cfg.model)
     storage.require_local(cfg.structure, "an existing structure file or folder")
     constraints = (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa_jsonl)
@@ -83,7 +84,6 @@ def run(args: argparse.Namespace) -> int:
             "structure), not in batch mode"
         )
     cfg.model = resolve_model(cfg.model, tracking.tracking_uri)
-    context = tracking.context()
     if context is None:
         return _design(cfg, args, to_stdout, report)
     from invfold.components.tracking import Tracker

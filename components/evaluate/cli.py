@@ -51,15 +51,15 @@ def run(args: argparse.Namespace) -> int:
     from invfold.options import from_args
 
     cfg = from_args(EvaluateConfig, args)  # inputs judged before torch is imported
+    tracking = from_args(CommandTracking, args)
+    context = tracking.context()  # --experiment with nowhere to record: refused first
     check_model(cfg.model_path, onnx=False)
     storage.require_local(cfg.data, "an existing prepared folder (invfold prep --out)")
-    tracking = from_args(CommandTracking, args)
     cfg.model_path = resolve_model(cfg.model_path, tracking.tracking_uri)
     check_model(cfg.model_path, onnx=False)  # a registered model without its checkpoint is ONNX only
     reexec_under_jemalloc()  # eager PyTorch without page faults on every large tensor (allocator.py)
     from invfold.components.evaluate.evaluate import evaluate
 
-    context = tracking.context()
     if context is None:
         metrics = evaluate(cfg)
     else:

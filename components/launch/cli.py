@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = from_args(TrainConfig, args, **chosen_settings(args))
     processes = from_args(LocalProcesses, args)
     tracking = from_args(CommandTracking, args)
+    context = tracking.context()  # --experiment with nowhere to record: refused first
     storage.require_local(cfg.data, "an existing prepared folder (invfold prep --out)")
     if cfg.init_from is not None:  # judged before torch is imported, then an MLflow URI downloaded
         check_model(cfg.init_from, "--init-from", onnx=False)
@@ -98,7 +99,6 @@ def run(args: argparse.Namespace) -> int:
         check_model(cfg.init_from, "--init-from", onnx=False)
         record_initial_preset(cfg, preset_given=given(args, "preset"))
     nproc = unmarked(processes.procs_per_node)
-    context = tracking.context()
     # a bad --model override or init_from fails in launch_local, before any process starts
     if context is None:
         code = launch_local(cfg, nproc, launcher=processes.launcher)

@@ -103,8 +103,10 @@ class ModelConfig:
         return config_from_dict(cls, {**dataclasses.asdict(PRESETS[name]), **overrides}, "model config")
 
     def preset_name(self, ignore: tuple[str, ...] = ()) -> str | None:
-        """The preset whose architecture this is (fields in `ignore`, e.g. dropout, not compared),
-        or None for an architecture of its own."""
+        """The preset whose architecture this is (fields in `ignore`, e.g. dropout, and the
+        featurization not compared: published ProteinMPNN weights are the `proteinmpnn` preset read
+        with upstream's featurization), or None for an architecture of its own."""
+        ignore = (*ignore, "featurization")  # how inputs become a graph, not the network's shape
         mine = {k: v for k, v in dataclasses.asdict(self).items() if k not in ignore}
         for name, preset in PRESETS.items():
             if mine == {k: v for k, v in dataclasses.asdict(preset).items() if k not in ignore}:

@@ -258,9 +258,4 @@ def preset_of(model_cfg: ModelConfig) -> str:
     """The preset a model's architecture is (fields a fine-tuning run may change ignored): what
     a fine-tuned run records as its preset, e.g. "proteinmpnn" for ProteinMPNN's published
     weights whatever `preset` said; "custom" when no preset matches."""
-
-    def architecture(cfg: ModelConfig) -> dict[str, Any]:
-        return {k: v for k, v in cfg.to_dict().items() if k not in FINE_TUNE_OVERRIDES}
-
-    mine = architecture(model_cfg)
-    return next((name for name, preset in PRESETS.items() if architecture(preset) == mine), "custom")
+    return model_cfg.preset_name(ignore=FINE_TUNE_OVERRIDES) or "custom"
