@@ -91,10 +91,14 @@ def test_a_wrong_suffix_is_refused_before_sampling(tmp_path, model):
     assert not (tmp_path / "d.fa").exists()
 
 
-def test_out_structure_in_batch_mode_is_refused(tmp_path):
+def test_out_structure_in_batch_mode_is_refused(tmp_path, monkeypatch):
+    """Judged once the model reference is (a missing model is refused first: tests/test_cli.py)."""
     import argparse
 
     from invfold.components.design import cli
+    from invfold.components.model import reference
+
+    monkeypatch.setattr(reference, "check_model", lambda *args, **kwargs: None)
 
     parser = argparse.ArgumentParser()
     cli.add_parser(parser.add_subparsers())
