@@ -37,7 +37,7 @@ def seeded_generator(seed: int, device) -> torch.Generator:
 def _greedy_noise(batch: Batch, seed: int, autoregressive: bool):
     """The decoding order and uniforms a greedy design of `batch` draws from seed (as sample())."""
     generator = seeded_generator(seed, batch.X.device)
-    return sampling_noise(_no_backbone(batch), autoregressive, generator)
+    return sampling_noise(torch.zeros_like(batch.mask, dtype=torch.bool), autoregressive, generator)
 
 
 def _no_backbone(batch: Batch) -> torch.Tensor:
@@ -86,8 +86,6 @@ def designs_of_batch(model, batch: Batch, seed: int, designs: int, temperature: 
                     temperature,
                     generator=generator,
                     encoded=encoded,
-                    fixed_mask=_no_backbone(batch),
-                    fixed_S=batch.tokens,
                 )
             )
         return out
@@ -103,8 +101,6 @@ def designs_of_batch(model, batch: Batch, seed: int, designs: int, temperature: 
         uniforms=torch.cat([u for _, u in noise]),
         encoded=encoded,
         structure_rows=torch.arange(b, device=batch.X.device).repeat(designs + 1),
-        fixed_mask=_no_backbone(batch).repeat(designs + 1, 1),
-        fixed_S=batch.tokens.repeat(designs + 1, 1),
     )
     return list(S.split(b))
 

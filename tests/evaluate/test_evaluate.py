@@ -260,11 +260,3 @@ def test_greedy_and_diversity_designs_decoded_together_equal_separate_sample_cal
     for j, row in enumerate(rows):
         assert np.array_equal(scores.designed[row], greedy[j, : int(batch.lengths[j])].numpy())
     assert any(not np.array_equal(scores.samples[r][0], scores.samples[r][1]) for r in rows)
-
-
-def test_a_subset_equal_to_the_test_set_reports_the_test_figures(prepared, model_path, tmp_path):
-    """Every test chain of the sample is single-chain: test_single_chain is the test set itself."""
-    metrics = evaluate(EvaluateConfig(model_path=model_path, data=prepared, out=str(tmp_path), designs_per_protein=0))
-    test = open_prepared(prepared).open("test")
-    assert all(test[i].num_chains == 1 for i in range(len(test)))
-    assert metrics["datasets"]["test_single_chain"] == metrics["datasets"]["test"]
