@@ -32,6 +32,7 @@ from invfold.components.design.design import (
     check_backend,
     design_record,
     load_backend,
+    memory_guard,
     write_fasta,
 )
 from invfold.components.design.score import ScoreConfig, score_sequence
@@ -181,6 +182,8 @@ def design_batch(
         for record in records:
             try:
                 designs = design_record(backend, record, cfg)
+                with memory_guard(record):
+                    scores = score_designs(backend, record, designs, score_orders, cfg.seed) if score_orders else {}
             except InvfoldError as err:
                 summary.skipped.append(Skipped(record.name, getattr(err, "reason", "design_error"), str(err)))
                 advance(record.name)
@@ -188,7 +191,6 @@ def design_batch(
             summary.designed += 1
             summary.designs += len(designs)
             if to_jsonl:
-                scores = score_designs(backend, record, designs, score_orders, cfg.seed) if score_orders else {}
                 lines.extend(json.dumps(design_row(d, model, scores.get(d.index))) for d in designs)
             else:
                 path = out / f"{safe_name(record.name)}.fasta"

@@ -116,9 +116,16 @@ class DesignConfig:
         "per design: designs.pdb -> designs_0.pdb, designs_1.pdb, ... (.cif for mmCIF)",
         metavar="FILE",
     )
+    max_length: int = option(
+        10_000,
+        "longest record designed, in residues (the neighbour search's memory grows with the square of the "
+        "length); longer records are refused (a batch counts them as skipped: too_long)",
+    )
     threads: int | None = option(None, "CPU threads")
 
     def __post_init__(self):
+        if self.max_length < 1:
+            raise ConfigError(f"DesignConfig.max_length: expected >= 1, got {self.max_length!r}")
         if self.num_sequences < 1:
             raise ConfigError(f"DesignConfig.num_sequences: expected >= 1, got {self.num_sequences!r}")
         self.temperature = parse_temperatures(self.temperature)
@@ -189,9 +196,10 @@ class ScoreConfig:
     )
     batch_size: int = option(8, "decoding orders per model run")
     seed: int = option(0, "order k is drawn from seed + k")
+    max_length: int = option(10_000, "longest record scored, in residues (memory grows with the square of the length)")
     threads: int | None = option(None, "CPU threads")
 
     def __post_init__(self):
-        for name in ("num_orders", "batch_size"):
+        for name in ("num_orders", "batch_size", "max_length"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"ScoreConfig.{name}: expected >= 1, got {getattr(self, name)!r}")

@@ -6,6 +6,7 @@ positions as in the output FASTA), whatever the file's own residue numbering.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -29,7 +30,7 @@ from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA
 from invfold.components.protein.batch import Batch, collate
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
-from invfold.errors import ConfigError
+from invfold.errors import ConfigError, InputError
 from invfold.progress import progress
 
 log = logging.getLogger(__name__)
@@ -204,6 +205,48 @@ def design(cfg: DesignConfig) -> list[Design]:
     return designs
 
 
+def check_length(record: ChainRecord, max_length: int, limit_name: str = "DesignConfig.max_length") -> None:
+    """Refuse a record the network would need unbounded memory for (one-line InputError `too_long`)."""
+    if len(record) > max_length:
+        raise InputError(
+            record.source or record.name,
+            f"record '{record.name}'",
+            "length",
+            f"at most {max_length:,} residues (limit {limit_name}: memory grows with the square of the length)",
+            f"{len(record):,} residues",
+            reason="too_long",
+            name=record.name,
+        )
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Python's MemoryError, or PyTorch's allocator failing (a RuntimeError on CPU, OutOfMemoryError on GPU)."""
+    if isinstance(err, MemoryError):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())
+
+
+@contextlib.contextmanager
+def memory_guard(record: ChainRecord):
+    """Running out of memory on one record is that record's InputError (`out_of_memory`, exit 2; a
+    batch counts it as skipped), never a traceback that ends the whole shard."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as err:
+        if not is_out_of_memory(err):
+            raise
+        raise InputError(
+            record.source or record.name,
+            f"record '{record.name}'",
+            None,
+            f"a record this process can design in its memory ({len(record):,} residues)",
+            f"{type(err).__name__}: {str(err).splitlines()[0][:160]}",
+            reason="out_of_memory",
+            name=record.name,
+        ) from None
+
+
 def check_backend(backend: TorchBackend | OnnxBackend, cfg: DesignConfig) -> None:
     """Options the model cannot honour, refused before any record is read."""
     if cfg.fixed_positions and not backend.cfg.autoregressive:
@@ -220,12 +263,14 @@ def design_record(
     """cfg.num_sequences designs of one record at each temperature of cfg.temperature (or at
     `temperature` alone) with a loaded backend; writes nothing. Samples are numbered on across
     temperatures; sample i of every temperature uses seed cfg.seed + i."""
+    check_length(record, cfg.max_length)
     temperatures = cfg.temperature if temperature is None else [temperature]
     designs: list[Design] = []
-    for t in temperatures:
-        for d in _design_at(backend, record, cfg, t):
-            d.index = len(designs)
-            designs.append(d)
+    with memory_guard(record):
+        for t in temperatures:
+            for d in _design_at(backend, record, cfg, t):
+                d.index = len(designs)
+                designs.append(d)
     return designs
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from invfold.components.design.config import ScoreConfig
-from invfold.components.design.design import OnnxBackend, TorchBackend, select_record
+from invfold.components.design.design import OnnxBackend, TorchBackend, check_length, memory_guard, select_record
 from invfold.components.design.fasta import FastaEntry, read_fasta
 from invfold.components.design.positions import chain_of, chain_positions, selected_chains
 from invfold.components.model.network import random_decoding_order
@@ -76,6 +76,7 @@ def score(cfg: ScoreConfig) -> list[Score]:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     record = select_record(cfg.structure, cfg.name, cfg.chain, complexes=bool(cfg.score_chains))
+    check_length(record, cfg.max_length, "ScoreConfig.max_length")
     chains = chain_positions(record)
     scored_chains = selected_chains(chains, cfg.score_chains, "ScoreConfig.score_chains")
     in_scored = torch.from_numpy(np.isin(chain_of(chains, len(record)), scored_chains).astype(bool))
@@ -89,7 +90,8 @@ def score(cfg: ScoreConfig) -> list[Score]:
     results = []
     with progress(len(entries), f"score {record.name}", unit="sequences") as advance:
         for entry in entries:
-            results.append(_score_entry(backend, record, entry, in_scored, orders, cfg))
+            with memory_guard(record):
+                results.append(_score_entry(backend, record, entry, in_scored, orders, cfg))
             advance(1, entry.name)
     write_scores(cfg.out, results)
     return results

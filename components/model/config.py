@@ -14,6 +14,36 @@ FEATURIZATIONS = ("invfold", "proteinmpnn")
 
 
 @dataclass(frozen=True)
+class ModelLimits:
+    """The largest network a config may describe: a model file carries its config, and a 1.7 KB file
+    declaring hidden=65536 would otherwise have the loader allocate 17 GB per weight matrix
+    before its weights are looked at (issue 23). Each bound is far above every preset and every
+    published architecture (hidden 128, 10 layers, k 48, 16 RBFs, relative positions 32, 3-linear
+    messages); the loader also checks the file's tensors against the config on PyTorch's meta
+    device before anything is allocated (components/model/io.py)."""
+
+    max_hidden: int = 2048
+    max_layers: int = 64
+    max_k_neighbors: int = 256
+    max_num_rbf: int = 256
+    max_relative_position: int = 1024
+    max_message_mlp_layers: int = 16
+
+
+MODEL_LIMITS = ModelLimits()
+# ModelConfig field -> the ModelLimits field that bounds it
+_BOUNDED = {
+    "hidden": "max_hidden",
+    "encoder_layers": "max_layers",
+    "decoder_layers": "max_layers",
+    "k_neighbors": "max_k_neighbors",
+    "num_rbf": "max_num_rbf",
+    "max_relative_position": "max_relative_position",
+    "message_mlp_layers": "max_message_mlp_layers",
+}
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """Shape of the network; everything needed to rebuild it travels with a saved model.
 
@@ -67,8 +97,15 @@ class ModelConfig:
         for name, value in positive.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"ModelConfig.{name}: expected a positive int, got {value!r}")
-        if not isinstance(self.decoder_layers, int) or self.decoder_layers < 0:
+        if not isinstance(self.decoder_layers, int) or isinstance(self.decoder_layers, bool) or self.decoder_layers < 0:
             raise ConfigError(f"ModelConfig.decoder_layers: expected an int >= 0, got {self.decoder_layers!r}")
+        for name, limit_name in _BOUNDED.items():
+            limit = getattr(MODEL_LIMITS, limit_name)
+            value = getattr(self, name)
+            if value > limit:
+                raise ConfigError(
+                    f"ModelConfig.{name}: expected at most {limit} (ModelLimits.{limit_name}), got {value!r}"
+                )
         if self.decoding not in DECODING_MODES:
             raise ConfigError(f"ModelConfig.decoding: expected one of {DECODING_MODES}, got {self.decoding!r}")
         if self.decoding == "autoregressive" and self.decoder_layers < 1:

@@ -42,6 +42,31 @@ def check_finite(state: dict[str, torch.Tensor], source: str) -> None:
         )
 
 
+def check_state_matches(cfg: ModelConfig, state, source: str) -> None:
+    """The file's tensors are exactly what its config's network holds (names and shapes), judged on
+    PyTorch's meta device (no memory): a config that asks for more than the file carries is
+    refused before the network is built (issue 23: 1.7 KB declaring hidden=65536)."""
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise InputError(source, None, "state_dict", "a mapping of names to tensors", type(state).__name__,
+                         reason="invalid_model")  # fmt: skip
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in InverseFoldingModel(cfg).state_dict().items()}
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(state) if tuple(state[k].shape) != expected[k])
+    if missing or unexpected or wrong:
+        first = (
+            f"'{missing[0]}' missing ({len(missing)} in all)"
+            if missing
+            else f"'{unexpected[0]}' not in the network ({len(unexpected)} in all)"
+            if unexpected
+            else f"'{wrong[0]}' of shape {tuple(state[wrong[0]].shape)}, the config's network has {expected[wrong[0]]}"
+        )
+        raise InputError(
+            source, None, "state_dict", "the tensors of the network its config describes", first, reason="invalid_model"
+        )
+
+
 def model_payload(model: InverseFoldingModel, provenance: dict | None = None) -> dict:
     """What save_model writes (fp32 CPU tensors), e.g. for embedding in a training checkpoint;
     `provenance` (plain values: where the weights came from) travels along, unread by loading."""
@@ -66,9 +91,11 @@ def model_from_payload(payload: dict, source: str = "<memory>") -> InverseFoldin
         cfg = ModelConfig.from_dict(payload["config"])
     except (TypeError, ValueError) as err:
         raise InputError(source, None, "config", "a valid model config", err, reason="invalid_model") from None
-    check_finite(payload["state_dict"], source)
+    state = payload.get("state_dict")
+    check_state_matches(cfg, state, source)
+    check_finite(state, source)
     model = InverseFoldingModel(cfg)
-    model.load_state_dict(payload["state_dict"])
+    model.load_state_dict(state)
     model.eval()
     return model
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 from invfold import storage
 from invfold.components.protein.alphabet import ALPHABET
+from invfold.components.protein.limits import DEFAULT_LIMITS, ReadLimits
 from invfold.errors import ConfigError
 from invfold.options import check_choices, option
 
@@ -44,6 +45,10 @@ class PrepConfig:
         Without complexes, prep's own split still keeps the chains of one entry in one split.
     batch_rows/batch_bytes: rows per Arrow record batch are flushed at whichever comes first;
         memory is bounded by these (times the number of datasets), not by the input size.
+    max_line_bytes/max_file_bytes/max_numbering_span: what one input may make the readers allocate
+        (protein/limits.py, whose defaults these are): a longer chain-set line or a chain numbered
+        across a wider span is a counted skip (`line_too_long`, `numbering_span`); a file read whole
+        (structure, TS50 list, split file) larger once decompressed is an InputError (`too_large`).
     """
 
     input: str = option(positional=True, help="protein set path or URI")
@@ -86,6 +91,17 @@ class PrepConfig:
     batch_rows: int = option(1024, "rows per Arrow record batch (memory bound)")
     batch_bytes: int = option(32 * 2**20, "bytes per Arrow record batch (memory bound)")
     log_every: int = option(5000, "records between progress lines")
+    max_line_bytes: int = option(
+        DEFAULT_LIMITS.max_line_bytes, "longest chain-set line read, in bytes (longer lines are skipped)"
+    )
+    max_file_bytes: int = option(
+        DEFAULT_LIMITS.max_file_bytes,
+        "largest file read whole (structure file, TS50 list, split file), in bytes once decompressed",
+    )
+    max_numbering_span: int = option(
+        DEFAULT_LIMITS.max_numbering_span,
+        "most residues a structure chain's numbering may span, gaps included (wider chains are skipped)",
+    )
 
     def __post_init__(self):
         self.input, self.out = str(self.input), str(self.out)
@@ -122,6 +138,11 @@ class PrepConfig:
             raise ConfigError(f"identity_threshold must be in (0, 1), got {self.identity_threshold}")
         if self.batch_rows < 1 or self.batch_bytes < 1 or self.log_every < 1:
             raise ConfigError("batch_rows, batch_bytes and log_every must be positive")
+        self.read_limits()  # each bound judged here, before anything is read
+
+    def read_limits(self) -> ReadLimits:
+        """The readers' bounds (protein/limits.py) these options set."""
+        return ReadLimits(self.max_line_bytes, self.max_file_bytes, self.max_numbering_span)
 
     def options(self) -> dict:
         """The options as written into the card (JSON-ready)."""

@@ -220,7 +220,7 @@ def _with_progress(items: Iterable, label: str, log_every: int) -> Iterator:
 def _read_splits(cfg: PrepConfig) -> tuple[dict[str, list[str]] | None, dict[str, list[str]]]:
     splits = None
     if cfg.split_file:
-        parsed = read_split_file(cfg.split_file)
+        parsed = read_split_file(cfg.split_file, cfg.read_limits())
         if not parsed.splits:
             raise InputError(
                 cfg.split_file,
@@ -233,7 +233,7 @@ def _read_splits(cfg: PrepConfig) -> tuple[dict[str, list[str]] | None, dict[str
         splits = parsed.splits
     subsets: dict[str, list[str]] = {}
     for path in cfg.subset_files:
-        parsed = read_split_file(path)
+        parsed = read_split_file(path, cfg.read_limits())
         if parsed.splits or not parsed.subsets:
             raise InputError(
                 path,
@@ -265,7 +265,9 @@ def _make_split(cfg: PrepConfig) -> tuple[dict[str, str], dict, dict[str, splitt
     clusters: dict[str, str | None] = {}
     multi_chain: set[str] = set()
     for item in _with_progress(
-        read_protein_set(cfg.input, strict=cfg.strict, complexes=cfg.complexes), "prep: pass 1 (split)", cfg.log_every
+        read_protein_set(cfg.input, strict=cfg.strict, complexes=cfg.complexes, limits=cfg.read_limits()),
+        "prep: pass 1 (split)",
+        cfg.log_every,
     ):
         record = screen.check(item)
         if record is not None:
@@ -274,6 +276,8 @@ def _make_split(cfg: PrepConfig) -> tuple[dict[str, str], dict, dict[str, splitt
             clusters[record.name] = record.cluster
             if record.num_chains > 1:
                 multi_chain.add(record.name)
+    if not seqs:  # nothing to split (a clustering tool would fail on an empty input, not say why)
+        raise _nothing_kept(cfg, screen)
     method = splitting.choose_method(cfg.split_by, [(topologies[n], clusters[n]) for n in seqs])
     tool = splitting.resolve_tool(cfg.identity_tool)
     if method == "cath":
@@ -443,7 +447,9 @@ def _write_shards(cfg: PrepConfig, plan: _SplitPlan, staging: Path, collect_exte
     collect_identity = plan.splits is None or cfg.check_identity
     written = _Written(screen, writers, CompositionStats(), 0, {}, {}, {})
     for item in _with_progress(
-        read_protein_set(cfg.input, strict=cfg.strict, complexes=cfg.complexes), "prep", cfg.log_every
+        read_protein_set(cfg.input, strict=cfg.strict, complexes=cfg.complexes, limits=cfg.read_limits()),
+        "prep",
+        cfg.log_every,
     ):
         record = screen.check(item)
         if record is None:
@@ -483,15 +489,19 @@ def _write_shards(cfg: PrepConfig, plan: _SplitPlan, staging: Path, collect_exte
             f"records do not reconcile: read {screen.read} != kept {written.kept} + skipped {screen.skipped}"
         )
     if written.kept == 0:
-        raise InputError(
-            cfg.input,
-            None,
-            None,
-            "at least one chain passing the checks",
-            f"none of {screen.read} records ({dict(screen.reader_skips + screen.filtered)})",
-            reason="nothing_kept",
-        )
+        raise _nothing_kept(cfg, screen)
     return written
+
+
+def _nothing_kept(cfg: PrepConfig, screen: _Screen) -> InputError:
+    return InputError(
+        cfg.input,
+        None,
+        None,
+        "at least one chain passing the checks",
+        f"none of {screen.read} records ({dict(screen.reader_skips + screen.filtered)})",
+        reason="nothing_kept",
+    )
 
 
 def _check_split(cfg: PrepConfig, plan: _SplitPlan, written: _Written, reference) -> None:

@@ -19,7 +19,8 @@ wherever they are in the file, are joined into one complex record named "1abc"
 
 Policy (see errors.py): a missing, empty or corrupt-gzip file raises InputError; a bad line is a
 Skip (reasons: invalid_json, not_an_object, missing_field, wrong_type, wrong_shape,
-length_mismatch, empty_chain) or an InputError with strict=True.
+length_mismatch, empty_chain; line_too_long past `limits.max_line_bytes`, read past without
+holding it; out_of_memory) or an InputError with strict=True.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from invfold import storage
 from invfold.components.protein.alphabet import UNKNOWN
 from invfold.components.protein.complexes import group_chain_set, join_chains, split_complex
 from invfold.components.protein.errors import InputError, Skip
+from invfold.components.protein.limits import DEFAULT_LIMITS, ReadLimits
 from invfold.components.protein.record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
 
 KNOWN_KEYS = {"name", "seq", "coords", "num_chains", "CATH", "cluster"}
@@ -44,11 +46,11 @@ NAN_TRIPLE = [math.nan] * 3
 
 
 def read_chain_set(
-    path: str | os.PathLike, strict: bool = False, complexes: bool = False
+    path: str | os.PathLike, strict: bool = False, complexes: bool = False, limits: ReadLimits = DEFAULT_LIMITS
 ) -> Iterator[ChainRecord | Skip]:
     """Yield one ChainRecord (or Skip) per non-blank line, in file order; with complexes=True the
     lines of one entry as one complex record (see the module docstring)."""
-    records = _read_lines(path, strict)
+    records = _read_lines(path, strict, limits)
     if complexes:
         yield from group_chain_set(records)
         return
@@ -59,18 +61,23 @@ def read_chain_set(
             yield record
 
 
-def _read_lines(path: str | os.PathLike, strict: bool) -> Iterator[ChainRecord | Skip]:
+def _read_lines(path: str | os.PathLike, strict: bool, limits: ReadLimits) -> Iterator[ChainRecord | Skip]:
     records = 0
     with storage.open_binary(path) as stream:
         lineno = 0
         try:
-            for raw in stream:
+            for raw in storage.read_lines(stream, limits.max_line_bytes):
                 lineno += 1
-                if raw.isspace():
+                if raw is not None and raw.isspace():
                     continue
                 records += 1
                 try:
-                    record = parse_line(raw, path, lineno)
+                    if raw is None:
+                        raise storage.too_large(path, lineno, limits.max_line_bytes, "max_line_bytes", "a line")
+                    try:
+                        record = parse_line(raw, path, lineno)
+                    except MemoryError:
+                        raise storage.out_of_memory(path, lineno) from None
                 except InputError as err:
                     if strict:
                         raise

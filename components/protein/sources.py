@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from invfold import storage
 from invfold.components.protein.errors import InputError, Skip
 from invfold.components.protein.jsonl import read_chain_set
+from invfold.components.protein.limits import DEFAULT_LIMITS, ReadLimits
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.structure import read_structures
 from invfold.components.protein.ts50 import read_ts50
@@ -38,12 +39,12 @@ def reader_for(uri: str | os.PathLike) -> Reader:
 
 
 def read_protein_set(
-    uri: str | os.PathLike, strict: bool = False, complexes: bool = False
+    uri: str | os.PathLike, strict: bool = False, complexes: bool = False, limits: ReadLimits = DEFAULT_LIMITS
 ) -> Iterator[ChainRecord | Skip]:
     """Records (and Skips) from any supported protein set; see the module docstring. complexes:
     the chains of one entry as one complex record (structure files, chain sets; a TS50 list has
-    single chains)."""
+    single chains). limits: what one input may make a reader allocate (limits.py)."""
     reader = reader_for(uri)
     if reader is read_ts50:
-        return reader(uri, strict=strict)
-    return reader(uri, strict=strict, complexes=complexes)
+        return reader(uri, strict=strict, limits=limits)
+    return reader(uri, strict=strict, complexes=complexes, limits=limits)

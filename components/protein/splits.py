@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from invfold import storage
 from invfold.components.protein.errors import InputError
+from invfold.components.protein.limits import DEFAULT_LIMITS, ReadLimits
 
 SPLIT_NAMES = ("train", "validation", "test")
 SUBSET_PREFIX = "test_split_"
@@ -39,8 +40,8 @@ def subset_name(path: str | os.PathLike) -> str:
     return stem[len(SUBSET_PREFIX) :] if stem.startswith(SUBSET_PREFIX) and len(stem) > len(SUBSET_PREFIX) else stem
 
 
-def read_split_file(path: str | os.PathLike) -> SplitFile:
-    content = storage.load_json(path)
+def read_split_file(path: str | os.PathLike, limits: ReadLimits = DEFAULT_LIMITS) -> SplitFile:
+    content = storage.load_json(path, limits.max_file_bytes)
     if not isinstance(content, dict) or not set(content) & set(SPLIT_NAMES):
         got = f"keys {sorted(content)}" if isinstance(content, dict) else type(content).__name__
         raise InputError(

@@ -24,7 +24,10 @@ residue_index jumping by 100 between chains). Force-field names of standard resi
 
 Policy (see errors.py): a single file that is unreadable, holds no atoms, or has no protein chain
 raises InputError. Inside a folder such a file is one Skip (reasons unreadable_structure,
-not_a_structure, no_protein_chain), or an InputError with strict=True; an empty folder raises.
+not_a_structure, no_protein_chain, too_large, out_of_memory), or an InputError with strict=True;
+an empty folder raises. Bounds (limits.py): a file over `max_file_bytes` once decompressed is
+`too_large`; a chain whose numbering spans more than `max_numbering_span` residues (a residue
+numbered 10^9 would fill a billion-residue gap) is a `numbering_span` skip.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from invfold import storage
 from invfold.components.protein.alphabet import THREE_TO_ONE, UNKNOWN
 from invfold.components.protein.complexes import join_chains
 from invfold.components.protein.errors import InputError, Skip
+from invfold.components.protein.limits import DEFAULT_LIMITS, ReadLimits
 from invfold.components.protein.record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
 
 # Simulation force fields name protonation states of standard residues differently (CHARMM HSD,
@@ -73,12 +77,12 @@ STRUCTURE_PATTERNS = tuple(f"*.{ext}{gz}" for ext in ("pdb", "ent", "cif", "mmci
 
 
 def read_structures(
-    path: str | os.PathLike, strict: bool = False, complexes: bool = False
+    path: str | os.PathLike, strict: bool = False, complexes: bool = False, limits: ReadLimits = DEFAULT_LIMITS
 ) -> Iterator[ChainRecord | Skip]:
     """Every protein chain of one structure file, or of every structure file in a folder (sorted);
     with complexes=True one complex record per file."""
     if is_structure_name(path) or not storage.is_dir(path):
-        yield from read_structure(path, strict, complexes)
+        yield from read_structure(path, strict, complexes, limits)
         return
     files = storage.list_files(path, STRUCTURE_PATTERNS)
     if not files:
@@ -92,7 +96,10 @@ def read_structures(
         )
     for file in files:
         try:
-            chains = list(read_structure(file, strict, complexes))
+            try:
+                chains = list(read_structure(file, strict, complexes, limits))
+            except MemoryError:
+                raise storage.out_of_memory(file, None) from None
         except InputError as err:
             if strict:
                 raise
@@ -106,30 +113,38 @@ def is_structure_name(path: str | os.PathLike) -> bool:
 
 
 def read_structure(
-    path: str | os.PathLike, strict: bool = False, complexes: bool = False
+    path: str | os.PathLike, strict: bool = False, complexes: bool = False, limits: ReadLimits = DEFAULT_LIMITS
 ) -> Iterator[ChainRecord | Skip]:
     """The protein chains of one PDB/mmCIF file (first model); a protein chain with no standard or
     modified amino acid (e.g. all UNK) is a Skip, or an InputError with strict=True. With
     complexes=True the kept chains come as one complex record (Skips still come one by one)."""
-    structure = _parse(path)
+    try:
+        structure = _parse(path, limits)
+    except MemoryError:
+        raise storage.out_of_memory(path, None) from None
     name = storage.strip_gz(storage.basename(path)).rsplit(".", 1)[0]
     chains = [(chain.name or BLANK_CHAIN_ID, chain.get_polymer()) for chain in structure[0]]
     chains = [(cid, poly) for cid, poly in chains if _is_protein(poly)]
     records: list[ChainRecord | Skip] = []
     for chain_id, polymer in chains:
         try:
-            records.append(_record(path, name, chain_id, polymer, len(chains), _full_sequence(structure, polymer)))
+            try:
+                full = _full_sequence(structure, polymer)
+                records.append(_record(path, name, chain_id, polymer, len(chains), full, limits))
+            except MemoryError:
+                raise storage.out_of_memory(path, f"chain '{chain_id}'", f"{name}.{chain_id}") from None
         except InputError as err:
             if strict:
                 raise
             records.append(Skip.from_error(err))
     if not any(isinstance(r, ChainRecord) for r in records):
+        skipped = next((r for r in records if isinstance(r, Skip)), None)
         raise InputError(
             path,
             None,
             None,
             "at least one protein chain with standard residues",
-            "none in the first model",
+            "none in the first model" + (f" (skipped: {skipped.reason}: {skipped.message})" if skipped else ""),
             reason="no_protein_chain",
         )
     if complexes:
@@ -140,10 +155,10 @@ def read_structure(
     yield from records
 
 
-def _parse(path):
+def _parse(path, limits: ReadLimits):
     import gemmi
 
-    data = storage.read_bytes(path)
+    data = storage.read_bytes(path, limits.max_file_bytes)
     if not data.strip():
         raise InputError(path, None, None, "a PDB or mmCIF file", "an empty file", reason="empty_file")
     lower = storage.strip_gz(storage.basename(path).lower())
@@ -192,7 +207,9 @@ def _full_sequence(structure, polymer) -> list[str] | None:
     return [gemmi.Entity.first_mon(name) for name in entity.full_sequence]
 
 
-def _record(path, stem: str, chain_id: str, polymer, num_chains: int, full_sequence=None) -> ChainRecord:
+def _record(
+    path, stem: str, chain_id: str, polymer, num_chains: int, full_sequence=None, limits: ReadLimits = DEFAULT_LIMITS
+) -> ChainRecord:
     letters, coords, numbers, label_seq = [], [], [], []
     modified, unknown = Counter(), Counter()
     for residue in polymer:
@@ -233,7 +250,21 @@ def _record(path, stem: str, chain_id: str, polymer, num_chains: int, full_seque
         gap_letters = [residue_letter(name) or UNKNOWN for name in full_sequence[positions[0] - 1 : positions[-1]]]
         seq, coords, filled = fill_numbering_gaps(seq, coords, positions, gap_letters)
     else:
-        seq, coords, filled = fill_numbering_gaps(seq, coords, increasing_numbering(numbers))
+        numbering = increasing_numbering(numbers)
+        span = int(numbering[-1]) - int(numbering[0]) + 1
+        if span > limits.max_numbering_span:
+            raise InputError(
+                path,
+                f"chain '{chain_id}'",
+                "residue numbers",
+                f"a numbering span of at most {limits.max_numbering_span:,} residues "
+                "(limit max_numbering_span; prep: --max-numbering-span)",
+                f"{len(numbers)} residues numbered {numbers[0]}..{numbers[-1]} after insertion codes "
+                f"({span:,} residues with the gaps filled)",
+                reason="numbering_span",
+                name=f"{stem}.{chain_id}",
+            )
+        seq, coords, filled = fill_numbering_gaps(seq, coords, numbering)
     extra = {}
     if modified:
         extra["modified"] = dict(sorted(modified.items()))
@@ -289,7 +320,7 @@ def residue_letter(name: str) -> str | None:
 def increasing_numbering(numbers: list[int]) -> np.ndarray:
     """Author numbers shifted by the least offset that keeps them strictly increasing: insertion
     codes (52, 52A, 52B, 53 -> 52, 53, 54, 55) and restarts become consecutive, gaps stay gaps."""
-    index = np.empty(len(numbers), dtype=np.int32)
+    index = np.empty(len(numbers), dtype=np.int64)
     offset = 0
     previous = None
     for i, number in enumerate(numbers):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import gzip
+import io
 import json
 import logging
 import os
@@ -117,7 +118,8 @@ def _open_raw(uri: str | os.PathLike) -> Iterator[BinaryIO]:
     try:
         if is_remote(uri):
             fs, path = filesystem(uri)
-            handle = fs.open(path, "rb")
+            # buffered like a local file: fsspec's own readline takes no size (read_lines needs one)
+            handle = io.BufferedReader(fs.open(path, "rb"))
         else:
             handle = open(_local_path(uri), "rb")
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
@@ -146,13 +148,55 @@ def gzip_error(uri: str | os.PathLike, err: Exception) -> InputError:
     )
 
 
-def read_bytes(uri: str | os.PathLike) -> bytes:
-    """The whole (decompressed) content; a damaged gzip becomes an InputError."""
+def read_bytes(uri: str | os.PathLike, limit: int | None = None, limit_name: str = "max_file_bytes") -> bytes:
+    """The whole (decompressed) content; a damaged gzip becomes an InputError. With `limit`, a
+    content longer than that many bytes is refused (InputError `too_large`, naming the limit)
+    after reading at most limit + 1 of them, so a small gzip cannot expand into all memory."""
     with open_binary(uri) as stream:
         try:
-            return stream.read()
+            data = stream.read() if limit is None else stream.read(limit + 1)
         except GZIP_ERRORS as err:
             raise gzip_error(uri, err) from None
+        except MemoryError:
+            raise out_of_memory(uri, None) from None
+    if limit is not None and len(data) > limit:
+        raise too_large(uri, None, limit, limit_name, "a file")
+    return data
+
+
+def too_large(uri: str | os.PathLike, line: int | None, limit: int, limit_name: str, what: str) -> InputError:
+    """An input over a size bound (src/invfold's readers and components/protein/limits.py)."""
+    return InputError(
+        uri,
+        line,
+        None,
+        f"{what} of at most {limit:,} bytes (limit {limit_name}; prep: --{limit_name.replace('_', '-')})",
+        f"more than {limit:,} bytes",
+        reason="too_large" if line is None else "line_too_long",
+    )
+
+
+def out_of_memory(uri: str | os.PathLike, line: int | str | None, name: str | None = None) -> InputError:
+    """Reading one file or record ran out of memory: a counted skip or a one-line error, never a
+    MemoryError traceback that ends the whole step."""
+    return InputError(
+        uri, line, None, "an input that fits in this process's memory", "MemoryError", reason="out_of_memory", name=name
+    )
+
+
+def read_lines(stream: BinaryIO, limit: int) -> Iterator[bytes | None]:
+    """Each line of a binary stream (newline kept), or None for a line longer than `limit` bytes:
+    such a line is read past in chunks of at most `limit` bytes, never held whole."""
+    while True:
+        raw = stream.readline(limit + 1)
+        if not raw:
+            return
+        if len(raw) <= limit:
+            yield raw
+            continue
+        while raw and not raw.endswith(b"\n"):
+            raw = stream.readline(limit + 1)
+        yield None
 
 
 def is_dir(uri: str | os.PathLike) -> bool:
@@ -206,9 +250,10 @@ def too_deep(path: str | os.PathLike, line: int | None) -> InputError:
     )
 
 
-def load_json(path: str | os.PathLike):
-    """The whole file decoded (gzip detected, BOM tolerated); empty or invalid JSON raises."""
-    data = read_bytes(path)
+def load_json(path: str | os.PathLike, limit: int | None = None):
+    """The whole file decoded (gzip detected, BOM tolerated); empty or invalid JSON raises, and so
+    does a file over `limit` bytes (see read_bytes) or one whose decoding runs out of memory."""
+    data = read_bytes(path, limit)
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     if not data.strip():
@@ -217,6 +262,8 @@ def load_json(path: str | os.PathLike):
         return json.loads(data)
     except RecursionError:
         raise too_deep(path, None) from None
+    except MemoryError:
+        raise out_of_memory(path, None) from None
     except ValueError as err:
         where = err.lineno if isinstance(err, json.JSONDecodeError) else None
         detail = err.msg if isinstance(err, json.JSONDecodeError) else str(err)

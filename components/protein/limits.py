@@ -1,0 +1,42 @@
+"""How much one input may make a reader allocate: a few bytes of input must never ask for
+gigabytes (issue 23: a residue numbered 10^9, a 0.2 MB gzip holding one 256 MB line).
+
+Each bound is a field of prep's config (`PrepConfig.max_line_bytes`, `max_file_bytes`,
+`max_numbering_span`: `invfold prep --max-line-bytes ...`) whose default is here, so every
+other reader (design, score, export's sample) gets the same bounds. What is over a bound is
+refused before it is allocated: a chain-set line or a chain is a counted skip (`line_too_long`,
+`numbering_span`), a whole file a one-line InputError (`too_large`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from invfold.errors import ConfigError
+
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """max_line_bytes: longest chain-set line (a 500-residue CATH line is about 60 KB; 16 MiB
+        holds a chain of about 150,000 residues).
+    max_file_bytes: largest file read whole, counted after decompression (structure files, TS50
+        lists, split files; the largest PDB entries' mmCIF files are under 256 MiB).
+    max_numbering_span: most residues a chain's numbering may span from its first to its last
+        residue (gaps are filled with residues without coordinates; titin, the longest known
+        chain, has about 35,000).
+    """
+
+    max_line_bytes: int = 16 * MIB
+    max_file_bytes: int = 256 * MIB
+    max_numbering_span: int = 100_000
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{f.name}: expected a positive integer, got {value!r}")
+
+
+DEFAULT_LIMITS = ReadLimits()

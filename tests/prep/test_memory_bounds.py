@@ -1,0 +1,65 @@
+"""Tiny inputs that asked prep for unbounded memory (issue 23, item 4), each run as `invfold prep`
+under an address-space limit of 1 GiB (tests/support/memory_bombs.py: prep's imports need under
+512 MiB): before the bounds, the 2 KB mmCIF whose last residue is numbered 10^9 asked numpy for
+3.7 GiB and the 0.25 MB gzip holding one 256 MB line ended in a MemoryError, both with a
+traceback and exit 1. Now: a one-line error with exit 2, or a counted skip."""
+
+from __future__ import annotations
+
+import json
+
+from invfold.components.prep.config import PrepConfig
+from tests.prep.corpus import good_entries, write_splits
+from tests.support.memory_bombs import PREP_LIMIT, gzip_long_line, huge_numbering_cif, one_line_error, run_limited
+
+
+def test_a_residue_numbered_one_billion_is_a_one_line_error_naming_the_limit(tmp_path):
+    cif = huge_numbering_cif(tmp_path / "bomb.cif")
+    assert cif.stat().st_size < 2500
+    result = run_limited(["prep", str(cif), "--out", str(tmp_path / "out")], PREP_LIMIT)
+    line = one_line_error(result)
+    assert "bomb.cif" in line and "numbering_span" in line and "max_numbering_span" in line
+    assert "100,000" in line
+
+
+def test_a_gzip_holding_one_256_mb_line_is_a_counted_skip_and_the_rest_is_prepared(tmp_path):
+    entries = good_entries(12, seed=3)
+    before = "".join(json.dumps(e) + "\n" for e in entries).encode()
+    data = gzip_long_line(tmp_path / "set.jsonl.gz", before=before)
+    assert data.stat().st_size < 2**20
+    names = [e["name"] for e in entries]
+    splits = write_splits(tmp_path / "splits.json", train=names[:8], validation=names[8:10], test=names[10:])
+    out = tmp_path / "out"
+    result = run_limited(["prep", str(data), "--split-file", str(splits), "--out", str(out)], PREP_LIMIT)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    card = json.loads((out / "card.json").read_text())
+    assert card["dropped"] == {"line_too_long": 1}
+    assert card["counts"]["read"] == 13 and card["counts"]["kept"] == 12
+
+
+def test_the_line_alone_is_a_one_line_error_with_the_skip_counted(tmp_path):
+    data = gzip_long_line(tmp_path / "bomb.jsonl.gz")
+    result = run_limited(["prep", str(data), "--out", str(tmp_path / "out")], PREP_LIMIT)
+    assert "line_too_long" in one_line_error(result)
+
+
+def test_a_file_read_whole_past_max_file_bytes_is_a_one_line_error(tmp_path):
+    """A TS50 list (read whole) that gzip expands past the bound: refused after reading the bound."""
+    ts50 = tmp_path / "list.json.gz"
+    gzip_long_line(ts50, line_bytes=300 * 2**20)
+    result = run_limited(["prep", str(ts50), "--out", str(tmp_path / "out")], PREP_LIMIT)
+    line = one_line_error(result)
+    assert "list.json.gz" in line and "268,435,456 bytes" in line and "--max-file-bytes" in line
+
+
+def test_each_bound_is_a_prep_option_judged_at_construction():
+    cfg = PrepConfig(input="x.jsonl", out="o", max_line_bytes=10, max_file_bytes=20, max_numbering_span=30)
+    limits = cfg.read_limits()
+    assert (limits.max_line_bytes, limits.max_file_bytes, limits.max_numbering_span) == (10, 20, 30)
+    for field in ("max_line_bytes", "max_file_bytes", "max_numbering_span"):
+        try:
+            PrepConfig(input="x.jsonl", out="o", **{field: 0})
+        except ValueError as err:
+            assert field in str(err)
+        else:
+            raise AssertionError(f"{field}=0 accepted")
