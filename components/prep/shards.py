@@ -146,14 +146,17 @@ class ShardedDataset(Sequence):
         self._open()
 
     def _open(self) -> None:
-        self._map = pa.memory_map(str(self.path), "r")
-        reader = pa.ipc.open_file(self._map)
-        self._batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-        counts = np.array([b.num_rows for b in self._batches], dtype=np.int64)
-        self._starts = np.concatenate([[0], np.cumsum(counts)])
-        self.lengths = np.concatenate(
-            [b.column("length").to_numpy() for b in self._batches] or [np.zeros(0, np.int32)]
-        ).astype(np.int32)
+        try:
+            self._map = pa.memory_map(str(self.path), "r")
+            reader = pa.ipc.open_file(self._map)
+            self._batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            counts = np.array([b.num_rows for b in self._batches], dtype=np.int64)
+            self._starts = np.concatenate([[0], np.cumsum(counts)])
+            self.lengths = np.concatenate(
+                [b.column("length").to_numpy() for b in self._batches] or [np.zeros(0, np.int32)]
+            ).astype(np.int32)
+        except DAMAGED as err:
+            raise damaged(self.path, None, err) from None
         self._views: dict[int, tuple] = {}
 
     def __getstate__(self):
@@ -170,6 +173,9 @@ class ShardedDataset(Sequence):
         views = self._views.get(b)
         if views is None:
             batch = self._batches[b]
+            # offsets and UTF-8 checked once per batch: a damaged list or string column would make
+            # pyarrow read past its buffers and abort the process, not raise
+            batch.validate(full=True)
             coords, ridx = batch.column("coords"), batch.column("residue_index")
             views = (
                 coords.offsets.to_numpy(),
@@ -189,6 +195,12 @@ class ShardedDataset(Sequence):
             index += n
         if not 0 <= index < n:
             raise IndexError(f"row {index} out of range for dataset '{self.name}' of {n} rows")
+        try:
+            return self._row(index)
+        except DAMAGED as err:
+            raise damaged(self.path, f"row {index}", err) from None
+
+    def _row(self, index: int) -> ChainRecord:
         b = int(np.searchsorted(self._starts, index, side="right") - 1)
         j = index - int(self._starts[b])
         coord_off, coord_val, ridx_off, ridx_val, batch = self._batch_views(b)
@@ -213,6 +225,20 @@ class ShardedDataset(Sequence):
             chain_index=chain_index,
             chain_names=chain_names,
         )
+
+
+# What reading a damaged Arrow file raises (pyarrow's errors are ValueError/OSError subclasses;
+# a missing column is a KeyError, inconsistent lengths a reshape ValueError or an IndexError).
+DAMAGED = (pa.ArrowException, OSError, ValueError, KeyError, IndexError, TypeError)
+
+
+def damaged(path, where: str | None, err: Exception) -> InputError:
+    """A prepared dataset file that is not what prep writes (truncated, overwritten, edited)."""
+    detail = (str(err).splitlines() or [""])[0][:200]
+    return InputError(
+        path, where, None, "an Arrow file as invfold prep writes it", f"{type(err).__name__}: {detail}",
+        reason="damaged_dataset",
+    )  # fmt: skip
 
 
 @dataclass
@@ -286,7 +312,9 @@ def open_prepared(root: str | os.PathLike, cache_dir: str | os.PathLike | None =
     # missing or invalid: an InputError naming the file
     index = check_index(storage.load_json(root / INDEX_FILE), root / INDEX_FILE)
     card_path = root / CARD_JSON
-    card = json.loads(card_path.read_text()) if card_path.exists() else {}
+    card = storage.load_json(card_path) if card_path.exists() else {}
+    if not isinstance(card, dict):
+        raise InputError(card_path, None, None, "a JSON object (the dataset card)", type(card).__name__)
     return PreparedData(root, index, card)
 
 

@@ -271,7 +271,7 @@ def coords_from_residues(rows, field: str, length: int, fail) -> np.ndarray:
             if set(map(len, triples)) == {3}:
                 flat = np.fromiter(chain.from_iterable(triples), dtype=np.float32, count=12 * length)
                 return flat.reshape(length, 4, 3)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         pass
     for i, row in enumerate(rows):
         if not isinstance(row, list) or len(row) != 4:
@@ -298,7 +298,7 @@ def _atom_column(column, field: str, length: int, fail) -> np.ndarray:
     try:
         if set(map(len, column)) == {3}:
             return np.fromiter(chain.from_iterable(column), dtype=np.float32, count=3 * length).reshape(length, 3)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         pass
     return _slow_column(column, field, fail)
 
@@ -314,13 +314,15 @@ def _slow_column(column: list, field: str, fail) -> np.ndarray:
             raise fail(field, "[x, y, z] triples (or null)", f"{_describe(triple)} at residue {i}", "wrong_shape")
     try:
         return np.array(fixed, dtype=np.float32)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         pass
     for i, triple in enumerate(fixed):
         for v in triple:
             try:
+                if isinstance(v, (list, dict)):  # np.float32([]) is an empty array, not an error
+                    raise TypeError(v)
                 np.float32(v if v is not None else math.nan)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 raise fail(field, "numbers, NaN or null", f"{_describe(v)} at residue {i}", "wrong_type") from None
     raise AssertionError("unreachable: a column that failed conversion has no bad value")
 

@@ -73,6 +73,8 @@ FORCE_FIELD_ALIASES = {
     "ARN": "R",
 }
 BLANK_CHAIN_ID = "_"  # simulation files often leave the chain column blank
+# PDB and mmCIF are ASCII formats: any other byte becomes "?" (one byte for one, so PDB columns stay)
+_ASCII_ONLY = bytes(range(128)) + b"?" * 128
 STRUCTURE_PATTERNS = tuple(f"*.{ext}{gz}" for ext in ("pdb", "ent", "cif", "mmcif") for gz in ("", ".gz"))
 
 
@@ -149,6 +151,12 @@ def read_structure(
         )
     if complexes:
         kept = [r for r in records if isinstance(r, ChainRecord)]
+        ids = [r.name.rsplit(".", 1)[-1] for r in kept]
+        if len(set(ids)) != len(ids):  # e.g. chain A, then B, then A again: no complex has two chains A
+            raise InputError(
+                path, None, "chains", "each protein chain id once in the first model", f"chains {ids}",
+                reason="duplicate_chain",
+            )  # fmt: skip
         yield from (r for r in records if isinstance(r, Skip))
         yield join_chains(name, kept, source=str(path)) if len(kept) > 1 else kept[0]
         return
@@ -161,6 +169,8 @@ def _parse(path, limits: ReadLimits):
     data = storage.read_bytes(path, limits.max_file_bytes)
     if not data.strip():
         raise InputError(path, None, None, "a PDB or mmCIF file", "an empty file", reason="empty_file")
+    if not data.isascii():  # gemmi hands back names as UTF-8: a stray byte in a chain id would not decode
+        data = data.translate(_ASCII_ONLY)
     lower = storage.strip_gz(storage.basename(path).lower())
     is_cif = lower.endswith((".cif", ".mmcif")) or (
         not lower.endswith((".pdb", ".ent")) and data.lstrip()[:5] == b"data_"
@@ -220,6 +230,16 @@ def _record(
         elif residue.name not in THREE_TO_ONE and residue.name not in FORCE_FIELD_ALIASES:
             modified[residue.name] += 1
         letters.append(letter)
+        if residue.seqid.num is None:  # a blank or non-numeric residue-number field
+            raise InputError(
+                path,
+                f"chain '{chain_id}'",
+                "residue numbers",
+                "an author residue number for every residue",
+                f"none for residue {len(numbers) + 1} ({residue.name})",
+                reason="wrong_type",
+                name=f"{stem}.{chain_id}",
+            )
         numbers.append(residue.seqid.num)
         label_seq.append(residue.label_seq)
         xyz = np.full((len(BACKBONE_ATOMS), 3), np.nan, dtype=np.float32)
