@@ -111,6 +111,14 @@ def test_chain_set_bytes(folder, data, gz, complexes, strict):
     },
     complexes=False,
 )
+@example(  # a coordinate past float32 as a 401-digit integer: OverflowError, not TypeError/ValueError
+    obj={
+        "name": "a.A",
+        "seq": "A",
+        "coords": {"N": [[10**400, 0, 0]], "CA": [[0, 0, 0]], "C": [[0, 0, 0]], "O": [[0, 0, 0]]},
+    },
+    complexes=False,
+)
 def test_chain_set_values(folder, obj, complexes):
     line = json.dumps(obj).encode() + b"\n"
     path = _write(folder, "values.jsonl", LINES[0] + line)
