@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from invfold.components.prep.config import PrepConfig
-from tests.prep.corpus import good_entries, write_splits
+from tests.support.corpus import good_entries, write_splits
 from tests.support.memory_bombs import PREP_LIMIT, gzip_long_line, huge_numbering_cif, one_line_error, run_limited
 
 

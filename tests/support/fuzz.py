@@ -20,7 +20,6 @@ import json
 import os
 import re
 import resource
-from pathlib import Path
 
 import numpy as np
 from hypothesis import HealthCheck, settings
@@ -28,6 +27,7 @@ from hypothesis import strategies as st
 
 from invfold.components.protein.errors import InputError, Skip
 from invfold.components.protein.record import ChainRecord
+from tests.support.paths import REPO, SHARED_DATA
 
 FUZZ = settings(
     derandomize=True,
@@ -40,8 +40,8 @@ FUZZ = settings(
 settings.register_profile("invfold-fuzz", FUZZ)
 
 HEADROOM = 2**30
-SAMPLE = Path(__file__).resolve().parents[2] / "src" / "invfold" / "data" / "sample_chain_set.jsonl.gz"
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "real_chain_set.jsonl.gz"
+SAMPLE = REPO / "src" / "invfold" / "data" / "sample_chain_set.jsonl.gz"
+SHARED = SHARED_DATA / "real_chain_set.jsonl.gz"
 
 # What a crafted number can be: past float64 (inf on parsing), past int64 and int32, past Python's
 # 4,300-digit int limit, tiny, signed zero, and the non-JSON tokens Python's json accepts.
