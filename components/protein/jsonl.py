@@ -318,13 +318,20 @@ def _slow_column(column: list, field: str, fail) -> np.ndarray:
         pass
     for i, triple in enumerate(fixed):
         for v in triple:
-            try:
-                if isinstance(v, (list, dict)):  # np.float32([]) is an empty array, not an error
-                    raise TypeError(v)
-                np.float32(v if v is not None else math.nan)
-            except (TypeError, ValueError, OverflowError):
-                raise fail(field, "numbers, NaN or null", f"{_describe(v)} at residue {i}", "wrong_type") from None
+            if not _is_coordinate(v):
+                raise fail(field, "numbers, NaN or null", f"{_describe(v)} at residue {i}", "wrong_type")
     raise AssertionError("unreachable: a column that failed conversion has no bad value")
+
+
+def _is_coordinate(value) -> bool:
+    """A value numpy turns into one float32 (np.float32([]) is an empty array, not an error)."""
+    if isinstance(value, (list, dict)):
+        return False
+    try:
+        np.float32(value if value is not None else math.nan)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
 
 
 def _describe(value) -> str:
