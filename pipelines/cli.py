@@ -39,6 +39,14 @@ EXAMPLES = {
 }
 
 
+PIPELINES = ("train", "design")
+PIPELINE_HELP = "train: prep, train, evaluate, register; design: designs for --data from a registered model (--model)"
+MODEL_HELP = (
+    "--pipeline design: the registered model, models:/NAME@ALIAS or models:/NAME/VERSION "
+    "(default: models:/REGISTERED_MODEL_NAME@champion"
+)
+
+
 @dataclass
 class RunOptions:
     """Where `invfold run` runs the pipeline on this machine, and what it shows."""
@@ -46,16 +54,8 @@ class RunOptions:
     data: str | None = option(
         None, "protein set path or URI; the structures to design with --pipeline design (default: the bundled sample)"
     )
-    pipeline: str = option(
-        "train",
-        "train: prep, train, evaluate, register; design: designs for --data from a registered model (--model)",
-        choices=("train", "design"),
-    )
-    model: str | None = option(
-        None,
-        "--pipeline design: the registered model, models:/NAME@ALIAS or models:/NAME/VERSION "
-        "(default: models:/REGISTERED_MODEL_NAME@champion, what `invfold run` registered)",
-    )
+    pipeline: str = option("train", PIPELINE_HELP, choices=PIPELINES)
+    model: str | None = option(None, MODEL_HELP + ", what `invfold run` registered)")
     runs_dir: str = option("runs", "where pipeline outputs, checkpoints and mlflow.db go")
     tracking_uri: str | None = option(None, "MLflow tracking URI (default: sqlite:///RUNS_DIR/mlflow.db)")
     cache: bool = option(True, "reuse prep's output when its inputs are unchanged (--no-cache: run it again)")
@@ -88,16 +88,8 @@ class SubmitOptions:
     data: str = option(
         help="protein set URI the cluster can read (s3://, gs://, https://); with --pipeline design, the structures"
     )
-    pipeline: str = option(
-        "train",
-        "train: prep, train, evaluate, register; design: designs for --data from a registered model (--model)",
-        choices=("train", "design"),
-    )
-    model: str | None = option(
-        None,
-        "--pipeline design: the registered model, models:/NAME@ALIAS or models:/NAME/VERSION "
-        "(default: models:/REGISTERED_MODEL_NAME@champion)",
-    )
+    pipeline: str = option("train", PIPELINE_HELP, choices=PIPELINES)
+    model: str | None = option(None, MODEL_HELP + ")")
     token: str | None = option(None, "bearer token (default: KFP_TOKEN env, else kubeconfig / in-cluster)")
     namespace: str | None = option(None, "Kubeflow profile namespace (multi-user)")
     package: str | None = option(
