@@ -123,6 +123,7 @@ def add_parser(subparsers) -> None:
         "through KFP's local runner, on the bundled sample data unless --data is given.",
     )
     add_pipeline_options(run, "run")
+    run.set_defaults(resolve_defaults=pipeline_defaults)  # --print-config shows what unset ones run with
     add_command(
         subparsers,
         "compile",
@@ -140,6 +141,24 @@ def add_parser(subparsers) -> None:
         description="Submit the compiled pipeline with kfp.Client (token or the kubeconfig's credentials).",
     )
     add_pipeline_options(sub, "submit")
+    sub.set_defaults(resolve_defaults=pipeline_defaults)
+
+
+def pipeline_defaults(args: argparse.Namespace) -> dict:
+    """What each pipeline parameter left unset runs with: --recipe's value (as `given_parameters`
+    sets it), else the compiled pipeline's default (what `--print-config` shows, commented)."""
+    from invfold.pipelines.parameters import pipeline_parameters
+
+    recipe = given_parameters(args)
+    found = {}
+    for pipeline in ("train", "design"):
+        for name, spec in pipeline_parameters(pipeline).items():
+            if hasattr(args, name) and getattr(args, name) is None and name not in found:
+                default = spec.get("defaultValue")
+                if spec["parameterType"] == "NUMBER_INTEGER" and default is not None:
+                    default = int(default)
+                found[name] = recipe.get(name, default)
+    return found
 
 
 def design_parameters(args: argparse.Namespace, model: str | None, structures: str) -> dict:

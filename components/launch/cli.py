@@ -50,6 +50,7 @@ def add_parser(subparsers) -> None:
     scalars = {k: v for k, v in default.values().items() if not isinstance(v, dict | list | tuple)}
     parser.set_defaults(**marked_defaults(scalars))
     parser.set_defaults(procs_per_node=default.procs_per_node)
+    parser.set_defaults(resolve_defaults=chosen_settings)  # --print-config shows the recipe's values
 
 
 def chosen_settings(args: argparse.Namespace) -> dict:
