@@ -26,6 +26,7 @@ EXAMPLES = {
         "invfold run                                  # the bundled sample, MLflow in runs/mlflow.db",
         "invfold run --data chain_set.jsonl.gz --split-file chain_set_splits.json --time-budget-s 300",
         "invfold run --pipeline design --model models:/invfold-inverse-folding@champion --data structures/",
+        "invfold run --recipe full --max-steps 300 --print-config > run.yaml; invfold run --config run.yaml",
     ),
     "compile": (
         "invfold compile --registry ghcr.io/acme/invfold --tag 0.1.0",

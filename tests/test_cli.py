@@ -109,7 +109,7 @@ CONFIG_FILES = {
 
 CASES = [
     # a mistake in a --config file: one line naming the file, the line, the key and what was expected
-    ("train --config {tmp}/typo.yaml", "typo.yaml:3: field 'max_step': expected an option of `invfold train` (did"),
+    ("train --config {tmp}/typo.yaml", "typo.yaml:3: field 'max_step': expected an option of invfold train (did"),
     ("train --config {tmp}/type.yaml", "type.yaml:3: field 'max_steps': expected an integer, got \"many\""),
     ("train --config {tmp}/choice.yaml", "choice.yaml:3: field 'strategy': expected one of ddp, horovod, deepspeed"),
     ("train --config {tmp}/twice.yaml", "twice.yaml:4: field 'max-steps': expected one key per option"),

@@ -20,6 +20,7 @@ EXAMPLES = {
         "invfold train --data prepared/ --out train/ --nproc 2 --time-budget 600",
         "invfold train --data prepared/ --out ds/ --strategy deepspeed --zero-stage 2 --recipe full --max-steps 2000",
         "invfold train --data prepared/ --out ft/ --init-from proteinmpnn:v_48_020 --time-budget 900",
+        "invfold train --config train.yaml --max-steps 500   # keys as the flags; a flag given wins",
     ),
 }
 

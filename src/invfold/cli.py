@@ -65,7 +65,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = CommandLineParser(
         prog="invfold",
         description="Train protein inverse-folding models: prep -> train -> evaluate -> export, "
-        "locally or on Kubeflow.",
+        "locally or on Kubeflow. Every command with options also reads them from a YAML file "
+        "(--config FILE, keys as the flags; --print-config writes one); `invfold completion bash|zsh` "
+        "prints a shell completion script.",
     )
     parser.add_argument("--version", action="version", version=f"invfold {__version__}")
     add_logging_flags(parser, default=False)

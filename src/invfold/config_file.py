@@ -14,7 +14,6 @@ and a value the config's own validation refuses later is reported against its ke
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import re
 from dataclasses import dataclass, field
@@ -34,8 +33,9 @@ def add_config_options(parser: argparse.ArgumentParser, command: str) -> None:
     group.add_argument(
         CONFIG_FLAG,
         metavar="FILE",
-        help=f"YAML file of options, keys as the flags (max_steps: 100); a flag given here wins over it "
-        f"(`invfold {command} {PRINT_FLAG}` writes one)",
+        help="YAML file of this command's options, keys as the flags (max_steps: 100): a flag given "
+        f"wins over the file, the file over --recipe and the defaults (`invfold {command} {PRINT_FLAG}` "
+        "writes one)",
     )
     group.add_argument(
         PRINT_FLAG,
@@ -124,9 +124,11 @@ def apply_config(parser: argparse.ArgumentParser, argv: list[str]) -> ConfigFile
         line = lines[key]
         found = keys.get(_key(str(key)))
         if found is None:
+            import difflib
+
             near = difflib.get_close_matches(_key(str(key)), keys, n=1)
             hint = f" (did you mean {near[0]}?)" if near else ""
-            raise InputError(path, line, str(key), f"an option of `{parser.prog}`{hint}; see {parser.prog} --help")
+            raise InputError(path, line, str(key), f"an option of {parser.prog}{hint}")
         action, by_name = found
         if action.dest in config.values:
             raise InputError(path, line, str(key), f"one key per option ({action.dest} is set twice)")
