@@ -130,3 +130,10 @@ def test_print_config_with_json_puts_the_config_in_the_object(capsys):
     assert main(["train", "--data", "p", "--out", "o", "--print-config", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["config"]["data"] == "p" and result["config"]["preset"] == "small" and result["exit_code"] == 0
+
+
+@pytest.mark.parametrize("spelling", ["--config {}", "--config={}", "--conf {}"])
+def test_the_file_is_read_however_argparse_reads_the_flag(spelling, tmp_path):
+    """argparse takes `--config=FILE` and an unambiguous prefix (`--conf`): the file must be read then too."""
+    (tmp_path / "t.yaml").write_text(REQUIRED + "warmup_steps: 7\n")
+    assert _train(tmp_path, None, *spelling.format(tmp_path / "t.yaml").split()).warmup_steps == 7

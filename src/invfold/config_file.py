@@ -93,21 +93,26 @@ class ConfigFile:
         return {dest: where for dest, where in self.where.items() if dest not in self.overridden}
 
 
+def _spells(word: str, flag: str) -> bool:
+    """Whether `word` is `flag` as argparse reads it: in full or a prefix of it (argparse refuses an
+    ambiguous prefix itself)."""
+    name = word.split("=", 1)[0]
+    return len(name) > 2 and name.startswith("--") and flag.startswith(name)
+
+
 def argv_config(argv: list[str]) -> str | None:
     """The FILE of `--config FILE` / `--config=FILE` on a command line (the last one given)."""
     found = None
     for i, word in enumerate(argv):
-        if word == CONFIG_FLAG and i + 1 < len(argv):
-            found = argv[i + 1]
-        elif word.startswith(CONFIG_FLAG + "="):
-            found = word.split("=", 1)[1]
+        if _spells(word, CONFIG_FLAG):
+            found = word.split("=", 1)[1] if "=" in word else argv[i + 1] if i + 1 < len(argv) else None
     return found
 
 
 def apply_config(parser: argparse.ArgumentParser, argv: list[str]) -> ConfigFile | None:
     """Read the --config file of `argv` (if any) into `parser`'s defaults; with --print-config,
     no option is required (it prints what is still missing)."""
-    if PRINT_FLAG in argv:
+    if any(_spells(word, PRINT_FLAG) for word in argv):
         for action in parser._actions:
             positional = not action.option_strings and action.nargs is None and action.dest not in NOT_KEYS
             action.needed = action.required or positional  # printed as "# required" when unset
