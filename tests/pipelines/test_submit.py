@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from invfold.pipelines.compile import COMMITTED_DESIGN_YAML, COMMITTED_YAML
-from tests.pipelines.kfp_api import PREFIX, KfpApi
+from tests.support.kfp_api import PREFIX, KfpApi
 
 TOKEN = f"kfp-token-{secrets.token_hex(8)}"
 HEALTHZ, EXPERIMENTS, RUNS = f"{PREFIX}/healthz", f"{PREFIX}/experiments", f"{PREFIX}/runs"
