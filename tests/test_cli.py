@@ -98,6 +98,7 @@ CONFIG_FILES = {
     "type.yaml": "data: {tmp}\nout: {tmp}/t\nmax_steps: many\n",
     "choice.yaml": "data: {tmp}\nout: {tmp}/t\nstrategy: mpi\nmax_steps: 3\n",
     "twice.yaml": "data: {tmp}\nout: {tmp}/t\nmax_steps: 3\nmax-steps: 4\n",
+    "again.yaml": "data: {tmp}\nout: {tmp}/t\nmax_steps: 3\nlr: 0.1\nmax_steps: 4\n",
     "invalid.yaml": "data: {tmp}\nout: {tmp}/t\nmax_steps: 3\nlr: -1\n",
     "prep.yaml": "input: {tmp}/nothing\nout: {tmp}/p\n",
     "design.yaml": "model: {garbage}\nstructure: {tmp}/x.pdb\nout: {tmp}/d.fasta\ntemperature: 0\n",
@@ -113,6 +114,7 @@ CASES = [
     ("train --config {tmp}/type.yaml", "type.yaml:3: field 'max_steps': expected an integer, got \"many\""),
     ("train --config {tmp}/choice.yaml", "choice.yaml:3: field 'strategy': expected one of ddp, horovod, deepspeed"),
     ("train --config {tmp}/twice.yaml", "twice.yaml:4: field 'max-steps': expected one key per option"),
+    ("train --config {tmp}/again.yaml", "again.yaml:5: field 'max_steps': expected one max_steps (also on line 3)"),
     ("train --config {tmp}/invalid.yaml", "invalid.yaml:4: field 'lr': expected > 0, got -1.0"),  # TrainConfig's check
     ("train --config {tmp}/none.yaml", "none.yaml: expected an existing YAML config file"),
     ("prep --config {tmp}/prep.yaml", "prep.yaml:1: field 'input': {tmp}/nothing: expected an existing protein set"),

@@ -166,7 +166,12 @@ def _read(path: str) -> tuple[dict, dict[Any, int]]:
             return {}, {}
         if not isinstance(node, yaml.MappingNode):
             raise InputError(path, node.start_mark.line + 1, None, "a mapping of options (max_steps: 100)")
-        lines = {loader.construct_object(k): k.start_mark.line + 1 for k, _ in node.value}
+        lines: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node)
+            if key in lines:  # YAML itself would keep the last one without a word
+                raise InputError(path, key_node.start_mark.line + 1, str(key), f"one {key} (also on line {lines[key]})")
+            lines[key] = key_node.start_mark.line + 1
         return loader.construct_document(node), lines
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
