@@ -26,6 +26,7 @@ EXAMPLES = {
         "invfold run                                  # the bundled sample, MLflow in runs/mlflow.db",
         "invfold run --data chain_set.jsonl.gz --split-file chain_set_splits.json --time-budget-s 300",
         "invfold run --pipeline design --model models:/invfold-inverse-folding@champion --data structures/",
+        "invfold run --recipe full --max-steps 300 --print-config > run.yaml; invfold run --config run.yaml",
     ),
     "compile": (
         "invfold compile --registry ghcr.io/acme/invfold --tag 0.1.0",
@@ -115,6 +116,7 @@ def add_parser(subparsers) -> None:
         "through KFP's local runner, on the bundled sample data unless --data is given.",
     )
     add_pipeline_options(run, "run")
+    run.set_defaults(resolve_defaults=pipeline_defaults)  # --print-config shows what unset ones run with
     add_command(
         subparsers,
         "compile",
@@ -132,6 +134,24 @@ def add_parser(subparsers) -> None:
         description="Submit the compiled pipeline with kfp.Client (token or the kubeconfig's credentials).",
     )
     add_pipeline_options(sub, "submit")
+    sub.set_defaults(resolve_defaults=pipeline_defaults)
+
+
+def pipeline_defaults(args: argparse.Namespace) -> dict:
+    """What each pipeline parameter left unset runs with: --recipe's value (as `given_parameters`
+    sets it), else the compiled pipeline's default (what `--print-config` shows, commented)."""
+    from invfold.pipelines.parameters import pipeline_parameters
+
+    recipe = given_parameters(args)
+    found = {}
+    for pipeline in ("train", "design"):
+        for name, spec in pipeline_parameters(pipeline).items():
+            if hasattr(args, name) and getattr(args, name) is None and name not in found:
+                default = spec.get("defaultValue")
+                if spec["parameterType"] == "NUMBER_INTEGER" and default is not None:
+                    default = int(default)
+                found[name] = recipe.get(name, default)
+    return found
 
 
 def design_parameters(args: argparse.Namespace, model: str | None, structures: str) -> dict:
