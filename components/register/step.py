@@ -235,7 +235,7 @@ def register_step(
             else:  # registered, but another run's better version holds the alias
                 tracker.set_version_tags(model_name, version, {"invfold.decision": comparison.decision})
         seconds = time.perf_counter() - start
-        record_timing("register", seconds, version=version or "not recorded", champion=champion)
+        record_timing("register", seconds, version=version or "not recorded")
         tracker.set_tags(
             {"invfold.registered_version": version or "not recorded", "invfold.decision": comparison.decision},
             parent=True,
