@@ -5,8 +5,8 @@
 - `s3_server`: moto's S3-compatible server on 127.0.0.1 (random port) with fake credentials and
   `AWS_ENDPOINT_URL` set only in this test's environment (child processes inherit them);
   `.new_bucket()` gives each test its own bucket so fsspec's listing caches never go stale.
-- `mlflow_server`: one real MLflow tracking server for the whole session (tests/tracking/server.py).
-- `docker_engine`, `cpu_images`: the Docker engine and the CPU images (tests/deploy/docker_engine.py),
+- `mlflow_server`: one real MLflow tracking server for the whole session (tests/support/mlflow_server.py).
+- `docker_engine`, `cpu_images`: the Docker engine and the CPU images (tests/support/docker_engine.py),
   shared by the image tests and the cluster lane.
 
 Markers (registered in pyproject.toml) are given here, in one table, by what a test needs:
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.tracking.server import mlflow_server, unreachable_uri  # noqa: F401 - fixtures
+from tests.support.mlflow_server import mlflow_server, unreachable_uri  # noqa: F401 - fixtures
 
 DOCKER_FIXTURES = {"docker_engine", "cpu_images"}
 PIPELINE_MODULES = {"test_local_pipeline.py", "test_design_pipeline.py", "test_mlflow_outage.py"}
@@ -72,7 +72,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def docker_engine():
-    from tests.deploy.docker_engine import start_engine
+    from tests.support.docker_engine import start_engine
 
     yield from start_engine()
 
@@ -80,7 +80,7 @@ def docker_engine():
 @pytest.fixture(scope="session")
 def cpu_images(docker_engine):
     """The CPU variants of every image, built once per content of their inputs (kept in the build cache)."""
-    from tests.deploy.docker_engine import build_cpu_images
+    from tests.support.docker_engine import build_cpu_images
 
     return build_cpu_images(docker_engine)
 

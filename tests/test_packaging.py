@@ -141,3 +141,36 @@ def test_benches_never_import_the_tests():
                 names = [node.module]
             offenders += [f"{path.name}: {n}" for n in names if n == "tests" or n.startswith("tests.")]
     assert not offenders
+
+
+def _imported_modules(path: Path) -> list[str]:
+    import ast
+
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names += [node.module] if node.level == 0 else [f"relative:{node.module}"]
+    return names
+
+
+def test_test_helpers_live_in_tests_support_and_tests_never_import_each_other():
+    """A newcomer finds every shared helper in one folder, and moving or renaming a test module
+    never breaks another test (fixtures shared by a folder go in its conftest.py)."""
+    tests = ROOT / "tests"
+    strays = [
+        str(p.relative_to(tests))
+        for p in tests.rglob("*.py")
+        if p.parent != tests / "support"
+        and not p.name.startswith("test_")
+        and p.name not in ("conftest.py", "__init__.py")
+    ]
+    assert not strays, f"helper modules outside tests/support/: {strays}"
+    offenders = [
+        f"{p.relative_to(tests)}: {name}"
+        for p in tests.rglob("*.py")
+        for name in _imported_modules(p)
+        if name.startswith("relative:") or (name.startswith("tests.") and not name.startswith("tests.support"))
+    ]
+    assert not offenders, f"imports of test modules (move what they share to tests/support/): {offenders}"

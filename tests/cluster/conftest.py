@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.docker_engine import DOCKER
-from tests.deploy.tools import CHART, REPO, run, tool
 from tests.support.cluster import CHART_NAMESPACE, KUBECONFIG, RELEASE, RUN, Cluster, ctr, install_args, running
+from tests.support.deploy_tools import CHART, REPO, run, tool
+from tests.support.docker_engine import DOCKER
 
 
 @pytest.fixture(scope="session")

@@ -15,9 +15,9 @@ import json
 
 import yaml
 
-from tests.deploy.tools import CHART
 from tests.support.cluster import CHART_NAMESPACE as NAMESPACE
 from tests.support.cluster import RELEASE, install_args
+from tests.support.deploy_tools import CHART
 
 
 def helm_status(cluster) -> dict:

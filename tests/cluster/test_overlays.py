@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from tests.deploy.tools import OVERLAYS, documents, kustomize
+from tests.support.deploy_tools import OVERLAYS, documents, kustomize
 
 
 def rendered(overlay: str) -> list[dict]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.deploy.tools import CHART, OVERLAYS, helm_template, kustomize
+from tests.support.deploy_tools import CHART, OVERLAYS, helm_template, kustomize
 
 VALUE_SETS = {"default": (), "gpu": ("-f", str(CHART / "values-gpu.yaml"))}
 

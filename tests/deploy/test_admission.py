@@ -1,6 +1,6 @@
 """Every rendered pod template (chart and every overlay), the pods KFP creates for the steps, and
 one TrainJob of the documented GPU size go through LimitRange defaulting and the quota as the API
-server applies them (tests/deploy/admission.py, with the upstream rules cited there)."""
+server applies them (tests/support/admission.py, with the upstream rules cited there)."""
 
 from __future__ import annotations
 
@@ -8,27 +8,13 @@ import copy
 
 import pytest
 
-from tests.deploy.admission import Rejected, admit_container, admit_pod, in_scope, quota_admits
-from tests.deploy.tools import documents, helm_template
+from tests.support.admission import Rejected, admit_container, admit_pod, in_scope, pod_templates, quota_admits
+from tests.support.deploy_tools import documents, helm_template
 
 # k8s-cpu-dev installs into KFP's own namespace (standalone KFP), where no LimitRange belongs.
 RENDERINGS = ("chart-default", "chart-gpu", "k8s-gpu-prod", "k8s-tenant")
 # docs/deploy.md: `--nodes 2 --nproc 8 --gpus-per-node 8`.
 DOC_NODES, DOC_GPUS = 2, 8
-
-
-def pod_templates(objs: list[dict]) -> dict[str, dict]:
-    out = {}
-    for o in objs:
-        name = f"{o['kind']}/{o['metadata']['name']}"
-        if o["kind"] in ("Deployment", "StatefulSet", "Job"):
-            out[name] = o["spec"]["template"]["spec"]
-        elif o["kind"] == "Pod":
-            out[name] = o["spec"]
-        elif o["kind"] in ("ClusterTrainingRuntime", "TrainingRuntime"):
-            for rj in o["spec"]["template"]["spec"]["replicatedJobs"]:
-                out[f"{name}/{rj['name']}"] = rj["template"]["spec"]["template"]["spec"]
-    return out
 
 
 # A KFP 2.17 executor pod as the driver creates it for our steps: no resources set by the

@@ -7,7 +7,7 @@ import sys
 
 import yaml
 
-from tests.deploy.tools import REPO, run, tool
+from tests.support.deploy_tools import REPO, run, tool
 
 BASE = REPO / "k8s" / "base"
 SCRIPT = REPO / "scripts" / "generate_k8s_base.py"

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import yaml
 
-from tests.deploy.tools import CHART, documents, helm_template
+from tests.support.deploy_tools import CHART, documents, helm_template
 
 VALUE_SETS = [((), "kubeflow"), ((), "team-a"), (("-f", str(CHART / "values-gpu.yaml")), "team-a")]
 

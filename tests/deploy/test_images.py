@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.docker_engine import CPU_IMAGES
-from tests.deploy.tools import REPO
+from tests.support.deploy_tools import REPO
+from tests.support.docker_engine import CPU_IMAGES
 
 pytestmark = pytest.mark.timeout(2400)
 OFFLINE = ("-e", "PIP_NO_INDEX=1", "-e", "OMP_NUM_THREADS=1")

@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.deploy.test_admission import pod_templates
-from tests.deploy.tools import REPO, documents
+from tests.support.admission import pod_templates
+from tests.support.deploy_tools import REPO, documents
 
 RENDERINGS = ("chart-default", "chart-gpu", "k8s-cpu-dev", "k8s-gpu-prod", "k8s-tenant", "k8s-single-user")
 

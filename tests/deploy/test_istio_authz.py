@@ -8,14 +8,14 @@ Upstream fact: the profile controller's policy `ns-owner-access-istio` (kubeflow
 components/profile-controller/controllers/profile_controller.go, getAuthorizationPolicy): ALLOW,
 no selector, rules: (1) from principals istio-ingressgateway / ml-pipeline-ui when the user header
 names the owner; (2) when source.namespace is the profile; (3) to paths /healthz, /metrics,
-/wait-for-drain; (4) the notebook controller GET */api/kernels. Evaluated by tests/deploy/istio_authz.py."""
+/wait-for-drain; (4) the notebook controller GET */api/kernels. Evaluated by tests/support/istio_authz.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.deploy.istio_authz import Request, allowed
-from tests.deploy.tools import CHART, documents, helm_template
+from tests.support.deploy_tools import CHART, documents, helm_template
+from tests.support.istio_authz import Request, allowed
 
 NS = "kubeflow-user-example-com"
 PROFILE_POLICY = {

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.deploy.tools import REPO, run, tool
+from tests.support.deploy_tools import REPO, run, tool
 
 DOCKERFILES = sorted(REPO.glob("images/*/Dockerfile"))
 

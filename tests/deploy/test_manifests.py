@@ -10,7 +10,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from tests.deploy.tools import CHART, REPO, documents, helm_template, run, tool
+from tests.support.deploy_tools import CHART, REPO, documents, helm_template, run, tool
 
 KUBERNETES_VERSION = "1.33"
 SCHEMA_DIR = REPO / "components" / "launch" / "schemas"

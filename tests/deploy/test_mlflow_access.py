@@ -1,5 +1,5 @@
 """Who may reach MLflow (issue 23.3): the NetworkPolicy admits the install's own namespace, KFP's
-and the namespaces the values name (evaluated by tests/deploy/policy.py); multi-user installs
+and the namespaces the values name (evaluated by tests/support/network_policy.py); multi-user installs
 run basic-auth by default with a generated admin account, and an Ingress without auth is refused;
 the real MLflow server started with the chart's generated auth settings answers 401 without
 credentials and 200 with the generated ones."""
@@ -10,10 +10,10 @@ import os
 
 import pytest
 
-from tests.deploy.policy import Pod, allowed
-from tests.deploy.test_mlflow_server import SERVICE_HOST, TRACKED, local_args, mlflow_server, request
-from tests.deploy.tools import CHART, documents, helm_template, run, tool
-from tests.tracking.server import free_port
+from tests.support.chart_mlflow import SERVICE_HOST, TRACKED, chart_mlflow_server, local_args, request
+from tests.support.deploy_tools import CHART, documents, helm_template, run, tool
+from tests.support.mlflow_server import free_port
+from tests.support.network_policy import Pod, allowed
 
 NS = "team-a"
 
@@ -109,7 +109,7 @@ def test_the_generated_auth_settings_run_on_the_real_server(tmp_path):
         "MLFLOW_AUTH_ADMIN_PASSWORD": password,
     }
     args = local_args(deploy["spec"]["template"]["spec"]["containers"][0]["args"], tmp_path, free_port())
-    with mlflow_server(args, server_env, tmp_path) as port:
+    with chart_mlflow_server(args, server_env, tmp_path) as port:
         assert request(port, SERVICE_HOST, TRACKED) == 401
         assert request(port, SERVICE_HOST, TRACKED, (user, "wrong")) == 401
         assert request(port, SERVICE_HOST, TRACKED, (user, password)) == 200

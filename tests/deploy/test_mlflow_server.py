@@ -10,22 +10,17 @@ is_health_endpoint, get_default_allowed_hosts). Basic auth answers 401 without c
 
 from __future__ import annotations
 
-import base64
-import contextlib
-import http.client
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.deploy.tools import documents, helm_template
-from tests.tracking.server import free_port
+from tests.support.chart_mlflow import NAMESPACE, SERVICE_HOST, TRACKED, chart_mlflow_server, local_args, request
+from tests.support.deploy_tools import documents, helm_template
+from tests.support.mlflow_server import free_port
 
-NAMESPACE = "team-a"
 INGRESS_HOST = "mlflow.team-a.example.org"
-SERVICE_HOST = f"invfold-mlflow.{NAMESPACE}.svc.cluster.local:5000"
 ADMIN = ("admin", "a-test-password-0")
 # team-a is a profile namespace, where auth is on by default: the tests without a user store turn it off
 NO_AUTH = ("--set", "mlflow.auth.enabled=false")
@@ -38,66 +33,6 @@ def rendered_mlflow_container(*values: str) -> dict:
     ]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     return container
-
-
-def local_args(args: list[str], tmp_path, port: int) -> list[str]:
-    """The chart's args with the four machine-specific ones pointed at this machine."""
-    swap = {
-        "--host": "127.0.0.1",
-        "--port": str(port),
-        "--backend-store-uri": f"sqlite:///{tmp_path}/mlflow.db",
-        "--artifacts-destination": str(tmp_path / "artifacts"),
-        "--workers": "1",
-    }
-    out = []
-    for arg in args:
-        key = arg.split("=", 1)[0]
-        out.append(f"{key}={swap[key]}" if key in swap else arg)
-    # the chart gives the backend URI as env (MLFLOW_BACKEND_STORE_URI), never on the command line
-    assert "--backend-store-uri" not in {a.split("=", 1)[0] for a in out}, args
-    out.append(f"--backend-store-uri={swap['--backend-store-uri']}")
-    assert {a.split("=", 1)[0] for a in out} >= set(swap), args
-    return out
-
-
-def request(port: int, host: str, path: str, auth: tuple[str, str] | None = None) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    headers = {"Host": host}
-    if auth:
-        headers["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-    conn.request("GET", path, headers=headers)
-    status = conn.getresponse().status
-    conn.close()
-    return status
-
-
-@contextlib.contextmanager
-def mlflow_server(args: list[str], env: dict, tmp_path):
-    """`mlflow server ARGS` on loopback; yields once /health answers."""
-    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - open while the server runs
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", *args], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    port = int(next(a for a in args if a.startswith("--port=")).split("=")[1])
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if request(port, "127.0.0.1", "/health") == 200:
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"mlflow server did not start: {(tmp_path / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield port
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.fixture(scope="module", params=["auth", "no-auth"])
@@ -121,11 +56,8 @@ def chart_server(request, tmp_path_factory):
         )
         env["MLFLOW_AUTH_CONFIG_PATH"] = str(ini)
         env["MLFLOW_FLASK_SERVER_SECRET_KEY"] = "test-only"
-    with mlflow_server(local_args(container["args"], tmp_path, free_port()), env, tmp_path) as port:
+    with chart_mlflow_server(local_args(container["args"], tmp_path, free_port()), env, tmp_path) as port:
         yield port, (ADMIN if auth else None), container
-
-
-TRACKED = "/api/2.0/mlflow/experiments/search?max_results=1"
 
 
 @pytest.mark.parametrize(
@@ -158,7 +90,7 @@ def test_without_allowed_hosts_the_service_name_is_refused(tmp_path):
     container = rendered_mlflow_container(*NO_AUTH)
     args = [a for a in container["args"] if not a.startswith("--allowed-hosts")]
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    with mlflow_server(local_args(args, tmp_path, free_port()), env, tmp_path) as port:
+    with chart_mlflow_server(local_args(args, tmp_path, free_port()), env, tmp_path) as port:
         assert request(port, SERVICE_HOST, TRACKED) == 403
         assert request(port, "10.1.2.3:5000", TRACKED) == 200  # a private IP is accepted by default
 
@@ -197,7 +129,7 @@ def test_helm_test_stores_and_returns_an_artifact_through_the_proxy(tmp_path, s3
     base_env.pop("AWS_ENDPOINT_URL", None)
 
     reachable = {**base_env, "MLFLOW_S3_ENDPOINT_URL": s3_server.endpoint_url}
-    with mlflow_server(args, reachable, tmp_path) as port:
+    with chart_mlflow_server(args, reachable, tmp_path) as port:
         proc = run_helm_test(pod, f"http://127.0.0.1:{port}", tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "stored and returned an artifact" in proc.stdout
@@ -212,7 +144,7 @@ def test_helm_test_stores_and_returns_an_artifact_through_the_proxy(tmp_path, s3
     args = [
         f"--backend-store-uri=sqlite:///{blocked}/mlflow.db" if a.startswith("--backend-store") else a for a in args
     ]
-    with mlflow_server(args, unreachable, blocked) as port:
+    with chart_mlflow_server(args, unreachable, blocked) as port:
         proc = run_helm_test(pod, f"http://127.0.0.1:{port}", blocked)
     assert proc.returncode != 0, f"helm test passed with the artifact store unreachable:\n{proc.stdout}"
     assert "could not store and return an artifact" in proc.stderr, proc.stderr[-2000:]

@@ -1,5 +1,5 @@
 """What a run needs on the network, evaluated against the rendered NetworkPolicies (chart and every
-overlay) by tests/deploy/policy.py, and what it must not get.
+overlay) by tests/support/network_policy.py, and what it must not get.
 
 Upstream facts the table encodes (kubeflow/pipelines, manifests/kustomize):
 - ML Metadata's pods are labelled `component: metadata-grpc-server` (no `app` label), gRPC on 8080:
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.deploy.policy import Address, Pod, allowed
-from tests.deploy.tools import documents
+from tests.support.deploy_tools import documents
+from tests.support.network_policy import Address, Pod, allowed
 
 RENDERINGS = ("chart-default", "chart-gpu", "k8s-cpu-dev", "k8s-gpu-prod", "k8s-tenant", "k8s-single-user")
 
@@ -163,7 +163,7 @@ def test_the_evaluator_can_refuse():
 
 
 def test_a_whole_internet_api_rule_is_refused():
-    from tests.deploy.tools import CHART, run, tool
+    from tests.support.deploy_tools import CHART, run, tool
 
     proc = run(
         [tool("helm"), "template", "x", str(CHART), "--set", "networkPolicies.kubeApiCidrs[0]=0.0.0.0/0"], check=False

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.deploy.tools import CHART, REPO, run, tool
+from tests.support.deploy_tools import CHART, REPO, run, tool
 
 
 def notes(namespace: str) -> str:

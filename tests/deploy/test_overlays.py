@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.deploy.tools import documents, helm_template
+from tests.support.deploy_tools import documents, helm_template
 
 # overlay -> (namespace, the account KFP runs steps as, whether it may create the Namespace)
 LAYOUT = {

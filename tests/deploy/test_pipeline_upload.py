@@ -1,5 +1,5 @@
 """The chart's pipeline-upload hook, run as rendered (its command and environment, only the API host
-and the token file swapped for local ones) against the KFP API stand-in (tests/pipelines/kfp_api.py),
+and the token file swapped for local ones) against the KFP API stand-in (tests/support/kfp_api.py),
 which follows kubeflow/pipelines 2.17.0's rules for pipelines:
 
 - backend/src/apiserver/server/pipeline_upload_server.go: uploads into a namespace are authorized
@@ -24,8 +24,8 @@ import pytest
 import yaml
 
 from invfold.pipelines.upload import version_name
-from tests.deploy.tools import CHART, documents, helm_template, run, tool
-from tests.pipelines.kfp_api import PREFIX, KfpApi
+from tests.support.deploy_tools import CHART, documents, helm_template, run, tool
+from tests.support.kfp_api import PREFIX, KfpApi
 
 PROFILE = "team-a"
 TOKEN = f"sa-token-{secrets.token_hex(8)}"

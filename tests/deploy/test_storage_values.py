@@ -16,8 +16,8 @@ import json
 
 import pytest
 
-from tests.deploy.policy import Address, Pod, allowed
-from tests.deploy.tools import CHART, REPO, documents, helm_template, run, tool
+from tests.support.deploy_tools import CHART, REPO, documents, helm_template, run, tool
+from tests.support.network_policy import Address, Pod, allowed
 
 NS = "kubeflow-user-example-com"
 

@@ -15,7 +15,7 @@ import shutil
 import pytest
 import yaml
 
-from tests.deploy.tools import CHART, run, tool
+from tests.support.deploy_tools import CHART, run, tool
 
 V2_1 = ["runtimeRef", "initializer", "trainer", "labels", "annotations", "podTemplateOverrides", "suspend", "managedBy"]
 V2_3 = ["runtimeRef", "initializer", "trainer", "runtimePatches", "suspend", "activeDeadlineSeconds", "managedBy"]

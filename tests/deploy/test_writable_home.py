@@ -15,8 +15,8 @@ import re
 import pytest
 import yaml
 
-from tests.deploy.test_admission import pod_templates
-from tests.deploy.tools import REPO, documents, helm_template
+from tests.support.admission import pod_templates
+from tests.support.deploy_tools import REPO, documents, helm_template
 
 IMAGES = REPO / "images"
 WRITABLE_VOLUMES = ("emptyDir", "ephemeral", "persistentVolumeClaim")

@@ -1,7 +1,5 @@
 import argparse
-import re
 
-import gemmi
 import numpy as np
 import pytest
 import torch
@@ -10,17 +8,9 @@ from invfold.components.design import DesignConfig, cli, design, parse_positions
 from invfold.components.export import write_onnx
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.protein.alphabet import ALPHABET
-from invfold.components.protein.record import BACKBONE_ATOMS
 from invfold.components.protein.sources import read_protein_set
 from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
-
-HEADER = re.compile(r"^>(\S+) sample=(\d+) T=(\S+) seed=(\d+) mean_nll=(\S+) recovery=(\S+) model=(\S+)$")
-
-
-def read_fasta(path):
-    lines = path.read_text().splitlines()
-    assert len(lines) % 2 == 0
-    return [(HEADER.match(h), s) for h, s in zip(lines[::2], lines[1::2], strict=True)]
+from tests.support.design_files import read_fasta, write_pdb
 
 
 @pytest.fixture(scope="module")
@@ -35,33 +25,6 @@ def data(tmp_path_factory):
     jsonl = folder / "chain_set.jsonl"
     record = next(r for r in read_protein_set(str(jsonl)))
     return jsonl, record, write_pdb(folder / "design_me.pdb", record)
-
-
-def write_pdb(path, record):
-    """The record's observed backbone as a PDB file, through gemmi (numbered from 10)."""
-    one_to_three = {
-        gemmi.find_tabulated_residue(n).one_letter_code.upper(): n
-        for n in ("ALA CYS ASP GLU PHE GLY HIS ILE LYS LEU MET ASN PRO GLN ARG SER THR VAL TRP TYR".split())
-    }
-    structure = gemmi.Structure()
-    model = gemmi.Model("1")
-    chain = gemmi.Chain("B")
-    for i, (letter, xyz, ok) in enumerate(zip(record.seq, record.coords, record.mask, strict=True)):
-        if not ok:
-            continue
-        residue = gemmi.Residue()
-        residue.name = one_to_three[letter]
-        residue.seqid = gemmi.SeqId(10 + i, " ")
-        for name, pos in zip(BACKBONE_ATOMS, xyz, strict=True):
-            atom = gemmi.Atom()
-            atom.name, atom.element, atom.pos = name, gemmi.Element(name[0]), gemmi.Position(*map(float, pos))
-            residue.add_atom(atom)
-        chain.add_residue(residue)
-    model.add_chain(chain)
-    structure.add_model(model)
-    structure.setup_entities()
-    structure.write_pdb(str(path))
-    return path
 
 
 @pytest.fixture(scope="module")

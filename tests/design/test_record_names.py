@@ -11,7 +11,6 @@ from invfold.components.design import DesignConfig
 from invfold.components.design.batch import design_batch, safe_name
 from invfold.components.design.fasta import read_fasta
 from invfold.components.design.step import markdown_report
-from tests.design.test_batch import model, structures  # noqa: F401 - fixtures
 
 NAMES = ["x/y", "x:y", "x y", "../../escape\n>forged sample=0"]
 

@@ -53,9 +53,9 @@ def test_fingerprint_and_prep_record_no_secret(tmp_path, http_server, mlflow_ser
 
     with caplog.at_level(logging.DEBUG):
         digest = fingerprint_step(data_url, split_url, run_id, "secret-run", mlflow_server, "secret-tests")
-        result = run_prep(PrepConfig(input=data_url, split_file=split_url, output=str(tmp_path / "out")))
+        result = run_prep(PrepConfig(input=data_url, split_file=split_url, out=str(tmp_path / "out")))
         with pytest.raises(InputError) as missing:
-            run_prep(PrepConfig(input=_secret_url(base, "nope.jsonl"), output=str(tmp_path / "nope")))
+            run_prep(PrepConfig(input=_secret_url(base, "nope.jsonl"), out=str(tmp_path / "nope")))
     assert digest.startswith("sha256:") and result.counts["kept"] > 0  # the URLs really were read
 
     client = MlflowClient(mlflow_server)

@@ -1,5 +1,5 @@
 """What the train step checks on a cluster before and while its TrainJob runs, against stand-ins
-of the API server's answers (tests/launch/trainjob_api.py):
+of the API server's answers (tests/support/trainjob_api.py):
 
 - Trainer version: the TrainJob is created with fieldValidation=Strict, so a Trainer whose CRD
   lacks a field invfold sets is refused by name instead of pruned. Upstream facts: Trainer v2.1.0's
@@ -22,8 +22,7 @@ import pytest
 from invfold.components.launch import LaunchError, Resources
 from invfold.components.launch.kubernetes import JOBSET_LABEL, unschedulable_pods
 from invfold.components.launch.trainjob import ClusterOptions, storage_root_problem
-from tests.launch.test_launchers import FakeClock, launcher, tiny
-from tests.launch.trainjob_api import TrainJobApi
+from tests.support.trainjob_api import FakeClock, TrainJobApi, launcher, tiny
 
 TRAINER_V2_1_SPEC = {
     "runtimeRef",

@@ -13,50 +13,8 @@ from invfold.components.launch import LaunchError, Resources, select_launcher
 from invfold.components.launch.kubernetes import Cancelled, KubernetesLauncher
 from invfold.components.launch.local import LocalLauncher
 from invfold.components.launch.trainjob import ClusterOptions
-from invfold.components.train.config import TrainConfig
-from tests.launch.trainjob_api import TrainJobApi
-from tests.support.training import tiny_config
-
-
-def tiny(data: str, out: Path, **overrides) -> TrainConfig:
-    """The training tests' tiny config, shorter: 3 steps, nothing saved on the way."""
-    options = dict(max_steps=3, checkpoint_every=0, validate_every=0, dist_timeout_s=60.0, lr=2e-3)
-    return tiny_config(data, out, **{**options, **overrides})
-
-
-class FakeClock:
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def launcher(api: TrainJobApi, tmp_path: Path, clock: FakeClock | None = None, **options) -> KubernetesLauncher:
-    clock = clock or FakeClock()
-    fetched = []
-
-    def fetch(uri: str, out: str) -> None:
-        fetched.append(uri)
-        os.makedirs(out, exist_ok=True)
-        Path(out, "model.pt").write_bytes(b"weights")
-
-    opts = ClusterOptions(
-        namespace="team-a",
-        storage_root=f"file://{tmp_path}/store",
-        pipeline_run_id="run-7",
-        poll_s=5.0,
-        timeout_s=options.pop("timeout_s", 3600.0),
-        owner_pod_name="step-pod",
-        owner_pod_uid="uid-1",
-        **options,
-    )
-    result = KubernetesLauncher(opts, api=api, clock=clock, sleep=clock.sleep, fetch=fetch)
-    result.fetched = fetched
-    return result
+from invfold.errors import InputError
+from tests.support.trainjob_api import FakeClock, TrainJobApi, launcher, tiny
 
 
 def test_completed_job_is_followed_to_its_end_and_its_outputs_fetched(tmp_path):
@@ -123,10 +81,20 @@ def test_a_trainjob_executed_for_real_trains_and_hands_its_outputs_back(prepared
     assert any((store / "checkpoints" / "run-8").iterdir())
 
 
-def test_local_backend_reports_a_failed_job(tmp_path, monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    with pytest.raises(LaunchError, match="exited with status"):
+def test_local_backend_refuses_missing_data_before_starting_processes(tmp_path):
+    with pytest.raises(InputError, match=r"no-such-data/index\.json: expected an existing file"):
         LocalLauncher().run(tiny(str(tmp_path / "no-such-data"), tmp_path / "out"), Resources(procs_per_node=1))
+    assert not (tmp_path / "out").exists()
+
+
+def test_local_backend_reports_a_failed_job(tmp_path, monkeypatch, prepared_sample):
+    """The processes it starts die at interpreter start (a sitecustomize on their PYTHONPATH exits 3):
+    the launcher reports the exit status and where the outputs are."""
+    (tmp_path / "crash").mkdir()
+    (tmp_path / "crash" / "sitecustomize.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "crash"))
+    with pytest.raises(LaunchError, match="exited with status [1-9]"):
+        LocalLauncher().run(tiny(prepared_sample, tmp_path / "out"), Resources(procs_per_node=1))
 
 
 @pytest.mark.parametrize("env, backend", [({}, "local"), ({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, "kubernetes")])

@@ -20,8 +20,8 @@ from invfold.components.launch import Resources
 from invfold.components.launch.trainjob import ClusterOptions, build_trainjob, job_name
 from invfold.components.train.config import TrainConfig
 from invfold.errors import ConfigError
-from tests.deploy.tools import CHART, documents, helm_template, kustomize
-from tests.launch.trainer_pods import Invalid, Pod, render
+from tests.support.deploy_tools import CHART, documents, helm_template, kustomize
+from tests.support.trainer_pods import Invalid, Pod, render
 
 VALUES = {"chart-default": (), "chart-gpu": ("-f", str(CHART / "values-gpu.yaml"))}
 

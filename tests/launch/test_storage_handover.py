@@ -20,7 +20,7 @@ import yaml
 from invfold.components.launch import Resources
 from invfold.components.launch.trainjob import ClusterOptions, build_trainjob, job_name
 from invfold.components.train.config import TrainConfig
-from tests.launch.test_trainjob_manifest import ROOT
+from tests.support.paths import REPO as ROOT
 
 KFP_SECRET = {"accesskey": "testing", "secretkey": "testing"}  # moto accepts any keys
 

@@ -17,8 +17,8 @@ from invfold.components.launch import Resources
 from invfold.components.launch.schema import ManifestError, validate
 from invfold.components.launch.trainjob import ClusterOptions, build_trainjob, job_name, runtime_name
 from invfold.components.train.config import TrainConfig
-from tests.deploy.tools import documents, kustomize
-from tests.launch.credentials import literal_credentials
+from tests.support.credentials import literal_credentials
+from tests.support.deploy_tools import documents, kustomize
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}

@@ -1,6 +1,6 @@
 """One model reference for every command (components/model/reference.py): a file, a published
 name, and MLflow's models:/NAME@ALIAS, models:/NAME/VERSION and runs:/ID/PATH read from a real
-MLflow server (tests/tracking/server.py), registered the way the register step records a model
+MLflow server (tests/support/mlflow_server.py), registered the way the register step records a model
 (the PyTorch checkpoint under the run's model_pt/, the ONNX model as the version's source)."""
 
 from __future__ import annotations

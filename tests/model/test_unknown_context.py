@@ -19,7 +19,7 @@ from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.structure import read_structures
 from invfold.components.train.trainer import sequence_loss
 from invfold.data import SAMPLE_CHAIN_SET
-from tests.protein.builders import pdb_text
+from tests.support.builders import pdb_text
 
 ONE_TO_THREE = {v: k for k, v in THREE_TO_ONE.items()}
 

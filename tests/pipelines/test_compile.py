@@ -10,7 +10,7 @@ import yaml
 
 from invfold.pipelines.compile import COMMITTED_YAML, compile_pipeline
 from invfold.runtime import runtime_image
-from tests.launch.credentials import literal_credentials
+from tests.support.credentials import literal_credentials
 
 
 def _spec(text: str) -> dict:

@@ -17,7 +17,7 @@ from invfold.components.launch.step import train_step
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
-from tests.tracking.server import MlflowServer
+from tests.support.mlflow_server import MlflowServer
 
 STEPS = 60
 

@@ -19,7 +19,7 @@ import yaml
 
 from invfold import storage
 from invfold.errors import ConfigError
-from tests.launch.test_trainjob_manifest import ROOT
+from tests.support.paths import REPO as ROOT
 
 # Inputs through which a step touches object storage.
 STORAGE_INPUTS = {"data_uri", "split_file", "init_from", "structures", "storage_root"}

@@ -17,7 +17,7 @@ import yaml
 
 from invfold import __version__
 from invfold.pipelines.compile import COMMITTED_DESIGN_YAML, COMMITTED_YAML, with_runtime_image
-from tests.pipelines.kfp_api import PREFIX, KfpApi
+from tests.support.kfp_api import PREFIX, KfpApi
 
 TOKEN = f"kfp-token-{secrets.token_hex(8)}"
 HEALTHZ, EXPERIMENTS, RUNS = f"{PREFIX}/healthz", f"{PREFIX}/experiments", f"{PREFIX}/runs"

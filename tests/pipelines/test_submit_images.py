@@ -5,7 +5,7 @@ compile --registry` rewrites it in a source checkout; the copy inside an install
 package is never rewritten, so before this check `invfold submit` from a wheel sent it as it was
 and every step waited in ImagePullBackOff. Here invfold is installed from its own wheel into a
 folder (pip install --target) and run from there against the local stand-in of the KFP API
-(tests/pipelines/kfp_api.py)."""
+(tests/support/kfp_api.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from invfold import __version__
 from invfold.errors import ConfigError
 from invfold.pipelines.compile import COMMITTED_YAML, check_images, with_runtime_image
 from invfold.runtime import DEFAULT_REGISTRY
-from tests.pipelines.kfp_api import PREFIX, KfpApi
+from tests.support.kfp_api import PREFIX, KfpApi
 
 ROOT = Path(__file__).resolve().parents[2]
 PLACEHOLDER = f"{DEFAULT_REGISTRY}/invfold-runtime:{__version__}"

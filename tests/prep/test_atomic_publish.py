@@ -29,7 +29,7 @@ def inputs(tmp_path_factory):
 
 
 def _prep(data, out):
-    return run_prep(PrepConfig(input=str(data.chain_set), split_file=str(data.splits), output=str(out)))
+    return run_prep(PrepConfig(input=str(data.chain_set), split_file=str(data.splits), out=str(out)))
 
 
 def _whole(out) -> str:

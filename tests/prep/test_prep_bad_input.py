@@ -10,7 +10,7 @@ import pytest
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.components.protein.errors import InputError
-from tests.prep.corpus import CASES
+from tests.support.corpus import CASES
 
 
 def _run(tmp_path, case, strict):

@@ -17,7 +17,7 @@ from invfold.components.prep.split import resolve_tool
 from invfold.components.protein.errors import InputError
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.synthetic import SyntheticConfig, generate_chains, write_synthetic_set
-from tests.prep.corpus import good_entries, line, write_lines, write_splits
+from tests.support.corpus import good_entries, line, write_lines, write_splits
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "src" / "invfold" / "data" / "sample_chain_set.jsonl.gz"

@@ -24,7 +24,7 @@ def prepared(tmp_path_factory) -> Path:
     """A real, small prep output to copy to the remote side."""
     root = tmp_path_factory.mktemp("prepared")
     data = write_synthetic_set(root / "in", SyntheticConfig(num_chains=24, seed=3, median_length=60))
-    run_prep(PrepConfig(input=str(data.chain_set), output=str(root / "out"), identity_tool="kmer"))
+    run_prep(PrepConfig(input=str(data.chain_set), out=str(root / "out"), identity_tool="kmer"))
     return root / "out"
 
 
@@ -117,7 +117,7 @@ def test_prep_refuses_a_subset_name_that_cannot_be_a_dataset_file_name(tmp_path,
     subset = tmp_path / "test_split_L 100.json"
     subset.write_text(json.dumps({"test": ["anything"]}))
     data = write_synthetic_set(tmp_path / "in", SyntheticConfig(num_chains=12, seed=5, median_length=60))
-    cfg = PrepConfig(input=str(data.chain_set), output=str(tmp_path / "out"), subset_files=[str(subset)])
+    cfg = PrepConfig(input=str(data.chain_set), out=str(tmp_path / "out"), subset_files=[str(subset)])
     with pytest.raises(InputError, match=r"test_split_L 100\.json: expected a subset name matching"):
         run_prep(cfg)
     assert not (tmp_path / "out").exists()

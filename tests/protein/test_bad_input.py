@@ -15,7 +15,7 @@ from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.splits import read_split_file
 from invfold.components.protein.structure import read_structures
 from invfold.components.protein.ts50 import read_ts50
-from tests.protein.builders import backbone, chain_dict, jsonl_line, pdb_text
+from tests.support.builders import backbone, chain_dict, jsonl_line, pdb_text
 
 GOOD = jsonl_line(chain_dict("good.A", "ACD"))
 OK = "ok"

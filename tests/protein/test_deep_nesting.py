@@ -16,8 +16,8 @@ from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.splits import read_split_file
 from invfold.components.protein.ts50 import read_ts50
-from tests.prep.corpus import good_entries
-from tests.protein.builders import chain_dict, jsonl_line
+from tests.support.builders import chain_dict, jsonl_line
+from tests.support.corpus import good_entries
 
 DEPTH = 200_000  # far past both parsers' limits, 400 KB
 
@@ -56,5 +56,5 @@ def test_a_deeply_nested_split_or_ts50_file_is_an_invalid_json_input_error(tmp_p
 def test_prep_counts_the_nested_line_and_keeps_the_rest(tmp_path):
     lines = [json.dumps(e) for e in good_entries(12, seed=4)] + [_deep()]
     (tmp_path / "set.jsonl").write_text("\n".join(lines) + "\n")
-    result = run_prep(PrepConfig(input=str(tmp_path / "set.jsonl"), output=str(tmp_path / "out")))
+    result = run_prep(PrepConfig(input=str(tmp_path / "set.jsonl"), out=str(tmp_path / "out")))
     assert result.counts["read"] == 13 and result.card["dropped"].get("invalid_json") == 1

@@ -10,7 +10,7 @@ from invfold.components.protein.geometry import check_backbone
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import infer_residue_index, observed_mask
 from invfold.data import SAMPLE_CHAIN_SET
-from tests.protein.test_real_data import SHARED_DATA
+from tests.support.paths import SHARED_DATA
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 from invfold.components.protein.errors import InputError, Skip
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import ChainRecord
-from tests.protein.builders import backbone, chain_dict, jsonl_line, write_jsonl
+from tests.support.builders import backbone, chain_dict, jsonl_line, write_jsonl
 
 
 def records(path, **kw):

@@ -19,7 +19,7 @@ from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import BACKBONE_ATOMS, chain_breaks
 from invfold.components.protein.structure import read_structures
 from invfold.data import SAMPLE_CHAIN_SET
-from tests.protein.builders import pdb_text
+from tests.support.builders import pdb_text
 
 ONE_TO_THREE = {v: k for k, v in THREE_TO_ONE.items()}
 MISSING = "GSG"  # residues the deposited sequence names at the break, with no coordinates

@@ -1,7 +1,6 @@
 """The project's bundled sample, and (when present) the 833 real chains in ../shared/data."""
 
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +10,7 @@ from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import ChainRecord, chain_breaks
 from invfold.components.protein.splits import read_split_file
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
-
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from tests.support.paths import SHARED_DATA
 
 
 def check_chain_set(records, split_file, expected_counts):

@@ -8,7 +8,7 @@ import pytest
 from invfold.components.protein.errors import InputError
 from invfold.components.protein.sources import read_protein_set
 from invfold.components.protein.splits import read_split_file
-from tests.protein.builders import backbone, chain_dict, jsonl_line, pdb_text
+from tests.support.builders import backbone, chain_dict, jsonl_line, pdb_text
 
 pytest.importorskip("s3fs", reason="s3fs (dev extra) is needed for s3:// paths")
 

@@ -9,7 +9,7 @@ from invfold.components.protein.sources import read_protein_set, reader_for
 from invfold.components.protein.splits import read_split_file
 from invfold.components.protein.structure import read_structures
 from invfold.components.protein.ts50 import read_ts50
-from tests.protein.builders import backbone, chain_dict, pdb_text, write_jsonl
+from tests.support.builders import backbone, chain_dict, pdb_text, write_jsonl
 
 
 @pytest.mark.parametrize("filename", ["chain_set_splits.json", "chain_set_split.json"])

@@ -7,7 +7,7 @@ import pytest
 from invfold.components.protein.errors import InputError
 from invfold.components.protein.record import chain_breaks
 from invfold.components.protein.structure import increasing_numbering, read_structures, residue_letter
-from tests.protein.builders import backbone, pdb_text
+from tests.support.builders import backbone, pdb_text
 
 XYZ = backbone(12, break_after=(6,))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.tools import run, tool
+from tests.support.deploy_tools import run, tool
 
 CACHE = Path(os.environ.get("INVFOLD_CACHE_DIR") or Path.home() / ".cache" / "invfold")
 RUN = CACHE / "cluster"

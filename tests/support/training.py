@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from invfold.components.launch.processes import launch_local
 from invfold.components.train.config import TrainConfig
 
@@ -41,3 +43,11 @@ def summary(out: Path) -> dict:
 
 def run_job(cfg: TrainConfig, nproc: int = 2, launcher: str | None = None) -> int:
     return launch_local(cfg, nproc, launcher=launcher)
+
+
+# the three training strategies as the multi-process tests parametrize them
+STRATEGIES = [
+    pytest.param("ddp", {}, id="ddp"),
+    pytest.param("horovod", {}, id="horovod"),
+    pytest.param("deepspeed", {"zero_stage": 2}, id="deepspeed-zero2"),
+]

@@ -20,8 +20,7 @@ from invfold.components.model.network import InverseFoldingModel
 from invfold.components.prep.shards import DatasetWriter, ShardedDataset, dataset_file, open_prepared
 from invfold.components.protein.sampler import TokenBudgetSampler
 from invfold.components.train import checkpoint as ckpt
-from tests.support.training import read_metrics, run_job, summary, tiny_config
-from tests.train.test_strategies import STRATEGIES
+from tests.support.training import STRATEGIES, read_metrics, run_job, summary, tiny_config
 
 TOKENS = 300  # about 5 synthetic chains a batch: the poisoned chain is in one step of four
 

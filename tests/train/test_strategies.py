@@ -14,13 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from invfold.components.model.io import load_model
 from invfold.components.train import checkpoint as ckpt
-from tests.support.training import read_metrics, run_job, summary, tiny_config
-
-STRATEGIES = [
-    pytest.param("ddp", {}, id="ddp"),
-    pytest.param("horovod", {}, id="horovod"),
-    pytest.param("deepspeed", {"zero_stage": 2}, id="deepspeed-zero2"),
-]
+from tests.support.training import STRATEGIES, read_metrics, run_job, summary, tiny_config
 
 
 def test_horovod_and_deepspeed_are_installed():

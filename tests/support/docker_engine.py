@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.tools import BUILD_CACHE, REPO, run
+from tests.support.deploy_tools import BUILD_CACHE, REPO, run
 
 DOCKER = "/usr/bin/docker"  # the Debian client: BuildKit (RUN --mount) works with it
 STATE = BUILD_CACHE / "docker"  # short: unix sockets have a 108-byte limit

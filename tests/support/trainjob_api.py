@@ -18,8 +18,13 @@ import os
 import subprocess
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 from invfold.components.launch import schema
+from invfold.components.launch.kubernetes import KubernetesLauncher
+from invfold.components.launch.trainjob import ClusterOptions
+from invfold.components.train.config import TrainConfig
+from tests.support.training import tiny_config
 
 GROUP, VERSION, PLURAL = "trainer.kubeflow.org", "v1alpha1", "trainjobs"
 
@@ -151,3 +156,44 @@ def run_locally(job: dict) -> int:
         *command[1:],
     ]
     return subprocess.run(local, env=env).returncode
+
+
+def tiny(data: str, out: Path, **overrides) -> TrainConfig:
+    """The training tests' tiny config, shorter: 3 steps, nothing saved on the way."""
+    options = dict(max_steps=3, checkpoint_every=0, validate_every=0, dist_timeout_s=60.0, lr=2e-3)
+    return tiny_config(data, out, **{**options, **overrides})
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def launcher(api: TrainJobApi, tmp_path: Path, clock: FakeClock | None = None, **options) -> KubernetesLauncher:
+    clock = clock or FakeClock()
+    fetched = []
+
+    def fetch(uri: str, out: str) -> None:
+        fetched.append(uri)
+        os.makedirs(out, exist_ok=True)
+        Path(out, "model.pt").write_bytes(b"weights")
+
+    opts = ClusterOptions(
+        namespace="team-a",
+        storage_root=f"file://{tmp_path}/store",
+        pipeline_run_id="run-7",
+        poll_s=5.0,
+        timeout_s=options.pop("timeout_s", 3600.0),
+        owner_pod_name="step-pod",
+        owner_pod_uid="uid-1",
+        **options,
+    )
+    result = KubernetesLauncher(opts, api=api, clock=clock, sleep=clock.sleep, fetch=fetch)
+    result.fetched = fetched
+    return result

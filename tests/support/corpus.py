@@ -14,7 +14,7 @@ import numpy as np
 
 from invfold.components.protein.alphabet import THREE_TO_ONE
 from invfold.components.protein.synthetic import SyntheticConfig, generate_chains
-from tests.protein.builders import ATOMS, pdb_text
+from tests.support.builders import ATOMS, pdb_text
 
 
 def good_entries(n: int, seed: int = 0) -> list[dict]:

@@ -119,3 +119,17 @@ def quota_admits(pods: list[dict], quota: dict) -> list[str]:
         if used > float(parse_quantity(limit)):
             problems.append(f"{key}: {used:g} > {limit}")
     return problems
+
+
+def pod_templates(objs: list[dict]) -> dict[str, dict]:
+    out = {}
+    for o in objs:
+        name = f"{o['kind']}/{o['metadata']['name']}"
+        if o["kind"] in ("Deployment", "StatefulSet", "Job"):
+            out[name] = o["spec"]["template"]["spec"]
+        elif o["kind"] == "Pod":
+            out[name] = o["spec"]
+        elif o["kind"] in ("ClusterTrainingRuntime", "TrainingRuntime"):
+            for rj in o["spec"]["template"]["spec"]["replicatedJobs"]:
+                out[f"{name}/{rj['name']}"] = rj["template"]["spec"]["template"]["spec"]
+    return out
