@@ -96,6 +96,13 @@ class SubmitOptions:
     package: str | None = option(
         None, "compiled YAML (default: the committed pipelines/invfold_pipeline.yaml, or design_pipeline.yaml)"
     )
+    registry: str | None = option(
+        None,
+        "registry of the runtime image every step runs in (REGISTRY/invfold-runtime:TAG, as pushed by "
+        "scripts/build_images.sh): replaces the package's; needed while it names the placeholder "
+        "registry.example.com/invfold",
+    )
+    tag: str | None = option(None, "tag of that image (default: the package version)")
     kfp_experiment: str = option("invfold", "KFP experiment")
     run_name: str | None = option(None, "KFP run name")
     param: list[str] = option(
@@ -299,6 +306,8 @@ def submit_command(args: argparse.Namespace) -> int:
         run_name=opts.run_name,
         token=opts.token or os.environ.get("KFP_TOKEN"),
         namespace=opts.namespace,
+        registry=opts.registry,
+        tag=opts.tag,
     )
     print(f"submitted run {result['run_id']}: {result['url']}")
     args.result = {"pipeline": opts.pipeline, **result}
