@@ -86,7 +86,8 @@ print('\\n'.join(p['dependencies'] + [r for e in '$IMAGE_EXTRAS'.split() for r i
         [ "$old" = "$deps/" ] || cp -ln "$old"*.whl "$old"*.tar.gz "$deps/" 2>/dev/null || true
       done
       # Two resolutions: the runtime's set and the MLflow server's are installed in separate venvs
-      # (resolved together, the server's boto3 pin and s3fs's aiobotocore range backtrack for ages).
+      # (resolved together, the server's boto3 pin and s3fs's aiobotocore range backtrack for ages);
+      # the server's own boto3 pin replaces the dev venv's (aiobotocore caps botocore there).
       # Each first from the seeded folder alone (no index lookups), else from the index.
       fetch() {
         "$PY" -m pip download -q -d "$deps" --no-index --find-links "$deps" "$@" \
@@ -94,7 +95,8 @@ print('\\n'.join(p['dependencies'] + [r for e in '$IMAGE_EXTRAS'.split() for r i
       }
       { fetch -c constraints/ci.txt -r "$context.new/wheelhouse/requirements.txt" \
           deepspeed==0.19.8 horovod==0.28.1 setuptools wheel packaging cmake cloudpickle psutil pyyaml cffi \
-        && fetch -c constraints/ci.txt -r images/mlflow/requirements.txt; } \
+        && grep -vE '^(boto3|botocore|s3transfer)==' constraints/ci.txt > "$context.new/mlflow-constraints.txt" \
+        && fetch -c "$context.new/mlflow-constraints.txt" -r images/mlflow/requirements.txt; } \
         > "$deps.log" 2>&1 || { tail -20 "$deps.log" >&2; echo "build_images: pip download failed" >&2; exit 1; }
       touch "$deps/.complete"
     fi
