@@ -31,6 +31,7 @@ generate:
 	.venv/bin/invfold compile
 	.venv/bin/invfold compile --pipeline design
 	.venv/bin/python scripts/generate_schemas.py
+	.venv/bin/python scripts/generate_k8s_base.py
 
 images:
 	bash scripts/build_images.sh

@@ -6,9 +6,12 @@ in the same run: the bare interpreter (`python -c pass`: the floor no CLI can go
 Wall time and peak RSS (ru_maxrss of the child) per command; the best of the repeats is the
 headline (the machine is shared; the minimum is the least disturbed run), medians beside it.
 
-    python bench/cli_startup.py --repeats 5
+    python bench/cli_startup.py --repeats 5 [--compare OTHER_VENV/bin/python]
 
-The error lines use files made in a temp folder (a missing model, a file that is not a model).
+The error lines use files made in a temp folder (a missing model, a file that is not a model, a
+config file with a misspelt key). `--compare` also runs `invfold --help` and `invfold train
+--help` with another interpreter (another checkout's venv: the code before a change) in the same
+alternation.
 """
 
 from __future__ import annotations
@@ -33,11 +36,15 @@ def measure(argv: list[str]) -> tuple[float, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compare", metavar="PYTHON", help="another venv's python: its invfold beside this one")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="cli-startup-")
     garbage = os.path.join(tmp, "model.pt")
     with open(garbage, "wb") as fh:
         fh.write(b"not a model")
+    typo = os.path.join(tmp, "train.yaml")
+    with open(typo, "w") as fh:
+        fh.write(f"data: {tmp}\nout: {tmp}/t\nmax_step: 3\n")
     cli = [sys.executable, "-m", "invfold"]
     commands = {
         "python -c pass (floor)": [sys.executable, "-c", "pass"],
@@ -50,7 +57,13 @@ def main() -> int:
         "invfold evaluate: not a model": [*cli, "evaluate", garbage, "--data", tmp, "--out", f"{tmp}/e"],
         "invfold train: no budget": [*cli, "train", "--data", tmp, "--out", f"{tmp}/t", "--recipe", "full"],
         "invfold run: bad choice": [*cli, "run", "--preset", "nope"],
+        "invfold train --print-config": [*cli, "train", "--print-config"],
+        "invfold train: config key misspelt": [*cli, "train", "--config", typo],
+        "invfold completion bash": [*cli, "completion", "bash"],
     }
+    if args.compare:
+        commands["(compare) invfold --help"] = [args.compare, "-m", "invfold", "--help"]
+        commands["(compare) invfold train --help"] = [args.compare, "-m", "invfold", "train", "--help"]
     seen: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
     for _ in range(args.repeats):  # alternate: every command sees the same machine load
         for name, argv in commands.items():

@@ -26,6 +26,7 @@ EXAMPLES = {
         "invfold run                                  # the bundled sample, MLflow in runs/mlflow.db",
         "invfold run --data chain_set.jsonl.gz --split-file chain_set_splits.json --time-budget-s 300",
         "invfold run --pipeline design --model models:/invfold-inverse-folding@champion --data structures/",
+        "invfold run --recipe full --max-steps 300 --print-config > run.yaml; invfold run --config run.yaml",
     ),
     "compile": (
         "invfold compile --registry ghcr.io/acme/invfold --tag 0.1.0",
@@ -39,6 +40,14 @@ EXAMPLES = {
 }
 
 
+PIPELINES = ("train", "design")
+PIPELINE_HELP = "train: prep, train, evaluate, register; design: designs for --data from a registered model (--model)"
+MODEL_HELP = (
+    "--pipeline design: the registered model, models:/NAME@ALIAS or models:/NAME/VERSION "
+    "(default: models:/REGISTERED_MODEL_NAME@champion"
+)
+
+
 @dataclass
 class RunOptions:
     """Where `invfold run` runs the pipeline on this machine, and what it shows."""
@@ -46,16 +55,8 @@ class RunOptions:
     data: str | None = option(
         None, "protein set path or URI; the structures to design with --pipeline design (default: the bundled sample)"
     )
-    pipeline: str = option(
-        "train",
-        "train: prep, train, evaluate, register; design: designs for --data from a registered model (--model)",
-        choices=("train", "design"),
-    )
-    model: str | None = option(
-        None,
-        "--pipeline design: the registered model, models:/NAME@ALIAS or models:/NAME/VERSION "
-        "(default: models:/REGISTERED_MODEL_NAME@champion, what `invfold run` registered)",
-    )
+    pipeline: str = option("train", PIPELINE_HELP, choices=PIPELINES)
+    model: str | None = option(None, MODEL_HELP + ", what `invfold run` registered)")
     runs_dir: str = option("runs", "where pipeline outputs, checkpoints and mlflow.db go")
     tracking_uri: str | None = option(None, "MLflow tracking URI (default: sqlite:///RUNS_DIR/mlflow.db)")
     cache: bool = option(True, "reuse prep's output when its inputs are unchanged (--no-cache: run it again)")
@@ -88,21 +89,20 @@ class SubmitOptions:
     data: str = option(
         help="protein set URI the cluster can read (s3://, gs://, https://); with --pipeline design, the structures"
     )
-    pipeline: str = option(
-        "train",
-        "train: prep, train, evaluate, register; design: designs for --data from a registered model (--model)",
-        choices=("train", "design"),
-    )
-    model: str | None = option(
-        None,
-        "--pipeline design: the registered model, models:/NAME@ALIAS or models:/NAME/VERSION "
-        "(default: models:/REGISTERED_MODEL_NAME@champion)",
-    )
+    pipeline: str = option("train", PIPELINE_HELP, choices=PIPELINES)
+    model: str | None = option(None, MODEL_HELP + ")")
     token: str | None = option(None, "bearer token (default: KFP_TOKEN env, else kubeconfig / in-cluster)")
     namespace: str | None = option(None, "Kubeflow profile namespace (multi-user)")
     package: str | None = option(
         None, "compiled YAML (default: the committed pipelines/invfold_pipeline.yaml, or design_pipeline.yaml)"
     )
+    registry: str | None = option(
+        None,
+        "registry of the runtime image every step runs in (REGISTRY/invfold-runtime:TAG, as pushed by "
+        "scripts/build_images.sh): replaces the package's; needed while it names the placeholder "
+        "registry.example.com/invfold",
+    )
+    tag: str | None = option(None, "tag of that image (default: the package version)")
     kfp_experiment: str = option("invfold", "KFP experiment")
     run_name: str | None = option(None, "KFP run name")
     param: list[str] = option(
@@ -123,6 +123,7 @@ def add_parser(subparsers) -> None:
         "through KFP's local runner, on the bundled sample data unless --data is given.",
     )
     add_pipeline_options(run, "run")
+    run.set_defaults(resolve_defaults=pipeline_defaults)  # --print-config shows what unset ones run with
     add_command(
         subparsers,
         "compile",
@@ -140,6 +141,24 @@ def add_parser(subparsers) -> None:
         description="Submit the compiled pipeline with kfp.Client (token or the kubeconfig's credentials).",
     )
     add_pipeline_options(sub, "submit")
+    sub.set_defaults(resolve_defaults=pipeline_defaults)
+
+
+def pipeline_defaults(args: argparse.Namespace) -> dict:
+    """What each pipeline parameter left unset runs with: --recipe's value (as `given_parameters`
+    sets it), else the compiled pipeline's default (what `--print-config` shows, commented)."""
+    from invfold.pipelines.parameters import pipeline_parameters
+
+    recipe = given_parameters(args)
+    found = {}
+    for pipeline in ("train", "design"):
+        for name, spec in pipeline_parameters(pipeline).items():
+            if hasattr(args, name) and getattr(args, name) is None and name not in found:
+                default = spec.get("defaultValue")
+                if spec["parameterType"] == "NUMBER_INTEGER" and default is not None:
+                    default = int(default)
+                found[name] = recipe.get(name, default)
+    return found
 
 
 def design_parameters(args: argparse.Namespace, model: str | None, structures: str) -> dict:
@@ -287,6 +306,8 @@ def submit_command(args: argparse.Namespace) -> int:
         run_name=opts.run_name,
         token=opts.token or os.environ.get("KFP_TOKEN"),
         namespace=opts.namespace,
+        registry=opts.registry,
+        tag=opts.tag,
     )
     print(f"submitted run {result['run_id']}: {result['url']}")
     args.result = {"pipeline": opts.pipeline, **result}

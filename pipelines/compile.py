@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 
 from invfold import __version__
-from invfold.errors import InvfoldError
-from invfold.runtime import DEFAULT_REGISTRY, runtime_image
+from invfold.errors import ConfigError, InvfoldError
+from invfold.runtime import DEFAULT_REGISTRY, RUNTIME_IMAGE, runtime_image
 
 COMMITTED_YAML = Path(__file__).resolve().parent / "invfold_pipeline.yaml"
 COMMITTED_DESIGN_YAML = Path(__file__).resolve().parent / "design_pipeline.yaml"
@@ -34,18 +34,51 @@ def compile_pipeline(
         path = os.path.join(tmp, "pipeline.yaml")
         compiler.Compiler().compile(definition, path)
         text = Path(path).read_text()
-    image, wanted = runtime_image(), runtime_image(registry, tag)
-    if wanted != image:
-        docs = list(yaml.safe_load_all(text))
-        for executor in docs[0]["deploymentSpec"]["executors"].values():
-            container = executor.get("container", {})
-            if container.get("image") == image:
-                container["image"] = wanted
-        header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
-        text = header + "---\n".join(yaml.safe_dump(doc, sort_keys=True) for doc in docs)
+    wanted = runtime_image(registry, tag)
+    if wanted != runtime_image():
+        text = with_runtime_image(text, wanted)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text)
     return text
+
+
+def _executors(docs: list, where: str) -> dict:
+    try:
+        return docs[0]["deploymentSpec"]["executors"]
+    except (IndexError, KeyError, TypeError):
+        raise ConfigError(f"{where}: expected a compiled pipeline (deploymentSpec.executors)") from None
+
+
+def _is_runtime_image(image: str) -> bool:
+    """Whether `image` is invfold's runtime image, under any registry, tag or digest."""
+    return image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0] == RUNTIME_IMAGE
+
+
+def with_runtime_image(text: str, image: str, where: str = "the compiled pipeline") -> str:
+    """The compiled pipeline `text` with every step that runs invfold's runtime image running `image`."""
+    docs = list(yaml.safe_load_all(text))
+    for executor in _executors(docs, where).values():
+        container = executor.get("container", {})
+        if _is_runtime_image(container.get("image", "")):
+            container["image"] = image
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    return header + "---\n".join(yaml.safe_dump(doc, sort_keys=True) for doc in docs)
+
+
+def check_images(text: str, where: str) -> None:
+    """Refuse a pipeline whose steps run an image of the placeholder registry: the committed YAML
+    names `registry.example.com/invfold` until `invfold compile --registry` rewrites it, and the
+    copy inside an installed (non-editable) package is never rewritten, so no cluster could pull
+    its images (every step would wait in ImagePullBackOff)."""
+    for executor in _executors(list(yaml.safe_load_all(text)), where).values():
+        image = executor.get("container", {}).get("image", "")
+        if image.startswith(DEFAULT_REGISTRY.rstrip("/") + "/"):
+            raise ConfigError(
+                f"{where}: its steps run in {image}, a placeholder registry no cluster pulls from: give "
+                "--registry REGISTRY (and --tag TAG) to name the runtime image you pushed "
+                "(scripts/build_images.sh), or submit your own compiled YAML "
+                "(invfold compile --registry REGISTRY --tag TAG --out FILE; --package FILE)"
+            )
 
 
 class SubmitError(InvfoldError, RuntimeError):
@@ -106,22 +139,38 @@ def submit(
     run_name: str | None = None,
     token: str | None = None,
     namespace: str | None = None,
+    registry: str | None = None,
+    tag: str | None = None,
 ) -> dict:
     """Submit the compiled pipeline (default: the committed YAML) to the KFP API at `host`, with
     a bearer token when given (else the kubeconfig / in-cluster credentials kfp.Client finds).
+    `registry`/`tag` name the runtime image every step runs in (the package's is replaced); a
+    package whose steps still name the placeholder registry is refused before anything is sent.
 
-    Raises SubmitError when the API answers an error or cannot be reached."""
+    Raises ConfigError for such a package, SubmitError when the API answers an error or cannot
+    be reached."""
     import kfp
 
-    with kfp_errors(host, token):
-        client = kfp.Client(host=host, existing_token=token or None, namespace=namespace)
-        result = client.create_run_from_pipeline_package(
-            str(package or COMMITTED_YAML),
-            arguments=params,
-            run_name=run_name,
-            experiment_name=experiment,
-            namespace=namespace,
-        )
+    path = Path(package or COMMITTED_YAML)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"--package {path}: expected a compiled pipeline YAML ({err.strerror})") from None
+    if registry or tag:
+        text = with_runtime_image(text, runtime_image(registry or DEFAULT_REGISTRY, tag or __version__), str(path))
+    check_images(text, str(path))
+    with tempfile.TemporaryDirectory() as tmp:
+        sent = Path(tmp) / path.name  # kfp names a run after its package file
+        sent.write_text(text)
+        with kfp_errors(host, token):
+            client = kfp.Client(host=host, existing_token=token or None, namespace=namespace)
+            result = client.create_run_from_pipeline_package(
+                str(sent),
+                arguments=params,
+                run_name=run_name,
+                experiment_name=experiment,
+                namespace=namespace,
+            )
     if not result.run_id:
         # Behind Kubeflow's gateway (oauth2-proxy) a request without an accepted token is
         # redirected to the login page; kfp follows the redirect and reads that HTML page as an

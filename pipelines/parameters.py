@@ -119,7 +119,7 @@ def _add_parameter(group, name: str, spec: dict) -> None:
 
 def given_parameters(args: argparse.Namespace, pipeline: str = "train") -> dict:
     """The parameters of `pipeline` set on the command line. Training: on top of `--recipe`
-    where it is not the pipeline's own (its fields that are pipeline parameters; None -> 0, the
+    where it is not the pipeline's own (its fields that are pipeline parameters; None -> 0 or "", the
     pipeline's "unset"); with --init-from (fine-tuning), recipes.FINE_TUNE where --lr /
     --warmup-steps are not given."""
     from invfold.components.train import recipes
@@ -134,5 +134,6 @@ def given_parameters(args: argparse.Namespace, pipeline: str = "train") -> dict:
         base = recipes.fine_tuning(base, given=set(params))
     for field, value in base.items():
         if field in names and field not in params:
-            params[field] = 0 if value is None else value
+            # None is the pipeline's "unset": "" for a text parameter (KFP refuses 0 there), else 0
+            params[field] = ("" if names[field]["parameterType"] == "STRING" else 0) if value is None else value
     return params

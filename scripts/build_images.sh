@@ -10,7 +10,8 @@
 # Options: --registry R (image prefix, e.g. registry.example.com/invfold), --tag T (default: the
 # package version), --push, --only NAME (runtime|mpi|deepspeed|horovod|mlflow|ci-cpu; repeatable),
 # --dry-run, --print-pins bookworm|cuda (print apt versions for images/bases/*.args: every package a
-# Dockerfile pins; a name the base lacks shows `Candidate: (none)`).
+# Dockerfile pins, installed in the base or not, each version with its pocket; a name the base lacks
+# shows `Candidate: (none)`; which pocket a pin takes is written above it in the .args file).
 # Env: DOCKER (client, default /usr/bin/docker: BuildKit), DOCKER_HOST, PYTHON (default .venv/bin/python).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,8 +33,9 @@ while [ $# -gt 0 ]; do
     --print-pins)
       args="images/bases/$2.args"
       base=$(sed -n 's/^BASE_IMAGE=//p' "$args")
-      exec "$DOCKER" run --rm "$base" bash -c 'apt-get update -qq >/dev/null && apt-cache policy python3 python3-venv python3-dev openmpi-bin libopenmpi-dev openssh-server openssh-client ca-certificates g++ make tini procps libgomp1 | grep -E "^[a-z]|Candidate"' ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+      # per package: the version installed in the base, then each version with the pockets serving it
+      exec "$DOCKER" run --rm "$base" bash -c 'apt-get update -qq >/dev/null && apt-cache policy python3 python3-venv python3-dev openmpi-bin libopenmpi-dev openssh-server openssh-client ca-certificates g++ make tini procps libgomp1 gcc-14-base | grep -E "^[a-z]|Installed|Candidate|^ +(\*\*\* )?[0-9a-z.:~+-]+ [0-9]+$|^ +[0-9]+ [a-z]+:"' ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "build_images: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -84,7 +86,8 @@ print('\\n'.join(p['dependencies'] + [r for e in '$IMAGE_EXTRAS'.split() for r i
         [ "$old" = "$deps/" ] || cp -ln "$old"*.whl "$old"*.tar.gz "$deps/" 2>/dev/null || true
       done
       # Two resolutions: the runtime's set and the MLflow server's are installed in separate venvs
-      # (resolved together, the server's boto3 pin and s3fs's aiobotocore range backtrack for ages).
+      # (resolved together, the server's boto3 pin and s3fs's aiobotocore range backtrack for ages);
+      # the server's own boto3 pin replaces the dev venv's (aiobotocore caps botocore there).
       # Each first from the seeded folder alone (no index lookups), else from the index.
       fetch() {
         "$PY" -m pip download -q -d "$deps" --no-index --find-links "$deps" "$@" \
@@ -92,7 +95,8 @@ print('\\n'.join(p['dependencies'] + [r for e in '$IMAGE_EXTRAS'.split() for r i
       }
       { fetch -c constraints/ci.txt -r "$context.new/wheelhouse/requirements.txt" \
           deepspeed==0.19.8 horovod==0.28.1 setuptools wheel packaging cmake cloudpickle psutil pyyaml cffi \
-        && fetch -c constraints/ci.txt -r images/mlflow/requirements.txt; } \
+        && grep -vE '^(boto3|botocore|s3transfer)==' constraints/ci.txt > "$context.new/mlflow-constraints.txt" \
+        && fetch -c "$context.new/mlflow-constraints.txt" -r images/mlflow/requirements.txt; } \
         > "$deps.log" 2>&1 || { tail -20 "$deps.log" >&2; echo "build_images: pip download failed" >&2; exit 1; }
       touch "$deps/.complete"
     fi

@@ -82,6 +82,8 @@ def _files(tmp_path, line: str) -> dict[str, str]:
     (tmp_path / "ckpt" / "step-00000001").mkdir(parents=True, exist_ok=True)
     (tmp_path / "ckpt" / "step-00000001" / "COMPLETE").write_text("{}\n")
     files = {"tmp": str(tmp_path), "garbage": str(tmp_path / "model.pt"), "archive": str(tmp_path / "archive.pt")}
+    for name, text in CONFIG_FILES.items():
+        (tmp_path / name).write_text(text.format(**files))
     if "{oneshot}" in line:
         from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 
@@ -90,7 +92,40 @@ def _files(tmp_path, line: str) -> dict[str, str]:
     return files
 
 
+# --config files the table's lines read (src/invfold/config_file.py), written by _files
+CONFIG_FILES = {
+    "typo.yaml": "data: {tmp}\nout: {tmp}/t\nmax_step: 3\n",
+    "type.yaml": "data: {tmp}\nout: {tmp}/t\nmax_steps: many\n",
+    "choice.yaml": "data: {tmp}\nout: {tmp}/t\nstrategy: mpi\nmax_steps: 3\n",
+    "twice.yaml": "data: {tmp}\nout: {tmp}/t\nmax_steps: 3\nmax-steps: 4\n",
+    "again.yaml": "data: {tmp}\nout: {tmp}/t\nmax_steps: 3\nlr: 0.1\nmax_steps: 4\n",
+    "invalid.yaml": "data: {tmp}\nout: {tmp}/t\nmax_steps: 3\nlr: -1\n",
+    "prep.yaml": "input: {tmp}/nothing\nout: {tmp}/p\n",
+    "design.yaml": "model: {garbage}\nstructure: {tmp}/x.pdb\nout: {tmp}/d.fasta\ntemperature: 0\n",
+    "null.yaml": "model_path: {archive}\ndata: null\nout: {tmp}/eval\n",
+    "eval.yaml": "designs_per_protein: 1\n",
+    "broken.yaml": "strategy: [ddp\npreset: small\n",
+    "list.yaml": "- host\n- data\n",
+}
+
 CASES = [
+    # a mistake in a --config file: one line naming the file, the line, the key and what was expected
+    ("train --config {tmp}/typo.yaml", "typo.yaml:3: field 'max_step': expected an option of invfold train (did"),
+    ("train --config {tmp}/type.yaml", "type.yaml:3: field 'max_steps': expected an integer, got \"many\""),
+    ("train --config {tmp}/choice.yaml", "choice.yaml:3: field 'strategy': expected one of ddp, horovod, deepspeed"),
+    ("train --config {tmp}/twice.yaml", "twice.yaml:4: field 'max-steps': expected one key per option"),
+    ("train --config {tmp}/again.yaml", "again.yaml:5: field 'max_steps': expected one max_steps (also on line 3)"),
+    ("train --config {tmp}/invalid.yaml", "invalid.yaml:4: field 'lr': expected > 0, got -1.0"),  # TrainConfig's check
+    ("train --config {tmp}/none.yaml", "none.yaml: expected an existing YAML config file"),
+    ("prep --config {tmp}/prep.yaml", "prep.yaml:1: field 'input': {tmp}/nothing: expected an existing protein set"),
+    ("design --config {tmp}/design.yaml", "design.yaml:4: field 'temperature': expected one or more temperatures"),
+    ("evaluate --config {tmp}/null.yaml", "null.yaml:2: field 'data': expected a string, got null"),
+    (
+        "evaluate {archive} --data {tmp} --out {tmp}/eval --config {tmp}/eval.yaml",
+        "eval.yaml:1: field 'designs_per_protein': expected",
+    ),
+    ("run --config {tmp}/broken.yaml", "broken.yaml:2: expected valid YAML"),
+    ("submit --config {tmp}/list.yaml", "list.yaml:1: expected a mapping of options"),
     # (subcommand line, text the message must contain): every subcommand's bad flags and inputs
     ("prep {tmp}/nothing --out {tmp}/p", "{tmp}/nothing: expected an existing protein set"),
     ("prep {tmp}/x.pdb --out {tmp}/p --min-length 0", "min_length"),
@@ -188,6 +223,8 @@ HELP_LINES = [
     *(f"{c} --help" for c in ("prep", "train", "evaluate", "export", "design", "score", "run", "compile", "submit")),
     "weights import --help",
     "weights list",
+    "completion bash",  # every subcommand's options, still without torch
+    "train --print-config",
 ]
 
 

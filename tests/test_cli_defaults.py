@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from invfold.cli import build_parser
+from invfold.cli import CompletionOptions, build_parser
 from invfold.components.design.design import DesignConfig
 from invfold.components.design.score import ScoreConfig
 from invfold.components.evaluate.evaluate import EvaluateConfig
@@ -37,7 +37,10 @@ CONFIGS = {
     "compile": (CompileOptions,),
     "weights import": (WeightsImport,),
     "weights list": (),
+    "completion": (CompletionOptions,),
 }
+# the commands without a config file (--config, --print-config): nothing to set, or the script itself
+WITHOUT_CONFIG_FILE = ("weights list", "completion")
 PIPELINE_COMMANDS = ("run", "submit")
 RECIPE_COMMANDS = ("train", *PIPELINE_COMMANDS)
 
@@ -59,13 +62,15 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
 
 
 LOGGING_FLAGS = ("verbose", "quiet", "json")  # -v/-q/--json, on every subcommand too (src/invfold/cli.py)
+CONFIG_FILE_FLAGS = ("config", "print_config")  # src/invfold/config_file.py
 
 
 def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     return [
         a
         for a in parser._actions
-        if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)) and a.dest not in LOGGING_FLAGS
+        if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))
+        and a.dest not in LOGGING_FLAGS + CONFIG_FILE_FLAGS
     ]
 
 
@@ -73,6 +78,12 @@ def _options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 def test_logging_flags_work_after_the_subcommand(command):
     flags = {s for a in _subcommands()[command]._actions if a.dest in LOGGING_FLAGS for s in a.option_strings}
     assert {"-v", "-q"} <= flags
+
+
+@pytest.mark.parametrize("command", sorted(CONFIGS))
+def test_every_command_with_options_reads_a_config_file(command):
+    flags = {s for a in _subcommands()[command]._actions if a.dest in CONFIG_FILE_FLAGS for s in a.option_strings}
+    assert flags == (set() if command in WITHOUT_CONFIG_FILE else {"--config", "--print-config"})
 
 
 def test_every_subcommand_is_covered():

@@ -64,7 +64,7 @@ def test_cli_has_a_subcommand_per_step():
 
     (subparsers,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     steps = {"prep", "train", "evaluate", "export", "design", "score", "run", "compile", "submit", "weights"}
-    assert set(subparsers.choices) == steps
+    assert set(subparsers.choices) == steps | {"completion"}  # + the shell completion script
 
 
 def test_ci_runs_the_readme_test_command():

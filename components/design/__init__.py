@@ -10,6 +10,8 @@ import importlib
 import sys
 import types
 
+from invfold.lazy import lazy_exports
+
 _WHERE = {
     "Design": "invfold.components.design.design",
     "DesignConfig": "invfold.components.design.config",
@@ -19,12 +21,7 @@ _WHERE = {
     "parse_positions": "invfold.components.design.config",
 }
 __all__ = list(_WHERE)
-
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _WHERE)
 
 
 class _DesignPackage(types.ModuleType):

@@ -3,7 +3,7 @@
 The names below load on first use (PEP 562), so `invfold.components.export.config` imports
 without torch (the CLI builds its options from it)."""
 
-import importlib
+from invfold.lazy import lazy_exports
 
 _WHERE = {
     "ExportConfig": "invfold.components.export.config",
@@ -13,9 +13,4 @@ _WHERE = {
     "write_onnx": "invfold.components.export.onnx_export",
 }
 __all__ = list(_WHERE)
-
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _WHERE)

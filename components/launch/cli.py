@@ -20,6 +20,7 @@ EXAMPLES = {
         "invfold train --data prepared/ --out train/ --nproc 2 --time-budget 600",
         "invfold train --data prepared/ --out ds/ --strategy deepspeed --zero-stage 2 --recipe full --max-steps 2000",
         "invfold train --data prepared/ --out ft/ --init-from proteinmpnn:v_48_020 --time-budget 900",
+        "invfold train --config train.yaml --max-steps 500   # keys as the flags; a flag given wins",
     ),
 }
 
@@ -50,6 +51,7 @@ def add_parser(subparsers) -> None:
     scalars = {k: v for k, v in default.values().items() if not isinstance(v, dict | list | tuple)}
     parser.set_defaults(**marked_defaults(scalars))
     parser.set_defaults(procs_per_node=default.procs_per_node)
+    parser.set_defaults(resolve_defaults=chosen_settings)  # --print-config shows the recipe's values
 
 
 def chosen_settings(args: argparse.Namespace) -> dict:

@@ -3,7 +3,7 @@
 The names below load on first use (PEP 562), so `invfold.components.model.config` (a light
 dataclass the CLI builds its options from) imports without torch."""
 
-import importlib
+from invfold.lazy import lazy_exports
 
 _WHERE = {
     "ModelConfig": "invfold.components.model.config",
@@ -14,9 +14,4 @@ _WHERE = {
     "sampling_noise": "invfold.components.model.network",
 }
 __all__ = list(_WHERE)
-
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _WHERE)

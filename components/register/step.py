@@ -10,6 +10,7 @@ reduced `kfp.dsl` without the decorators, so the code a step imports must not de
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -100,6 +101,41 @@ def compare_step(
     return result
 
 
+RECHECKS = 3  # how often register decides again when the champion keeps moving under it
+
+
+def confirm_decision(tracker, model_name: str, comparison: Comparison, prepared_path: str) -> Comparison:
+    """The decision against the champion as the registry holds it now. Two pipeline runs may
+    compare against the same champion and both decide to register; the one that registers later
+    would take `champion` even when it is worse than the one before it. So register reads the
+    alias again: when it still names the version compare saw (or still none), compare's decision
+    stands; when it moved, the new champion is scored on this run's validation data and `decide`
+    runs again. MLflow has no compare-and-set for aliases: what remains is the time between this
+    read and the alias write that follows it (two REST calls), instead of the whole export."""
+    for _ in range(RECHECKS):
+        found = tracker.champion(model_name)
+        if not tracker.available:
+            return dataclasses.replace(
+                comparison, register=False, decision=f"not moving the champion: {tracker.reason}"
+            )
+        now = found["version"] if found else None
+        if now == comparison.champion_version:
+            return comparison
+        candidate = Evaluation(comparison.candidate, comparison.data_digest, comparison.metrics)
+        champion = score_champion(tracker, found, candidate, prepared_path) if found else None
+        starting = StartingPoint(comparison.init_from, comparison.starting_point) if comparison.init_from else None
+        was = f"v{comparison.champion_version}" if comparison.champion_version else "none"
+        again = decide(candidate, comparison.threshold, champion, starting_point=starting)
+        comparison = dataclasses.replace(
+            again, decision=f"the champion moved since compare ({was} -> v{now or 'none'}): {again.decision}"
+        )
+        if not comparison.register:
+            return comparison
+    return dataclasses.replace(
+        comparison, register=False, decision=f"the champion kept moving ({RECHECKS} reads); keeping it"
+    )
+
+
 def input_example(prepared_path: str) -> dict:
     """The model's ONNX inputs for the shortest test chain (a real protein)."""
     import torch
@@ -149,6 +185,8 @@ def register_step(
     ctx = RunContext(pipeline_run_id=pipeline_run_id, tracking_uri=tracking_uri, experiment=experiment)
     with Tracker(ctx, "register") as tracker:
         start = time.perf_counter()
+        # another run may have registered since compare: decide again before registering anything
+        comparison = confirm_decision(tracker, model_name, comparison, prepared_path)
         exported = export_onnx(
             ExportConfig(model_path=os.path.join(model_path, "model.pt"), out=onnx_path, parity_data=prepared_path)
         )
@@ -176,26 +214,42 @@ def register_step(
             "invfold.decision": comparison.decision,
             "kfp.pipeline_run_id": pipeline_run_id,
         }
-        version = tracker.log_onnx_model(
-            onnx_path,
-            model_name,
-            input_example(prepared_path),
-            tags,
-            metrics={**comparison.metrics, **export_metrics},
-            description=model_description(model_name, comparison),
-            source_run_id=train_run,
-        )
+        version = None
+        if comparison.register:
+            version = tracker.log_onnx_model(
+                onnx_path,
+                model_name,
+                input_example(prepared_path),
+                tags,
+                metrics={**comparison.metrics, **export_metrics},
+                description=model_description(model_name, comparison),
+                source_run_id=train_run,
+            )
+        champion = False
         if version:
-            tracker.set_champion(model_name, version)
+            # once more, right before the write: registering took a while
+            comparison = confirm_decision(tracker, model_name, comparison, prepared_path)
+            if comparison.register:
+                tracker.set_champion(model_name, version)
+                champion = True
+            else:  # registered, but another run's better version holds the alias
+                tracker.set_version_tags(model_name, version, {"invfold.decision": comparison.decision})
         seconds = time.perf_counter() - start
         record_timing("register", seconds, version=version or "not recorded")
-        tracker.set_tags({"invfold.registered_version": version or "not recorded"}, parent=True)
+        tracker.set_tags(
+            {"invfold.registered_version": version or "not recorded", "invfold.decision": comparison.decision},
+            parent=True,
+        )
+        tracker.set_tags({"invfold.decision": comparison.decision})
+    print(f"register: {comparison.decision}" + (f" (champion: v{version})" if champion else ""))
     return {
         "metrics": export_metrics,
         "metadata": {
             "compute_s": round(seconds, 3),
             "registered_model": model_name,
             "version": version or "",
+            "champion": champion,
+            "decision": comparison.decision,
             "sha256": exported.sha256,
             "mlflow_run_id": tracker.run_id or "",
         },

@@ -476,6 +476,13 @@ class Tracker:
 
         return self._record(f"ONNX model registration as {model_name}", do)
 
+    def set_version_tags(self, model_name: str, version: str, tags: dict[str, Any]) -> None:
+        def do():
+            for key, value in tags.items():
+                self.client.set_model_version_tag(model_name, version, key, str(value))
+
+        self._record(f"tags {sorted(tags)} of {model_name} v{version}", do)
+
     def set_champion(self, model_name: str, version: str) -> None:
         self._record(
             f"alias {CHAMPION} -> {model_name} v{version}",

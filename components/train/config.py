@@ -69,7 +69,7 @@ class TrainConfig:
         factory=dict,
         aliases=("--model",),
         metavar="NAME=VALUE",
-        help="model config fields that override the preset (repeatable: --model hidden=64)",
+        help="model config fields that override the preset (repeatable: --model-overrides hidden=64)",
     )
     init_from: str | None = option(
         None,

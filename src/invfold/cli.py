@@ -12,9 +12,12 @@ import json
 import logging
 import re
 import sys
+from dataclasses import dataclass
 
 from invfold import __version__
+from invfold.config_file import ConfigFile, add_config_options, apply_config, name_file_in, print_config
 from invfold.errors import EXIT_STATUS, InvfoldError
+from invfold.options import add_command, from_args, option
 from invfold.storage import redact
 
 # Each module exposes COMMANDS (name -> its line in `invfold --help`) and add_parser(subparsers),
@@ -30,6 +33,20 @@ SUBCOMMAND_MODULES = (
     "invfold.pipelines.cli",
 )
 GLOBAL_FLAGS = ("-h", "--help", "--version", "-v", "--verbose", "-q", "--quiet", "--json")
+COMPLETION_SHELLS = ("bash", "zsh")
+EXAMPLES = {
+    "completion": (
+        "invfold completion bash > ~/.local/share/bash-completion/completions/invfold",
+        "invfold completion zsh > ~/.zfunc/_invfold   # with fpath+=(~/.zfunc) before compinit in ~/.zshrc",
+    ),
+}
+
+
+@dataclass
+class CompletionOptions:
+    """What `invfold completion` writes."""
+
+    shell: str = option(positional=True, choices=COMPLETION_SHELLS, help="the shell the script is for")
 
 
 class CommandLineParser(argparse.ArgumentParser):
@@ -43,11 +60,14 @@ class CommandLineParser(argparse.ArgumentParser):
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; given `command`, only the module that adds it builds its options (the
     others are listed by name and help line), so `invfold X` imports X's config alone and
-    `invfold --help` none: help and mistakes answer without importing torch (issue 25)."""
+    `invfold --help` none: help and mistakes answer without importing torch (issue 25). Without
+    `command`, every subcommand's options (what a completion script is written from)."""
     parser = CommandLineParser(
         prog="invfold",
         description="Train protein inverse-folding models: prep -> train -> evaluate -> export, "
-        "locally or on Kubeflow.",
+        "locally or on Kubeflow. Every command with options also reads them from a YAML file "
+        "(--config FILE, keys as the flags; --print-config writes one); `invfold completion bash|zsh` "
+        "prints a shell completion script.",
     )
     parser.add_argument("--version", action="version", version=f"invfold {__version__}")
     add_logging_flags(parser, default=False)
@@ -59,10 +79,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         else:
             for listed, line in module.COMMANDS.items():
                 subparsers.add_parser(listed, help=line)
-    examples = {}
+    completion = add_command(
+        subparsers,
+        "completion",
+        completion_command,
+        CompletionOptions,
+        help="print a shell completion script (bash, zsh) for invfold",
+        description="Print a tab-completion script for invfold's subcommands, options and choices, "
+        "written from the parser itself (shtab): the shell reads it; invfold does not run on TAB.",
+    )
+    examples = dict(EXAMPLES)
     for name in SUBCOMMAND_MODULES:
         examples.update(getattr(importlib.import_module(name), "EXAMPLES", {}))
     for sub in _leaf_parsers(parser):
+        if sub is not completion and any(a.dest != "help" for a in sub._actions):
+            add_config_options(sub, sub.prog.removeprefix("invfold "))
         add_logging_flags(sub, default=argparse.SUPPRESS)  # absent after the command: the global value
         lines = examples.get(sub.prog.removeprefix("invfold "), ())
         sub.epilog = ("examples:\n" + "".join(f"  {line}\n" for line in lines) + "\n" if lines else "") + EXIT_STATUS
@@ -106,6 +137,16 @@ def _leaf_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentPars
     return found
 
 
+def _all_parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every (sub)subcommand's parser below `parser`."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found += [sub, *_all_parsers(sub)]
+    return found
+
+
 def subcommand_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
     """The parser of the (sub)subcommand `argv` names."""
     current = parser
@@ -143,13 +184,62 @@ def command_of(argv: list[str]) -> str:
     return ""
 
 
+def completion_command(args: argparse.Namespace) -> int:
+    """The completion script, written from the whole parser (every subcommand's options)."""
+    import shtab
+
+    shell = from_args(CompletionOptions, args).shell
+    parser = build_parser()
+    for sub in [parser, *_all_parsers(parser)]:
+        for action in sub._actions:  # a text value (a path, a URI, a name): complete file names
+            if action.nargs != 0 and action.choices is None and action.type in (None, str):
+                action.complete = shtab.FILE
+    print(shtab.complete(parser, shell=shell).rstrip("\n"))
+    args.result = {"shell": shell}
+    return 0
+
+
+def report(err: InvfoldError, command: argparse.ArgumentParser, config: ConfigFile | None, as_json: bool) -> int:
+    """`invfold <cmd>: error: <message>` on stderr (and as JSON on stdout): the one error handler."""
+    message = redact(name_file_in(with_flag_names(str(err), command), command, config))
+    print(f"{command.prog}: error: {message}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": message, "exit_code": err.exit_code}))
+    return err.exit_code
+
+
+@dataclass
+class CommandLine:
+    """A parsed command line: the subcommand's parser, its options, the config file it read."""
+
+    parser: argparse.ArgumentParser
+    command: argparse.ArgumentParser
+    args: argparse.Namespace | None = None
+    config: ConfigFile | None = None
+
+
+def parse(argv: list[str]) -> CommandLine:
+    """Parse `argv`, a --config file's values under the flags given (SystemExit as argparse does:
+    --help, a mistake on the command line; InvfoldError: a mistake in the file)."""
+    parser = build_parser(command_of(argv))
+    line = CommandLine(parser, subcommand_parser(parser, argv))
+    line.config = apply_config(line.command, argv)  # --config FILE: its values become the defaults
+    line.args = parser.parse_args(argv)
+    if line.config is not None:
+        line.config.finish(line.args)
+    return line
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser(command_of(argv))
     try:
-        args = parser.parse_args(argv)
+        line = parse(argv)
     except SystemExit as done:  # --help, --version, or a mistake parse_args has already reported
         return 0 if done.code is None else done.code if isinstance(done.code, int) else 2
+    except InvfoldError as err:  # a mistake in the config file
+        parser = build_parser(command_of(argv))
+        return report(err, subcommand_parser(parser, argv), None, "--json" in argv)
+    parser, command, args, config = line.parser, line.command, line.args, line.config
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -162,14 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # --json: the handler's lines go to stderr, its `args.result` is the one object on stdout
         with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-            code = int(args.func(args) or 0)
+            if getattr(args, "print_config", False):
+                args.result, code = {"config": print_config(command, args, config)}, 0
+            else:
+                code = int(args.func(args) or 0)
     except InvfoldError as err:  # a mistake the user can fix: its message, no traceback
-        command = subcommand_parser(parser, argv)
-        message = redact(with_flag_names(str(err), command))
-        print(f"{command.prog}: error: {message}", file=sys.stderr)
-        if args.json:
-            print(json.dumps({"error": message, "exit_code": err.exit_code}), file=stdout)
-        return err.exit_code
+        return report(err, command, config, args.json)
     if args.json:
         print(json.dumps({**getattr(args, "result", {}), "exit_code": code}, default=str), file=stdout)
     return code

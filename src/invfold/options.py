@@ -162,8 +162,9 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, 
             kwargs["nargs"] = len(args)
         elif (origin is list or origin is dict or base is dict) and meta.get("type") is None:
             kwargs["action"] = "append"
+        nullable = base is not hint  # `X | None`: a config file may set it to null
         if meta.get("positional"):
-            parser.add_argument(f.name, **kwargs)
+            parser.add_argument(f.name, **kwargs).nullable = nullable
             continue
         if base is bool and default is True:
             names = ["--no-" + f.name.replace("_", "-"), *meta.get("aliases", ())]
@@ -177,7 +178,7 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls, 
         switch = base is bool  # a switch's help says what it does; "(default: True)" would not help
         if not (switch or kwargs["default"] is None or kwargs["default"] is False or kwargs["default"] in ("", [], ())):
             kwargs["help"] += " (default: %(default)s)"
-        parser.add_argument(*names, dest=f.name, **kwargs)
+        parser.add_argument(*names, dest=f.name, **kwargs).nullable = nullable
 
 
 def add_command(subparsers, name: str, run, *configs, help: str, description: str) -> argparse.ArgumentParser:

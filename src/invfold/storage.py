@@ -294,8 +294,6 @@ def download_folder(uri: str, local: str | os.PathLike) -> None:
     fs.get(path.rstrip("/") + "/", os.fspath(local).rstrip("/") + "/", recursive=True)
 
 
-redact_log_records()
-errors.redact_text = redact
 # KFP's object store by version (kubeflow/pipelines manifests/kustomize/third-party/): MinIO behind
 # `minio-service` up to 2.15 (SeaweedFS 2.15 kept that Service name for compatibility); from 2.16 on
 # SeaweedFS alone, Service `seaweedfs` (S3 on 8333, and 9000 -> 8333 for old configurations).
@@ -315,3 +313,8 @@ def use_endpoint(endpoint: str | None) -> None:
     if not endpoint.startswith(("http://", "https://")):
         raise ConfigError(f"storage_endpoint: expected an http(s) URL, got {endpoint!r}; {ENDPOINT_HINT}")
     os.environ["AWS_ENDPOINT_URL"] = endpoint
+
+
+# On first import, for every process that touches a URI: log records and error messages are redacted.
+redact_log_records()
+errors.redact_text = redact

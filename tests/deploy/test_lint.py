@@ -45,6 +45,41 @@ def test_every_pin_is_one_the_pin_refresh_checks_on_every_base():
     assert "libopenmpi3" in pinned_packages(old) and "libopenmpi3" not in refreshed  # what this catches
 
 
+POCKETS = ("release", "security", "base")
+# Ubuntu's version suffixes of a stable-release update (`ubuntu13.5`, `0ubuntu2.1`, `~24.04`): never
+# what the release pocket itself serves.
+UPDATE_SUFFIX = re.compile(r"ubuntu\d+\.\d+|~\d\d\.\d\d")
+
+
+def pin_pockets(text: str) -> dict[str, tuple[str, str]]:
+    """Version argument -> (the pocket its preceding `# pocket:` comment names, the version)."""
+    pockets, pocket = {}, ""
+    for line in text.splitlines():
+        if line.startswith("# pocket:"):
+            pocket = line.split(":", 1)[1].split()[0]
+        elif "=" in line and not line.startswith("#"):
+            key, value = line.split("=", 1)
+            if key.endswith("_VERSION"):
+                pockets[key] = (pocket, value)
+            pocket = ""
+    return pockets
+
+
+def test_every_gpu_pin_names_its_pocket_and_release_pins_are_the_releases():
+    """A -updates/-security pin stops resolving when Ubuntu supersedes it (one version per pocket):
+    every pin of the GPU bases says which pocket it takes, and one that claims the release pocket
+    carries no stable-update suffix (the earlier python3 3.12.3-0ubuntu2 and libgomp1
+    14.2.0-4ubuntu2~24.04 pins came from noble-updates unannounced)."""
+    pins = pin_pockets((REPO / "images" / "bases" / "cuda.args").read_text())
+    pinned = set().union(*(pinned_packages(d.read_text()).values() for d in DOCKERFILES))
+    assert pinned <= set(pins), f"pins of cuda.args without a `# pocket:` line: {sorted(pinned - set(pins))}"
+    assert {key: pocket for key, (pocket, _) in pins.items() if pocket not in POCKETS} == {}
+    assert [key for key, (pocket, v) in pins.items() if pocket == "release" and UPDATE_SUFFIX.search(v)] == []
+    # what the check catches: an update's version claimed as the release's, a pin with no pocket
+    caught = pin_pockets("# pocket: release\nA_VERSION=1:9.6p1-3ubuntu13.5\nB_VERSION=14.2.0-4ubuntu2~24.04\n")
+    assert UPDATE_SUFFIX.search(caught["A_VERSION"][1]) and caught["B_VERSION"][0] == ""
+
+
 def test_hadolint_flags_an_unpinned_package(tmp_path):
     """The check above can fail: an unpinned apt install is reported."""
     bad = tmp_path / "Dockerfile"

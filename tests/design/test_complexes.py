@@ -184,7 +184,8 @@ def test_batch_design_of_a_folder_keeps_each_complex(tmp_path, pdb, models):
     complex, chain A is designed with the other chains as context (the design a single-structure
     call gives), a structure without chain A is skipped and counted."""
     from invfold.components.design.batch import design_batch
-    from tests.support.parity_cases import ChainSpec, sample_records, write_chains
+    from tests.support.parity_cases import sample_records
+    from tests.support.structures import ChainSpec, write_chains
 
     folder = tmp_path / "structures"
     folder.mkdir()

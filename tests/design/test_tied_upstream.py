@@ -20,7 +20,8 @@ from invfold.components.model import published
 from invfold.components.model.sampling import group_logits, letter_bias
 from invfold.components.protein.structure import read_structure
 from tests.support import upstream_mpnn
-from tests.support.parity_cases import ChainSpec, sample_records, write_chains
+from tests.support.parity_cases import sample_records
+from tests.support.structures import ChainSpec, write_chains
 
 TEMPERATURE = 0.1
 # upstream's JSON shapes (make_tied_positions_dict.py, make_pos_neg_tied_positions_dict.py): the

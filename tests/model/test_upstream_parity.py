@@ -32,7 +32,8 @@ from invfold.components.protein.batch import collate
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.structure import read_structure
 from tests.support import upstream_mpnn
-from tests.support.parity_cases import ChainSpec, parity_cases, sample_records, write_chains
+from tests.support.parity_cases import parity_cases, sample_records
+from tests.support.structures import ChainSpec, write_chains
 
 WEIGHTS = ("proteinmpnn:v_48_020", "proteinmpnn-soluble:v_48_020")
 CASES = ("break", "break_and_gaps", "small", "small_many_missing", "complex", "unknown")

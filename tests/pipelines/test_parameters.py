@@ -108,6 +108,7 @@ def test_fine_tuning_flags_bring_the_fine_tuning_recipe_unless_lr_or_warmup_are_
     full = given_parameters(parser.parse_args(["run", "--recipe", "full", "--epochs", "2", "--lr", "1e-3"]))
     assert full["preset"] == "default" and full["tokens_per_batch"] == 3000 and full["time_budget_s"] == 0
     assert full["epochs"] == 2 and full["lr"] == 1e-3  # a flag wins over the recipe
+    assert full["init_from"] == ""  # a text parameter's "unset": KFP refuses the int 0 for a STRING input
     assert pipeline_parameters()["freeze_encoder"]["defaultValue"] is False
 
 

@@ -15,12 +15,17 @@ import urllib.request
 import pytest
 import yaml
 
-from invfold.pipelines.compile import COMMITTED_DESIGN_YAML, COMMITTED_YAML
+from invfold import __version__
+from invfold.pipelines.compile import COMMITTED_DESIGN_YAML, COMMITTED_YAML, with_runtime_image
 from tests.support.kfp_api import PREFIX, KfpApi
 
 TOKEN = f"kfp-token-{secrets.token_hex(8)}"
 HEALTHZ, EXPERIMENTS, RUNS = f"{PREFIX}/healthz", f"{PREFIX}/experiments", f"{PREFIX}/runs"
+REGISTRY = "ghcr.io/acme/invfold"  # the committed YAML names a placeholder registry, which submit refuses
+IMAGE = f"{REGISTRY}/invfold-runtime:{__version__}"
 ARGS = (
+    "--registry",
+    REGISTRY,
     "--data",
     "s3://bucket/set.jsonl.gz",
     "--strategy",
@@ -62,9 +67,10 @@ def invfold_submit(host: str, home, *args: str, token: str | None = TOKEN) -> su
     return subprocess.run(command, capture_output=True, text=True, env=env, cwd=home, timeout=120)
 
 
-def _committed_spec() -> dict:
-    """What kfp.Client sends as `pipeline_spec` for a two-document YAML (pipeline + platform spec)."""
-    pipeline, platform = yaml.safe_load_all(COMMITTED_YAML.read_text())
+def _committed_spec(path=COMMITTED_YAML) -> dict:
+    """What kfp.Client sends as `pipeline_spec` for a two-document YAML (pipeline + platform spec),
+    with REGISTRY's runtime image in every step."""
+    pipeline, platform = yaml.safe_load_all(with_runtime_image(path.read_text(), IMAGE))
     return {"pipeline_spec": pipeline, "platform_spec": platform}
 
 
@@ -138,11 +144,10 @@ def test_namespace_goes_to_the_experiment_and_so_to_the_run(home):
 
 def test_submit_design_sends_the_design_pipeline_with_the_registered_model(api, home):
     args = ("--pipeline", "design", "--data", "s3://bucket/chains.jsonl", "--model", "models:/my-model/3")
-    result = invfold_submit(api.url, home, *args, "--shards", "3", "--temperatures", "0.1,0.2")
+    result = invfold_submit(api.url, home, *args, "--shards", "3", "--temperatures", "0.1,0.2", "--registry", REGISTRY)
     assert result.returncode == 0, result.stderr
     body = api.requests_to("POST", RUNS)[0].body
-    pipeline, platform = yaml.safe_load_all(COMMITTED_DESIGN_YAML.read_text())
-    assert body["pipeline_spec"] == {"pipeline_spec": pipeline, "platform_spec": platform}
+    assert body["pipeline_spec"] == _committed_spec(COMMITTED_DESIGN_YAML)
     expected = {
         "structures": "s3://bucket/chains.jsonl",
         "model_name": "my-model",

@@ -135,3 +135,89 @@ def test_a_fine_tuned_candidate_must_beat_its_starting_weights_on_validation(mlf
     )[0]
     assert run.data.metrics["validation/starting_recovery"] == pytest.approx(a_val, abs=1e-6)
     assert run.data.tags["invfold.decision"] == other.decision
+
+
+def _register(prepared, model, comparison, uri, names, tmp_path, run: str) -> dict:
+    return register_step(
+        prepared_path=prepared,
+        model_path=str(model["folder"]),
+        onnx_dir=str(tmp_path / f"onnx-{run}"),
+        comparison=comparison,
+        pipeline_run_id=run,
+        tracking_uri=uri,
+        experiment=names["experiment"],
+        model_name=names["model"],
+    )
+
+
+def _ranked(models) -> tuple[dict, dict]:
+    """(the better, the worse) of the two models on validation recovery."""
+    a, b = models["a"], models["b"]
+    recovery = lambda m: m["metrics"]["datasets"]["validation"]["recovery"]  # noqa: E731
+    return (a, b) if recovery(a) > recovery(b) else (b, a)
+
+
+def test_two_interleaved_runs_the_later_register_decides_again_against_the_new_champion(
+    mlflow_server, prepared, models, tmp_path
+):
+    """Two pipeline runs compare against the same (absent) champion and both decide to register;
+    the other run registers first. The later register reads the alias again: when the champion
+    it now finds is better it neither registers nor takes `champion`; when it is worse it still
+    beats it, on the champion's score made again for this run."""
+    better, worse = _ranked(models)
+    client = MlflowClient(mlflow_server)
+
+    # run A (worse) compares and decides; run B (better) compares, decides and registers first
+    names = {"experiment": f"race-{uuid.uuid4().hex[:6]}", "model": f"invfold-{uuid.uuid4().hex[:6]}"}
+    a_decision = _compare(prepared, worse["evaluation"], mlflow_server, names)
+    b_decision = _compare(prepared, better["evaluation"], mlflow_server, names)
+    assert a_decision.register and b_decision.register and a_decision.champion_version is None
+    b = _register(prepared, better, b_decision, mlflow_server, names, tmp_path, "race-b")
+    assert b["metadata"]["champion"] and b["metadata"]["version"] == "1"
+    a = _register(prepared, worse, a_decision, mlflow_server, names, tmp_path, "race-a")
+    assert client.get_model_version_by_alias(names["model"], "champion").version == "1"  # B keeps it
+    assert not a["metadata"]["champion"] and a["metadata"]["version"] == ""  # nothing registered
+    assert a["metadata"]["decision"].startswith("the champion moved since compare (none -> v1)")
+    assert "does not beat champion v1" in a["metadata"]["decision"]
+    assert [v.version for v in client.search_model_versions(f"name = '{names['model']}'")] == ["1"]
+
+    # the other way round: the worse run registers first, the better one still takes the champion
+    names = {"experiment": f"race-{uuid.uuid4().hex[:6]}", "model": f"invfold-{uuid.uuid4().hex[:6]}"}
+    a_decision = _compare(prepared, better["evaluation"], mlflow_server, names)
+    b_decision = _compare(prepared, worse["evaluation"], mlflow_server, names)
+    _register(prepared, worse, b_decision, mlflow_server, names, tmp_path, "race-b2")
+    a = _register(prepared, better, a_decision, mlflow_server, names, tmp_path, "race-a2")
+    assert a["metadata"]["champion"] and a["metadata"]["version"] == "2"
+    assert client.get_model_version_by_alias(names["model"], "champion").version == "2"
+    assert "the champion moved since compare (none -> v1)" in a["metadata"]["decision"]
+    assert "beats" in a["metadata"]["decision"] and "champion v1" in a["metadata"]["decision"]
+
+
+def test_a_champion_that_moves_while_registering_is_not_overwritten(mlflow_server, prepared, models, tmp_path):
+    """The alias moves after register's first read, while the ONNX model is being registered (the
+    other run's write is injected right after this run's version is created): the read just
+    before the alias write sees it, and the better version keeps `champion`."""
+    from invfold.components.tracking import Tracker
+
+    better, worse = _ranked(models)
+    client = MlflowClient(mlflow_server)
+    names = {"experiment": f"race-{uuid.uuid4().hex[:6]}", "model": f"invfold-{uuid.uuid4().hex[:6]}"}
+    a_decision = _compare(prepared, worse["evaluation"], mlflow_server, names)
+    b_decision = _compare(prepared, better["evaluation"], mlflow_server, names)
+    _register(prepared, better, b_decision, mlflow_server, names, tmp_path, "race-b")  # v1
+    client.delete_registered_model_alias(names["model"], "champion")  # as when A compared: none
+
+    original = Tracker.log_onnx_model
+
+    def registers_while_the_other_run_moves_the_alias(self, *args, **kwargs):
+        version = original(self, *args, **kwargs)
+        client.set_registered_model_alias(names["model"], "champion", "1")  # run B, meanwhile
+        return version
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Tracker, "log_onnx_model", registers_while_the_other_run_moves_the_alias)
+        a = _register(prepared, worse, a_decision, mlflow_server, names, tmp_path, "race-a")
+    assert a["metadata"]["version"] == "2" and not a["metadata"]["champion"]
+    assert client.get_model_version_by_alias(names["model"], "champion").version == "1"
+    tags = client.get_model_version(names["model"], "2").tags
+    assert tags["invfold.decision"].startswith("the champion moved since compare (none -> v1)")

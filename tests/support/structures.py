@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import gemmi
+import numpy as np
 
 from invfold.components.protein.complexes import split_complex
 from invfold.components.protein.jsonl import read_chain_set
@@ -22,20 +25,36 @@ def sample_complex(entry: str) -> ChainRecord:
     return next(r for r in read_chain_set(SAMPLE, complexes=True) if isinstance(r, ChainRecord) and r.name == entry)
 
 
-def write_structure(path: Path, chains: list[ChainRecord]) -> Path:
-    """The chains' observed backbones (chain id = the part of each name after the last "."; numbered
-    from 1, unobserved residues left out) as a PDB or mmCIF file, by the path's suffix."""
+@dataclass
+class ChainSpec:
+    chain_id: str
+    record: ChainRecord
+    residues: Iterable[int] | None = None  # indices of the record to write (default: all with atoms)
+    unknown: Iterable[int] = ()  # written as UNK (an unknown residue with its backbone)
+    drop_atoms: dict[int, tuple[str, ...]] = field(default_factory=dict)  # partial backbones
+    number_from: int = 1  # author number of the record's first residue
+
+
+def write_chains(path: Path, chains: list[ChainSpec]) -> Path:
+    """The chains as a PDB or mmCIF file (by suffix): backbone atoms only, first model."""
     structure = gemmi.Structure()
     model = gemmi.Model("1")
-    for record in chains:
-        chain = gemmi.Chain(record.name.rsplit(".", 1)[-1])
-        for i, (letter, xyz, ok) in enumerate(zip(record.seq, record.coords, record.mask, strict=True)):
-            if not ok or letter not in ONE_TO_THREE:
+    for spec in chains:
+        record = spec.record
+        chain = gemmi.Chain(spec.chain_id)
+        wanted = range(len(record)) if spec.residues is None else spec.residues
+        unknown = set(spec.unknown)
+        for i in wanted:
+            letter, xyz = record.seq[i], record.coords[i]
+            if letter not in ONE_TO_THREE or not np.isfinite(xyz).any():
                 continue
             residue = gemmi.Residue()
-            residue.name = ONE_TO_THREE[letter]
-            residue.seqid = gemmi.SeqId(1 + i, " ")
+            residue.name = "UNK" if i in unknown else ONE_TO_THREE[letter]
+            residue.seqid = gemmi.SeqId(spec.number_from + i, " ")
+            residue.het_flag = "A"
             for name, pos in zip(BACKBONE_ATOMS, xyz, strict=True):
+                if name in spec.drop_atoms.get(i, ()) or not np.isfinite(pos).all():
+                    continue
                 atom = gemmi.Atom()
                 atom.name, atom.element, atom.pos = name, gemmi.Element(name[0]), gemmi.Position(*map(float, pos))
                 residue.add_atom(atom)
@@ -48,6 +67,12 @@ def write_structure(path: Path, chains: list[ChainRecord]) -> Path:
     else:
         structure.write_pdb(str(path))
     return path
+
+
+def write_structure(path: Path, chains: list[ChainRecord]) -> Path:
+    """The chains' observed backbones (chain id = the part of each name after the last "."; numbered
+    from 1, unobserved residues left out) as a PDB or mmCIF file, by the path's suffix."""
+    return write_chains(path, [ChainSpec(record.name.rsplit(".", 1)[-1], record) for record in chains])
 
 
 def write_sample_complex(path: Path, entry: str) -> Path:

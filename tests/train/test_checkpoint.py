@@ -53,7 +53,7 @@ def test_prune_keeps_the_newest_and_drops_older_torn_saves(root):
 
 
 def test_a_folder_name_that_is_not_a_step_is_refused():
-    with pytest.raises(ValueError, match="expected step-XXXXXXXX"):
+    with pytest.raises(InputError, match=r"/x/checkpoints/latest: expected a checkpoint folder named step-XXXXXXXX"):
         ckpt.step_of("/x/checkpoints/latest")
 
 

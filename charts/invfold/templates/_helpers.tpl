@@ -57,7 +57,7 @@ capabilities:
 
 {{/* A trainer pod template: (list root image sshd command). */}}
 {{- define "invfold.trainerPod" }}
-{{- $root := index . 0 }}{{- $r := $root.Values.runtimes }}{{- $image := index . 1 }}{{- $sshd := index . 2 }}{{- $command := index . 3 }}
+{{- $root := index . 0 }}{{- $r := $root.Values.runtimes }}{{- $image := index . 1 }}{{- $sshd := index . 2 }}{{- $command := index . 3 -}}
 metadata:
   labels:
     app.kubernetes.io/part-of: invfold
