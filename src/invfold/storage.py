@@ -48,7 +48,9 @@ def display_uri(uri: str | os.PathLike) -> str:
     query = "&".join(
         f"{piece.split('=', 1)[0]}={HIDDEN}" if "=" in piece else HIDDEN for piece in parts.query.split("&") if piece
     )
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    # not urlunsplit: it drops the empty authority of `sqlite:///relative.db`, which then reads as absolute
+    shown = f"{text.split('://', 1)[0]}://{netloc}{parts.path}"
+    return shown + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
 def redact(text: str) -> str:

@@ -39,6 +39,9 @@ def test_display_uri_hides_userinfo_and_query_values():
     assert shown == "https://***@h.example/a/b.jsonl?sig=***&v=***#x"
     assert storage.display_uri("/data/set.jsonl") == "/data/set.jsonl"
     assert storage.display_uri("s3://bucket/key") == "s3://bucket/key"
+    # an empty authority stays: printed as sqlite:/runs/mlflow.db it named an absolute path
+    assert storage.display_uri("sqlite:///runs/mlflow.db") == "sqlite:///runs/mlflow.db"
+    assert storage.display_uri("file:///tmp/x?token=t") == "file:///tmp/x?token=***"
     assert storage.redact(f"see 's3://k:{PASSWORD}@b/x' now") == "see 's3://***@b/x' now"
 
 
