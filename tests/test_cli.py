@@ -288,3 +288,30 @@ def test_json_reports_a_mistake_as_an_object(line, expected, tmp_path, capsys):
     out = capsys.readouterr()
     result = json.loads(out.out)
     assert result["exit_code"] == 2 and expected.format(**files) in result["error"]
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly_with_141():
+    """`invfold completion bash | head -1`: head exits before the output is written. The pipe's read
+    end is closed before the command starts, so every write fails (no race with a real head)."""
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "invfold", "completion", "bash"], stdout=write, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr
+
+
+def test_the_readmes_exit_status_table_is_the_help_text():
+    from invfold.errors import EXIT_STATUS
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    rows = dict(re.findall(r"^\| (\d+) \| (.+) \|$", readme, re.M))
+    for line in EXIT_STATUS.splitlines()[1:]:
+        code, meaning = line.split(None, 1)
+        assert rows.get(code, "").replace("\\|", "|") == meaning, code

@@ -10,6 +10,7 @@ import contextlib
 import importlib
 import json
 import logging
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -258,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
                 code = int(args.func(args) or 0)
     except InvfoldError as err:  # a mistake the user can fix: its message, no traceback
         return report(err, command, config, args.json)
+    except BrokenPipeError:  # `| head` read enough: no traceback, and no second error at exit's flush
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     if args.json:
         print(json.dumps({**getattr(args, "result", {}), "exit_code": code}, default=str), file=stdout)
     return code

@@ -25,6 +25,7 @@ EXIT_STATUS = """exit status:
   1    a step failed: a training job, the ONNX parity gate, MLflow, the KFP API, a pipeline step
   2    a mistake in the command: an option, an input file, a model reference (one line says which)
   3    training stopped: a run of non-finite steps (nothing saved)
+  141  the reader of its output went away (`invfold ... | head`), as for any tool killed by SIGPIPE
   143  stopped by SIGTERM after writing a checkpoint (run it again to resume)"""
 
 
