@@ -85,4 +85,5 @@ def test_the_gpu_values_pass_the_servers_dry_run_in_a_profile_namespace(cluster,
     )  # fmt: skip
     manifest = json.loads(out.stdout)["manifest"]
     kinds = {doc["kind"] for doc in yaml.safe_load_all(manifest) if doc}
-    assert {"TrainingRuntime", "Deployment", "ResourceQuota", "LimitRange", "NetworkPolicy"} <= kinds
+    assert {"TrainingRuntime", "Deployment", "ResourceQuota", "NetworkPolicy"} <= kinds
+    assert "LimitRange" not in kinds  # it would give every container of the namespace invfold's defaults

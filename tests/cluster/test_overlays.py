@@ -1,10 +1,10 @@
 """Every kustomize overlay on the real API server, and the admission each one claims.
 
 Each overlay goes through `kubectl apply --server-side --dry-run=server` whole (schemas, CEL rules
-and Trainer's validating webhook for its runtimes). Its namespace, LimitRange and ResourceQuota are
-applied for real, and the real admission plugins then answer for pods created with
-`--dry-run=server` in that namespace: PodSecurity at the level the Namespace carries, LimitRanger's
-defaults, ResourceQuota's refusal. The objects the installed chart owns (runtimes, PriorityClasses)
+and Trainer's validating webhook for its runtimes). Its namespace and ResourceQuota are applied for
+real, and the real admission plugins then answer for pods created with `--dry-run=server` in that
+namespace: PodSecurity at the level the Namespace carries, ResourceQuota's refusal of a trainer
+(and only a trainer) that does not fit. The objects the installed chart owns (runtimes, PriorityClasses)
 are not taken over: the dry-run never persists."""
 
 from __future__ import annotations
@@ -39,10 +39,10 @@ def runtime_pod(docs: list[dict], ns: str) -> dict:
 
 @pytest.fixture(scope="module", params=OVERLAYS)
 def overlay(request, cluster, release):
-    """(name, rendered docs, namespace) with the overlay's Namespace, LimitRange and quota applied."""
+    """(name, rendered docs, namespace) with the overlay's Namespace and quota applied."""
     docs = rendered(request.param)
     ns = namespace_of(docs)
-    applied = [d for d in docs if d["kind"] in ("Namespace", "LimitRange", "ResourceQuota")]
+    applied = [d for d in docs if d["kind"] in ("Namespace", "ResourceQuota")]
     if not any(d["kind"] == "Namespace" for d in docs):
         cluster.namespace(ns)  # single-user: KFP's namespace, made by KFP's install
     for doc in applied:
@@ -92,22 +92,15 @@ def test_pod_security_admits_the_runtime_pods_at_the_namespaces_level(cluster, o
         assert refused.returncode != 0 and 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
 
 
-def test_limit_ranger_defaults_and_the_quota_refuses_what_does_not_fit(cluster, overlay):
+def test_the_quota_refuses_a_trainer_that_does_not_fit_and_counts_trainers_only(cluster, overlay):
+    """No LimitRange (it would give every container of a shared namespace invfold's defaults): the
+    quota is scoped to invfold's trainers by their PriorityClass, so a notebook asking as much passes."""
     name, docs, ns = overlay
-    limit_ranges = [d for d in docs if d["kind"] == "LimitRange"]
+    assert not [d for d in docs if d["kind"] == "LimitRange"], name
     quotas = [d for d in docs if d["kind"] == "ResourceQuota"]
-    if not limit_ranges:
-        assert name == "single-user" and not quotas, f"{name} claims no LimitRange but has a quota"
+    if not quotas:
+        assert name == "single-user", f"{name} has no quota"
         return
-    pod = runtime_pod(docs, ns)
-    for container in pod["spec"]["containers"]:
-        container.pop("resources", None)
-    out = dry_run_pod(cluster, pod)
-    assert out.returncode == 0, out.stderr
-    resources = json.loads(out.stdout)["spec"]["containers"][0]["resources"]
-    limit = limit_ranges[0]["spec"]["limits"][0]
-    assert resources["requests"] == {k: str(v) for k, v in limit["defaultRequest"].items()}, resources
-    assert resources["limits"] == {k: str(v) for k, v in limit["default"].items()}, resources
     hard_cpu = quotas[0]["spec"]["hard"]["requests.cpu"]
     greedy = runtime_pod(docs, ns)
     greedy["spec"]["containers"][0]["resources"] = {
@@ -116,3 +109,8 @@ def test_limit_ranger_defaults_and_the_quota_refuses_what_does_not_fit(cluster, 
     }
     refused = dry_run_pod(cluster, greedy)
     assert refused.returncode != 0 and "exceeded quota: invfold-compute" in refused.stderr, refused.stderr
+    other = copy.deepcopy(greedy)
+    other["metadata"]["name"] = "notebook-0"
+    other["spec"].pop("priorityClassName", None)
+    admitted = dry_run_pod(cluster, other)
+    assert admitted.returncode == 0, admitted.stderr
