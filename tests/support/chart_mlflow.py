@@ -6,11 +6,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.client
-import subprocess
-import sys
-import time
 
 import pytest
+
+from tests.support.mlflow_server import MlflowServer
 
 NAMESPACE = "team-a"
 SERVICE_HOST = f"invfold-mlflow.{NAMESPACE}.svc.cluster.local:5000"
@@ -50,28 +49,14 @@ def request(port: int, host: str, path: str, auth: tuple[str, str] | None = None
 
 @contextlib.contextmanager
 def chart_mlflow_server(args: list[str], env: dict, tmp_path):
-    """`mlflow server ARGS` on loopback; yields once /health answers."""
-    log = open(tmp_path / "server.log", "w")  # noqa: SIM115 - open while the server runs
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", *args], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
+    """`mlflow server ARGS` on loopback (ARGS from local_args); yields its port once /health answers."""
     port = int(next(a for a in args if a.startswith("--port=")).split("=")[1])
+    server = MlflowServer(tmp_path, port, args=args, env=env, start_timeout_s=120)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if request(port, "127.0.0.1", "/health") == 200:
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"mlflow server did not start: {(tmp_path / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.5)
+        server.start()
+    except RuntimeError as err:
+        pytest.fail(str(err))
+    try:
         yield port
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        server.stop()

@@ -62,16 +62,12 @@ def huge_numbering_cif(path: Path, last_number: int = 10**9, residues: int = 5) 
     `last_number`: no deposited sequence, so the reader fills the numbering gap from author numbers."""
     import gemmi
 
+    from tests.support.structures import backbone_residue
+
     structure, model, chain = gemmi.Structure(), gemmi.Model("1"), gemmi.Chain("A")
     for i, xyz in enumerate(_backbone(residues)):
-        residue = gemmi.Residue()
-        residue.name = "ALA"
-        residue.seqid = gemmi.SeqId(last_number if i == residues - 1 else i + 1, " ")
-        for name, pos in zip(ATOMS, xyz, strict=True):
-            atom = gemmi.Atom()
-            atom.name, atom.element, atom.pos = name, gemmi.Element(name[0]), gemmi.Position(*map(float, pos))
-            residue.add_atom(atom)
-        chain.add_residue(residue)
+        number = last_number if i == residues - 1 else i + 1
+        chain.add_residue(backbone_residue("ALA", number, list(zip(ATOMS, xyz, strict=True))))
     model.add_chain(chain)
     structure.add_model(model)
     structure.setup_entities()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import gemmi
 import numpy as np
@@ -35,6 +36,17 @@ class ChainSpec:
     number_from: int = 1  # author number of the record's first residue
 
 
+def backbone_residue(name: str, number: int, atoms: list[tuple[str, Any]]) -> gemmi.Residue:
+    """Residue `name` with author number `number`, holding the (atom name, xyz) atoms given."""
+    residue = gemmi.Residue()
+    residue.name, residue.seqid = name, gemmi.SeqId(number, " ")
+    for atom_name, pos in atoms:
+        atom = gemmi.Atom()
+        atom.name, atom.element, atom.pos = atom_name, gemmi.Element(atom_name[0]), gemmi.Position(*map(float, pos))
+        residue.add_atom(atom)
+    return residue
+
+
 def write_chains(path: Path, chains: list[ChainSpec]) -> Path:
     """The chains as a PDB or mmCIF file (by suffix): backbone atoms only, first model."""
     structure = gemmi.Structure()
@@ -48,16 +60,13 @@ def write_chains(path: Path, chains: list[ChainSpec]) -> Path:
             letter, xyz = record.seq[i], record.coords[i]
             if letter not in ONE_TO_THREE or not np.isfinite(xyz).any():
                 continue
-            residue = gemmi.Residue()
-            residue.name = "UNK" if i in unknown else ONE_TO_THREE[letter]
-            residue.seqid = gemmi.SeqId(spec.number_from + i, " ")
+            atoms = [
+                (name, pos)
+                for name, pos in zip(BACKBONE_ATOMS, xyz, strict=True)
+                if name not in spec.drop_atoms.get(i, ()) and np.isfinite(pos).all()
+            ]
+            residue = backbone_residue("UNK" if i in unknown else ONE_TO_THREE[letter], spec.number_from + i, atoms)
             residue.het_flag = "A"
-            for name, pos in zip(BACKBONE_ATOMS, xyz, strict=True):
-                if name in spec.drop_atoms.get(i, ()) or not np.isfinite(pos).all():
-                    continue
-                atom = gemmi.Atom()
-                atom.name, atom.element, atom.pos = name, gemmi.Element(name[0]), gemmi.Position(*map(float, pos))
-                residue.add_atom(atom)
             chain.add_residue(residue)
         model.add_chain(chain)
     structure.add_model(model)
