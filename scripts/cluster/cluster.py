@@ -715,7 +715,10 @@ def store_manifests(image: str, keys: dict[str, str]) -> list[dict]:
                                     "-s3",
                                     "-iam",
                                     "-s3.config=/etc/seaweedfs/s3.json",
+                                    # Each bucket grows 7 volumes at its first write; the default
+                                    # 8 volume slots leave the second bucket none.
                                     "-master.volumeSizeLimitMB=256",
+                                    "-volume.max=64",
                                 ],
                                 "ports": [{"containerPort": p} for p in (8333, 8111, 9333, 19333, 8888, 18888)],
                                 "readinessProbe": {"httpGet": {"path": "/status", "port": 8333}, "periodSeconds": 2},
