@@ -18,7 +18,7 @@ _WHERE = {
     "design": "invfold.components.design.design",
     "design_record": "invfold.components.design.design",
     "load_backend": "invfold.components.design.design",
-    "parse_positions": "invfold.components.design.config",
+    "parse_positions": "invfold.components.design.positions",
 }
 __all__ = list(_WHERE)
 __getattr__ = lazy_exports(__name__, _WHERE)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from invfold.components.design.positions import parse_positions
 from invfold.components.protein.alphabet import ALPHABET
 from invfold.errors import ConfigError
 from invfold.options import option
@@ -24,8 +25,9 @@ class DesignConfig:
         their structure and native sequence condition the design (an autoregressive model
         decodes them first; a one-shot model does not read sequence, so it conditions on their
         structure only, and they keep their native letters either way). Not with `chain`.
-    fixed_positions: 1-based sequence positions kept native, e.g. "1-10,15" (in a complex:
-        positions in the chains concatenated in record order).
+    fixed_positions: kept native: 1-based sequence positions, e.g. "1-10,15" (in a complex:
+        positions in the chains concatenated in record order), and/or residue IDs as LigandMPNN
+        writes them, chain + author number + insertion code: "A23 A24 B42C" (positions.py).
     out: x.fasta designs one record; a folder or x.jsonl designs every record of `structure`
     (also a folder of structures or a text list of paths; see batch.py), name / chain filtering.
     temperature: one or several ("0.1,0.2", as ProteinMPNN's --sampling_temp "0.1 0.2"), each
@@ -65,12 +67,13 @@ class DesignConfig:
         metavar="T[,T...]",
     )
     seed: int = option(0, "sample i (at each temperature) uses seed + i")
-    fixed_positions: str | list[int] = option(
+    fixed_positions: str | list[int | str] = option(
         factory=list,
         type=str,
         aliases=("--fixed",),
         metavar="POSITIONS",
-        help="1-based sequence positions kept native, e.g. 1-10,15 (autoregressive models only: a one-shot "
+        help="kept native: 1-based sequence positions, e.g. 1-10,15, or residue IDs (chain, author number, "
+        "insertion code) as LigandMPNN takes them, e.g. 'A23 A24 B42C' (autoregressive models only: a one-shot "
         "model could not condition the other positions on them)",
     )
     excluded: str = option(
@@ -135,7 +138,7 @@ class DesignConfig:
         if set(self.excluded.upper()) >= set(ALPHABET):
             raise ConfigError("DesignConfig.excluded: all 20 amino acids are excluded")
         if isinstance(self.fixed_positions, str):
-            self.fixed_positions = parse_positions(self.fixed_positions)
+            self.fixed_positions = parse_positions(self.fixed_positions)  # 1-based ints, residue IDs
         if self.chain_id_jsonl and self.design_chains:
             raise ConfigError("DesignConfig: --chain-id-jsonl and --design-chains both name the chains to design")
         if self.design_chains and self.chain is not None:
@@ -156,21 +159,6 @@ def parse_temperatures(value: str | float | list[float]) -> list[float]:
     if not temperatures or not all(t > 0 for t in temperatures):
         raise ConfigError(f"DesignConfig.temperature: expected one or more temperatures > 0, got {value!r}")
     return temperatures
-
-
-def parse_positions(text: str) -> list[int]:
-    """ "1-3,7" -> [1, 2, 3, 7] (1-based)."""
-    positions: list[int] = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
-        try:
-            lo, _, hi = part.partition("-")
-            start, end = int(lo), int(hi or lo)
-        except ValueError:
-            raise ConfigError(f"fixed positions: {part!r} is not a position or a range like 5-12") from None
-        if start < 1 or end < start:
-            raise ConfigError(f"fixed positions: {part!r}: expected 1-based positions, start <= end")
-        positions.extend(range(start, end + 1))
-    return sorted(set(positions))
 
 
 @dataclass

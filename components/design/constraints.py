@@ -2,12 +2,15 @@
 
 The files have the shapes ProteinMPNN's helper scripts write (helper_scripts/make_*_dict.py), so
 existing workflows carry over. All but the global bias are keyed by the entry name
-(positions.entry_name(record)); positions are 1-based per chain. A file is `.jsonl` (one JSON object
+(positions.entry_name(record)); a position is 1-based per chain (an int) or a residue ID as
+LigandMPNN writes it (a string: author number and insertion code, "23" or "42C", with or without
+the chain, "B42C"; positions.index_of). A file is `.jsonl` (one JSON object
 a line, the lines merged; an entry on two lines is an error) or `.json` (one object).
 
   fixed positions   {entry: {chain: [positions]}}                 kept native
   omit              {entry: {chain: [[[positions], "LETTERS"], ...]}}   letters never designed there
   bias by residue   {entry: {chain: [[21 floats] per residue]}}   logit bias, alphabet ACDEFGHIKLMNPQRSTVWYX
+                    {entry: {chain: {"42C": [21 floats], ...}}}  or by residue ID, for those named
   global bias       {"A": -1.1, ...}                              logit bias everywhere
   tied positions    {entry: [{"A": [1], "B": [1]}, ...]}         one letter per group; or weighted,
                     {entry: [{"A": [[1, 2], [1.0, 1.0]], ...}]}  as make_pos_neg_tied_positions_dict.py
@@ -96,7 +99,7 @@ def load_constraints(files: ConstraintFiles, record: ChainRecord) -> Constraints
     if files.fixed_positions:
         for chain, value, where in _chains_of(files.fixed_positions, entry, chains):
             for p in _position_list(value, where):
-                out.fixed[pos.resolve(chains, chain, p, where)] = True
+                out.fixed[pos.index_of(record, chains, chain, p, where)] = True
     if files.omit_aa:
         for chain, value, where in _chains_of(files.omit_aa, entry, chains):
             if not isinstance(value, list):
@@ -107,10 +110,14 @@ def load_constraints(files: ConstraintFiles, record: ChainRecord) -> Constraints
                     raise ConfigError(f'{here}: expected [[positions], "LETTERS"], got {item!r}')
                 columns = _letters(item[1], here)
                 for p in _position_list(item[0], here):
-                    out.omit[pos.resolve(chains, chain, p, here), columns] = True
+                    out.omit[pos.index_of(record, chains, chain, p, here), columns] = True
     if files.bias_by_res:
         for chain, value, where in _chains_of(files.bias_by_res, entry, chains):
             length = len(chains[chain])
+            if isinstance(value, dict):  # {residue ID: row}; JSON keys are strings, so never 1-based
+                for key, row in value.items():
+                    out.bias[pos.index_of(record, chains, chain, key, where)] += _bias_row(row, f"{where}[{key!r}]")
+                continue
             if not isinstance(value, list) or len(value) != length:
                 got = f"{len(value)} rows" if isinstance(value, list) else repr(value)[:40]
                 raise ConfigError(f"{where}: expected {length} rows (one per residue of chain {chain!r}), got {got}")
@@ -147,7 +154,7 @@ def load_constraints(files: ConstraintFiles, record: ChainRecord) -> Constraints
                 else:
                     plist, wlist = _position_list(value, here), [1.0] * len(value)
                 for p, w in zip(plist, wlist, strict=True):
-                    i = pos.resolve(chains, chain, p, here)
+                    i = pos.index_of(record, chains, chain, p, here)
                     if i in seen or i in indices:
                         raise ConfigError(f"{here}: position {p} is already tied ({seen.get(i, where)})")
                     indices.append(i)
@@ -227,9 +234,9 @@ def _chains_of(path: str, entry: str, chains: dict[str, np.ndarray]):
         yield chain, item, where
 
 
-def _position_list(value, where: str) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in value):
-        raise ConfigError(f"{where}: expected a list of 1-based positions, got {value!r}")
+def _position_list(value, where: str) -> list[int | str]:
+    if not isinstance(value, list) or not all(isinstance(p, int | str) and not isinstance(p, bool) for p in value):
+        raise ConfigError(f'{where}: expected a list of 1-based positions or residue IDs ("42C"), got {value!r}')
     return value
 
 

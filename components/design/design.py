@@ -292,12 +292,7 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
     """
 
     length = len(record)
-    bad = [p for p in cfg.fixed_positions if p > length]
-    if bad:
-        raise ConfigError(
-            f"fixed positions {bad[:5]} lie beyond the chain's {length} residues "
-            f"({record.name}; positions are 1-based sequence positions)"
-        )
+    fixed_indices = positions.fixed_indices(record, cfg.fixed_positions)
     constraints = load_constraints(
         ConstraintFiles(cfg.fixed_positions_json, cfg.omit_aa_jsonl, cfg.bias_by_res, cfg.bias_aa, cfg.tied_positions),
         record,
@@ -307,7 +302,7 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
     native_known = torch.tensor([c in AA_TO_INDEX for c in record.seq])
     fixed_one = ~(b.structure_mask[0] > 0)  # no backbone: nothing to design from; X with a backbone is designed
     user_fixed = torch.zeros(length, dtype=torch.bool)
-    user_fixed[[p - 1 for p in cfg.fixed_positions]] = True
+    user_fixed[fixed_indices] = True
     user_fixed |= torch.from_numpy(constraints.fixed)
     if user_fixed.any() and not backend.cfg.autoregressive:
         raise ConfigError(

@@ -81,6 +81,7 @@ def join_chains(
         extra=extra,
         chain_index=np.repeat(np.arange(len(chains), dtype=np.int32), [len(c) for c in chains]),
         chain_names=ids,
+        residue_ids=sum((c.residue_ids for c in chains), ()) if all(c.residue_ids for c in chains) else (),
     )
 
 
@@ -103,6 +104,7 @@ def split_complex(record: ChainRecord) -> list[ChainRecord]:
                 cluster=record.cluster,
                 source=f"{record.source}#{cid}" if record.source else "",
                 extra=dict(record.extra.get("chains", {}).get(cid, {})),
+                residue_ids=tuple(record.residue_ids[i] for i in index) if record.residue_ids else (),
             )
         )
     return out

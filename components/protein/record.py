@@ -33,6 +33,9 @@ class ChainRecord:
         model's relative-position features put cross-chain pairs in their "different chain"
         bucket, as ProteinMPNN does.
     chain_names: the chain ids of a complex in record order (("A", "B")); () for a single chain.
+    residue_ids: str [L], each residue's author number with its insertion code ("23", "52A"), ""
+        for a residue the reader added to fill a gap; () where the source has no author numbering
+        (chain sets). Lets users name residues as LigandMPNN does ("H52A"), whatever the fill.
     """
 
     name: str
@@ -47,6 +50,7 @@ class ChainRecord:
     extra: dict = field(default_factory=dict)
     chain_index: np.ndarray | None = None
     chain_names: tuple[str, ...] = ()
+    residue_ids: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.seq)

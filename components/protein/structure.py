@@ -17,6 +17,11 @@ author numbers (made strictly increasing: insertion codes 52, 52A, 53 become con
 X. `residue_index` then comes from C(i)-N(i+1) distances, as for jsonl records, so a chain read
 from its structure file and from a chain-set line with the same residues gives the same model
 inputs.
+Residue IDs: every residue keeps its author number and insertion code (`record.residue_ids`,
+"52A"), so users can name residues as LigandMPNN does. Where the deposited sequence and the author
+numbering fill gaps differently (Kabat skips such as a lambda chain's missing L10, or numbers
+jumping without residues missing) the reader warns once per chain: 1-based positions follow the
+deposited sequence.
 Name: "<file stem>.<chain id>" ("_" for a blank chain id). With complexes=True all protein chains of
 a file are one complex record named "<file stem>" (complexes.join_chains: chains in file order,
 residue_index jumping by 100 between chains). Force-field names of standard residues
@@ -33,6 +38,7 @@ numbered 10^9 would fill a billion-residue gap) is a `numbering_span` skip.
 from __future__ import annotations
 
 import fnmatch
+import logging
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -45,6 +51,8 @@ from invfold.components.protein.complexes import join_chains
 from invfold.components.protein.errors import InputError, Skip
 from invfold.components.protein.limits import DEFAULT_LIMITS, ReadLimits
 from invfold.components.protein.record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
+
+log = logging.getLogger(__name__)
 
 # Simulation force fields name protonation states of standard residues differently (CHARMM HSD,
 # AMBER HIE, CYX, ...): the same residues, so they map silently, unlike modified residues.
@@ -220,7 +228,7 @@ def _full_sequence(structure, polymer) -> list[str] | None:
 def _record(
     path, stem: str, chain_id: str, polymer, num_chains: int, full_sequence=None, limits: ReadLimits = DEFAULT_LIMITS
 ) -> ChainRecord:
-    letters, coords, numbers, label_seq = [], [], [], []
+    letters, coords, numbers, label_seq, author_ids = [], [], [], [], []
     modified, unknown = Counter(), Counter()
     for residue in polymer:
         letter = residue_letter(residue.name)
@@ -241,6 +249,7 @@ def _record(
                 name=f"{stem}.{chain_id}",
             )
         numbers.append(residue.seqid.num)
+        author_ids.append(f"{residue.seqid.num}{residue.seqid.icode.strip()}")
         label_seq.append(residue.label_seq)
         xyz = np.full((len(BACKBONE_ATOMS), 3), np.nan, dtype=np.float32)
         for i, atom_name in enumerate(BACKBONE_ATOMS):
@@ -269,6 +278,16 @@ def _record(
         # the deposited sequence names the missing residues' letters
         gap_letters = [residue_letter(name) or UNKNOWN for name in full_sequence[positions[0] - 1 : positions[-1]]]
         seq, coords, filled = fill_numbering_gaps(seq, coords, positions, gap_letters)
+        placed = positions - positions[0]
+        numbering = increasing_numbering(numbers)
+        if not np.array_equal(numbering - numbering[0], placed):
+            log.warning(
+                "%s chain '%s': the deposited sequence (SEQRES) places its %d modelled residues in %d positions, "
+                "the author numbering (%s..%s, insertion codes and skips) in %d: 1-based positions follow the "
+                "deposited sequence (position 1 = residue %s%s); residue IDs such as %s%s name residues unambiguously",
+                path, chain_id, len(numbers), int(placed[-1]) + 1, author_ids[0], author_ids[-1],
+                int(numbering[-1] - numbering[0]) + 1, chain_id, author_ids[0], chain_id, author_ids[-1],
+            )  # fmt: skip
     else:
         numbering = increasing_numbering(numbers)
         span = int(numbering[-1]) - int(numbering[0]) + 1
@@ -285,6 +304,10 @@ def _record(
                 name=f"{stem}.{chain_id}",
             )
         seq, coords, filled = fill_numbering_gaps(seq, coords, numbering)
+        placed = numbering - numbering[0]
+    residue_ids = [""] * len(seq)
+    for i, label in zip(placed.tolist(), author_ids, strict=True):
+        residue_ids[i] = label
     extra = {}
     if modified:
         extra["modified"] = dict(sorted(modified.items()))
@@ -301,6 +324,7 @@ def _record(
         num_chains=num_chains,
         source=f"{path}#{chain_id}",
         extra=extra,
+        residue_ids=tuple(residue_ids),
     )
 
 

@@ -34,12 +34,13 @@ class ChainSpec:
     unknown: Iterable[int] = ()  # written as UNK (an unknown residue with its backbone)
     drop_atoms: dict[int, tuple[str, ...]] = field(default_factory=dict)  # partial backbones
     number_from: int = 1  # author number of the record's first residue
+    residue_ids: list[str] | None = None  # author number + insertion code per index ("52A"); None: number_from + i
 
 
-def backbone_residue(name: str, number: int, atoms: list[tuple[str, Any]]) -> gemmi.Residue:
-    """Residue `name` with author number `number`, holding the (atom name, xyz) atoms given."""
+def backbone_residue(name: str, number: int, atoms: list[tuple[str, Any]], icode: str = " ") -> gemmi.Residue:
+    """Residue `name` with author number `number` (and insertion code), holding the (atom name, xyz) atoms given."""
     residue = gemmi.Residue()
-    residue.name, residue.seqid = name, gemmi.SeqId(number, " ")
+    residue.name, residue.seqid = name, gemmi.SeqId(number, icode)
     for atom_name, pos in atoms:
         atom = gemmi.Atom()
         atom.name, atom.element, atom.pos = atom_name, gemmi.Element(atom_name[0]), gemmi.Position(*map(float, pos))
@@ -47,8 +48,9 @@ def backbone_residue(name: str, number: int, atoms: list[tuple[str, Any]]) -> ge
     return residue
 
 
-def write_chains(path: Path, chains: list[ChainSpec]) -> Path:
-    """The chains as a PDB or mmCIF file (by suffix): backbone atoms only, first model."""
+def write_chains(path: Path, chains: list[ChainSpec], seqres: bool = False) -> Path:
+    """The chains as a PDB or mmCIF file (by suffix): backbone atoms only, first model; with
+    seqres, each chain's written residues are also its deposited sequence (SEQRES)."""
     structure = gemmi.Structure()
     model = gemmi.Model("1")
     for spec in chains:
@@ -65,12 +67,21 @@ def write_chains(path: Path, chains: list[ChainSpec]) -> Path:
                 for name, pos in zip(BACKBONE_ATOMS, xyz, strict=True)
                 if name not in spec.drop_atoms.get(i, ()) and np.isfinite(pos).all()
             ]
-            residue = backbone_residue("UNK" if i in unknown else ONE_TO_THREE[letter], spec.number_from + i, atoms)
+            if spec.residue_ids is None:
+                number, icode = spec.number_from + i, " "
+            else:
+                number, icode = int(spec.residue_ids[i].rstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ")), spec.residue_ids[i][-1]
+                icode = icode if icode.isalpha() else " "
+            residue = backbone_residue("UNK" if i in unknown else ONE_TO_THREE[letter], number, atoms, icode)
             residue.het_flag = "A"
             chain.add_residue(residue)
         model.add_chain(chain)
     structure.add_model(model)
     structure.setup_entities()
+    if seqres:
+        for entity in structure.entities:
+            chain = next(c for c in structure[0] if c.get_polymer().subchain_id() in entity.subchains)
+            entity.full_sequence = [r.name for r in chain]
     if path.suffix == ".cif":
         structure.make_mmcif_document().write_file(str(path))
     else:
