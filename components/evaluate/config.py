@@ -15,7 +15,10 @@ class EvaluateConfig:
     datasets: what to report besides the automatic test subsets (default: test plus every subset
     dataset in the prepared data). seed: autoregressive decoding orders. short_max_length: the
     "short" subset's bound (CATH's test_split_L100 uses 100). designs_per_protein: sequences sampled
-    per test protein at `diversity_temperature` for the diversity figure (0: no diversity figure)."""
+    per test protein at `diversity_temperature` for the diversity figure and the sampled recovery beside
+    greedy (0: neither). orders: greedy designs per chain, one per decoding order (seeds seed,
+    seed + 104729, ...; recovery is their per-chain mean, the report gives the spread across orders).
+    bootstrap_resamples: resamples of the chains for the 95% interval of the median (seeded by seed)."""
 
     model_path: str = option(
         positional=True,
@@ -35,7 +38,9 @@ class EvaluateConfig:
     short_max_length: int = option(100, "longest chain of the 'short' subset")
     threads: int | None = option(None, "torch threads (default: torch's)")
     designs_per_protein: int = option(2, "sequences sampled per test protein for the diversity figure (0: none)")
-    diversity_temperature: float = option(0.1, "sampling temperature for diversity")
+    diversity_temperature: float = option(0.1, "sampling temperature for diversity and sampled recovery")
+    orders: int = option(3, "decoding orders per chain (greedy recovery is their mean)")
+    bootstrap_resamples: int = option(1000, "bootstrap resamples for the 95% interval of the median recovery")
 
     def __post_init__(self) -> None:
         self.model_path, self.data, self.out = str(self.model_path), str(self.data), str(self.out)
@@ -50,6 +55,13 @@ class EvaluateConfig:
         if not 0 < self.diversity_temperature <= 10:
             raise ConfigError(
                 f"EvaluateConfig.diversity_temperature: expected in (0, 10], got {self.diversity_temperature}"
+            )
+        if self.orders < 1:
+            raise ConfigError(f"EvaluateConfig.orders: expected a positive int, got {self.orders}")
+        if self.bootstrap_resamples < 0 or 0 < self.bootstrap_resamples < 100:
+            raise ConfigError(
+                f"EvaluateConfig.bootstrap_resamples: expected 0 (no interval) or at least 100, "
+                f"got {self.bootstrap_resamples}"
             )
         if self.threads is not None and self.threads < 1:
             raise ConfigError(f"EvaluateConfig.threads: expected a positive int, got {self.threads!r}")

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from invfold.components.evaluate.config import EvaluateConfig
-from invfold.components.evaluate.metrics import DatasetScores, score_dataset
+from invfold.components.evaluate.metrics import DatasetScores, order_seed, score_dataset
 from invfold.components.evaluate.report import (
     per_protein_rows,
     write_per_protein_csv,
@@ -66,14 +66,26 @@ def _subset(scores: DatasetScores, rows: list[int]) -> DatasetScores:
     keep = np.zeros(len(scores.nll), dtype=bool)
     keep[rows] = True
     return DatasetScores(
-        np.where(keep, scores.nll, 0), np.where(keep, scores.count, 0), np.where(keep, scores.correct, 0)
+        np.where(keep, scores.nll, 0),
+        np.where(keep, scores.count, 0),
+        np.where(keep, scores.correct, 0),
+        correct_by_order=None
+        if scores.correct_by_order is None
+        else np.where(keep[:, None], scores.correct_by_order, 0),
+        sampled_correct=None if scores.sampled_correct is None else np.where(keep, scores.sampled_correct, 0),
     )
+
+
+def chain_recoveries(scores: DatasetScores, dataset, rows: list[int]) -> dict[str, float]:
+    """Chain name -> recovery (mean over decoding orders) of the scored rows."""
+    return {dataset[i].name: float(scores.correct[i] / scores.count[i]) for i in rows if scores.count[i] > 0}
 
 
 def score_split(model_path: str, data: str, split: str, threads: int | None = None) -> dict:
     """One split's figures (perplexity, recovery, ...) scored exactly as evaluate() scores that
-    split (same seed and batch budget), without the test-set report: the compare step scores the
-    champion and a fine-tuned model's starting weights on validation with it."""
+    split (same seed, orders and batch budget), without the test-set report, plus `chains` (chain
+    name -> recovery, for the paired test): the compare step scores the champion and a fine-tuned
+    model's starting weights on validation with it."""
     defaults = EvaluateConfig(model_path=model_path, data=data, out="-", threads=threads)
     if threads:
         torch.set_num_threads(threads)
@@ -83,9 +95,13 @@ def score_split(model_path: str, data: str, split: str, threads: int | None = No
     dataset = prepared.open(split)
     model = load_model_or_published(model_path)
     rows = list(range(len(dataset)))
-    return score_dataset(
-        model, dataset, rows, defaults.tokens_per_batch, defaults.seed, label=f"score {split}"
-    ).summary()
+    scores = score_dataset(
+        model, dataset, rows, defaults.tokens_per_batch, defaults.seed, label=f"score {split}", orders=defaults.orders
+    )
+    return {
+        **scores.summary(defaults.bootstrap_resamples, defaults.seed),
+        "chains": chain_recoveries(scores, dataset, rows),
+    }
 
 
 def evaluate(cfg: EvaluateConfig) -> dict:
@@ -116,6 +132,7 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         designs=cfg.designs_per_protein,
         temperature=cfg.diversity_temperature,
         label="evaluate test",
+        orders=cfg.orders,
     )
     records = [test[i] for i in test_rows]
     name_to_row = {r.name: i for i, r in enumerate(records)}
@@ -139,7 +156,9 @@ def evaluate(cfg: EvaluateConfig) -> dict:
             subsets[name] = (test, [name_to_row[n] for n in names], None)
         else:
             rows = list(range(len(dataset)))
-            own = score_dataset(model, dataset, rows, cfg.tokens_per_batch, cfg.seed, label=f"evaluate {name}")
+            own = score_dataset(
+                model, dataset, rows, cfg.tokens_per_batch, cfg.seed, label=f"evaluate {name}", orders=cfg.orders
+            )
             subsets[name] = (dataset, rows, own)
 
     results, baseline = {}, {}
@@ -147,9 +166,15 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         if own is None and sorted(rows) == test_rows:  # a subset equal to the test set: its figures
             results[name] = dict(results["test"])
         else:
-            results[name] = (own if own is not None else _subset(scores, rows)).summary()
+            summary = (own if own is not None else _subset(scores, rows)).summary(cfg.bootstrap_resamples, cfg.seed)
+            results[name] = summary
         if letter is not None:
             baseline[name] = constant_recovery(dataset, rows, letter)
+
+    per_chain = {}  # validation chain -> recovery: the registration gate's paired test reads them
+    if "validation" in subsets:
+        dataset, rows, own = subsets["validation"]
+        per_chain["validation"] = chain_recoveries(own if own is not None else scores, dataset, rows)
 
     confusion = np.zeros((NUM_AA, NUM_AA), dtype=np.int64)
     by_length: dict[int, list[float]] = {}
@@ -184,7 +209,14 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         "data": cfg.data,
         "data_digest": data.digest,
         "seed": cfg.seed,
-        "decoding": "greedy autoregressive, seeded random order" if model.cfg.autoregressive else "one-shot argmax",
+        "decoding": f"greedy autoregressive, {cfg.orders} seeded random orders (per-chain mean)"
+        if model.cfg.autoregressive
+        else "one-shot argmax",
+        "orders": {"count": cfg.orders, "seeds": [order_seed(cfg.seed, k) for k in range(cfg.orders)]},
+        "bootstrap": {"resamples": cfg.bootstrap_resamples, "seed": cfg.seed, "interval": "95% percentile, median"},
+        "sampled": {"temperature": cfg.diversity_temperature, "designs_per_protein": cfg.designs_per_protein}
+        if cfg.designs_per_protein
+        else None,
         "datasets": results,
         "baseline": {"letter": letter, "recovery": baseline}
         if letter
@@ -194,6 +226,7 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         "recovery_by_burial": _class_table(BURIAL, by_burial),
         "recovery_by_secondary_structure": _class_table(SECONDARY, by_secondary),
         "diversity": diversity,
+        "per_chain": per_chain,
     }
     confusion_doc = {"labels": list(ALPHABET), "rows": "native", "columns": "designed", "matrix": confusion.tolist()}
     with open(os.path.join(cfg.out, "metrics.json"), "w") as fh:

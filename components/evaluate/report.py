@@ -146,6 +146,41 @@ def _table(head: list[str], rows: list[list]) -> list[str]:
     ]
 
 
+def _interval(figures: dict) -> str | None:
+    if "recovery_ci_low" not in figures:
+        return None
+    return f"{figures['recovery_ci_low']:.3f} - {figures['recovery_ci_high']:.3f}"
+
+
+def _across_orders(figures: dict) -> str | None:
+    if "recovery_orders_mean" not in figures:
+        return None
+    return f"{figures['recovery_orders_mean']:.3f} +- {figures['recovery_orders_sd']:.3f}"
+
+
+def _statistics_note(metrics: dict) -> str:
+    """How the figures' noise was measured: orders and their seeds, the bootstrap, the sampling."""
+    orders = metrics.get("orders") or {"count": 1, "seeds": [metrics["seed"]]}
+    boot = metrics.get("bootstrap") or {"resamples": 0}
+    sampled = metrics.get("sampled")
+    return (
+        f"Greedy recovery per protein is the mean over {orders['count']} decoding order(s) (seeds "
+        f"{', '.join(map(str, orders['seeds']))}); 'across orders' is the mean and sd of each order's median. "
+        + (
+            f"95% interval: percentile bootstrap of the median over proteins ({boot['resamples']} resamples, "
+            f"seed {boot['seed']}). "
+            if boot["resamples"]
+            else "No bootstrap interval (0 resamples). "
+        )
+        + (
+            f"Sampled recovery: median over proteins of {sampled['designs_per_protein']} designs sampled at "
+            f"T = {sampled['temperature']} (test and its subsets)."
+            if sampled
+            else "No sampled designs."
+        )
+    )
+
+
 def report_markdown(metrics: dict, rows: list[ProteinRow]) -> str:
     baseline = metrics["baseline"] or {"letter": None, "recovery": {}}
     constant = (
@@ -163,12 +198,24 @@ def report_markdown(metrics: dict, rows: list[ProteinRow]) -> str:
         "",
         constant,
         "",
+        _statistics_note(metrics),
+        "",
     ]
     lines += _table(
-        ["dataset", "proteins", "residues", "perplexity", "median recovery", "constant predictor"],
+        [
+            "dataset",
+            "proteins",
+            "residues",
+            "perplexity",
+            "median recovery",
+            "95% interval",
+            "across orders (mean +- sd)",
+            "sampled recovery",
+            "constant predictor",
+        ],
         [
             [name, m.get("proteins", 0), m.get("residues", 0), m.get("perplexity"), m.get("recovery")]
-            + [baseline["recovery"].get(name)]
+            + [_interval(m), _across_orders(m), m.get("sampled_recovery"), baseline["recovery"].get(name)]
             for name, m in metrics["datasets"].items()
         ],
     )

@@ -4,7 +4,12 @@ The compare step gathers the facts (the candidate's evaluation, the champion and
 weights a fine-tuned candidate started from and their score, the tracking server's state) and
 `decide` turns them into a `Comparison`. Every model is compared on VALIDATION recovery measured
 on the candidate's own validation data: register only when the candidate reaches the threshold,
-beats the champion and, when it was fine-tuned, beats its starting weights. The test split is
+beats the champion beyond noise and, when it was fine-tuned, beats its starting weights. Beyond
+noise: a one-sided paired bootstrap over the validation chains both were scored on (each chain's
+recovery difference, candidate minus champion; p = the share of resamples whose mean difference is
+<= 0, registered only when p < ALPHA over at least MIN_CHAINS chains); when the champion's figure
+has no per-chain values (the one recorded on its version), the candidate must beat it by more than
+the half-width of the candidate's own bootstrap 95% interval of the median. The test split is
 never used to choose; its figures travel along for the record. Nothing here touches MLflow or
 files, so every case is a table row in tests/register/test_decision.py.
 """
@@ -12,12 +17,19 @@ files, so every case is a table row in tests/register/test_decision.py.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from invfold.components.evaluate.step import scalar_metrics
 from invfold.errors import InputError
 
 METRIC = "validation_recovery"  # median per-protein recovery on the validation split; higher is better
+ALPHA = 0.05  # one-sided: the chance of registering a candidate no better than the champion
+MIN_CHAINS = 10  # fewer paired chains than this cannot tell a win from noise: the champion stays
+RESAMPLES = 2000  # paired bootstrap resamples (seeded: the same facts give the same decision)
+BOOTSTRAP_SEED = 0
 REPORTED = ("test", "validation")  # evaluate's scalars (MLflow names) recorded with the decision
 
 
@@ -29,6 +41,13 @@ class Evaluation:
     validation_recovery: float
     data_digest: str
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    chains: dict[str, float] = dataclasses.field(default_factory=dict)  # validation chain -> recovery
+
+    @property
+    def half_width(self) -> float | None:
+        """Half the bootstrap 95% interval of the validation median (None: not measured)."""
+        low, high = self.metrics.get("validation/recovery_ci_low"), self.metrics.get("validation/recovery_ci_high")
+        return None if low is None or high is None else (high - low) / 2
 
     @property
     def test_recovery(self) -> float | None:
@@ -49,7 +68,20 @@ class Evaluation:
                 reason="no_validation",
             )
         figures = {k: v for k, v in scalar_metrics(metrics, "/").items() if k.startswith(REPORTED)}
-        return cls(float(validation["recovery"]), str(metrics["data_digest"]), figures)
+        chains = (metrics.get("per_chain") or {}).get("validation") or {}
+        return cls(float(validation["recovery"]), str(metrics["data_digest"]), figures, finite_chains(chains, source))
+
+
+def finite_chains(chains: dict, source: str) -> dict[str, float]:
+    """Chain -> recovery, every value a finite number in [0, 1], or a loud InputError naming the chain."""
+    out = {}
+    for name, value in chains.items():
+        if not isinstance(value, (int, float)) or not math.isfinite(value) or not 0 <= value <= 1:
+            raise InputError(
+                source, None, f"per_chain.validation.{name}", "a finite recovery in [0, 1]", value, reason="not_finite"
+            )
+        out[str(name)] = float(value)
+    return out
 
 
 @dataclass(frozen=True)
@@ -60,6 +92,7 @@ class Champion:
     version: str
     recovery: float | None
     basis: str
+    chains: dict[str, float] = dataclasses.field(default_factory=dict)  # validation chain -> recovery
 
 
 @dataclass(frozen=True)
@@ -87,6 +120,8 @@ class Comparison:
     starting_point: float | None = None
     metric: str = METRIC
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+    statistic: dict | None = None  # how "beyond noise" was judged against the champion (test, n, p, ...)
+    candidate_chains: dict[str, float] = dataclasses.field(default_factory=dict)  # for deciding again
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -107,7 +142,13 @@ def decide(
     cannot be recorded is not registered. `starting_point`: for a fine-tuned candidate, the weights
     it started from; it must beat them, or fine-tuning made nothing worth registering."""
     score = candidate.validation_recovery
-    facts = dict(candidate=score, threshold=threshold, data_digest=candidate.data_digest, metrics=candidate.metrics)
+    facts = dict(
+        candidate=score,
+        threshold=threshold,
+        data_digest=candidate.data_digest,
+        metrics=candidate.metrics,
+        candidate_chains=candidate.chains,
+    )
     if champion is not None:
         facts.update(champion=champion.recovery, champion_version=champion.version, basis=champion.basis)
     if starting_point is not None:
@@ -131,5 +172,64 @@ def decide(
     figure = f"champion v{champion.version} ({champion.recovery:.4f}, {champion.basis})"
     if score <= champion.recovery:
         return Comparison(**facts, register=False, decision=f"{METRIC} {score:.4f} does not beat {figure}")
+    statistic = beyond_noise(candidate, champion)
+    facts["statistic"] = statistic
+    if not statistic["beyond_noise"]:
+        why = f"{METRIC} {score:.4f} is above {figure} but within noise: {statistic['summary']}"
+        return Comparison(**facts, register=False, decision=why)
     why = f"{METRIC} {score:.4f} beats the threshold {threshold:.4f}" + "".join(f", {b}" for b in beaten)
-    return Comparison(**facts, register=True, decision=f"{why} and {figure}")
+    return Comparison(**facts, register=True, decision=f"{why} and {figure} beyond noise: {statistic['summary']}")
+
+
+def paired_bootstrap(candidate: dict[str, float], champion: dict[str, float]) -> dict:
+    """One-sided paired bootstrap over the chains both were scored on: per-chain differences
+    (candidate - champion), their mean, the one-sided (1 - ALPHA) lower bound of the mean and p (the
+    share of RESAMPLES resamples whose mean difference is <= 0)."""
+    names = sorted(candidate.keys() & champion.keys())
+    diffs = np.array([candidate[n] - champion[n] for n in names])
+    if not np.isfinite(diffs).all():
+        raise InputError("comparison", None, "per-chain recovery", "finite values", "non-finite", reason="not_finite")
+    if not len(diffs):
+        return {"test": "paired bootstrap", "n": 0, "mean_difference": None, "lower_bound": None, "p": 1.0}
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    means = diffs[rng.integers(0, len(diffs), (RESAMPLES, len(diffs)))].mean(1)
+    return {
+        "test": "paired bootstrap",
+        "n": len(diffs),
+        "mean_difference": float(diffs.mean()),
+        "lower_bound": float(np.quantile(means, ALPHA)),
+        "p": float((means <= 0).mean()),
+    }
+
+
+def beyond_noise(candidate: Evaluation, champion: Champion) -> dict:
+    """Whether the candidate's lead over the champion is beyond noise, with the record of why."""
+    if candidate.chains and champion.chains:
+        stat = paired_bootstrap(candidate.chains, champion.chains)
+        stat.update(alpha=ALPHA, resamples=RESAMPLES, seed=BOOTSTRAP_SEED, min_chains=MIN_CHAINS)
+        if stat["n"] < MIN_CHAINS:
+            stat.update(beyond_noise=False, summary=f"{stat['n']} paired chains, fewer than {MIN_CHAINS}")
+            return stat
+        stat["beyond_noise"] = stat["p"] < ALPHA
+        stat["summary"] = (
+            f"paired bootstrap over {stat['n']} validation chains, mean per-chain difference "
+            f"{stat['mean_difference']:+.4f} (one-sided {1 - ALPHA:.0%} lower bound {stat['lower_bound']:+.4f}), "
+            f"p = {stat['p']:.4f} {'<' if stat['beyond_noise'] else '>='} alpha {ALPHA}"
+        )
+        return stat
+    half = candidate.half_width
+    margin = candidate.validation_recovery - champion.recovery
+    stat = {
+        "test": "margin: half-width of the candidate's bootstrap 95% interval",
+        "margin": margin,
+        "half_width": half,
+    }
+    if half is None or not math.isfinite(half):
+        stat.update(beyond_noise=False, summary="no per-chain values or interval to tell a win from noise")
+        return stat
+    stat["beyond_noise"] = margin > half
+    stat["summary"] = (
+        f"lead {margin:+.4f} {'>' if stat['beyond_noise'] else '<='} half-width {half:.4f} of the candidate's "
+        "95% interval (the champion's figure has no per-chain values)"
+    )
+    return stat

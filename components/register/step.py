@@ -21,7 +21,14 @@ from invfold.components.export.onnx_export import ExportConfig, export_onnx
 from invfold.components.export.runtime import feeds
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.batch import collate
-from invfold.components.register.decision import Champion, Comparison, Evaluation, StartingPoint, decide
+from invfold.components.register.decision import (
+    Champion,
+    Comparison,
+    Evaluation,
+    StartingPoint,
+    decide,
+    finite_chains,
+)
 from invfold.components.tracking import RunContext, Tracker
 from invfold.components.train.record import MODEL_PT_ARTIFACT
 from invfold.errors import InputError
@@ -39,16 +46,21 @@ def read_evaluation(evaluation_path: str) -> Evaluation:
         return Evaluation.from_metrics(json.load(fh), source=path)
 
 
-def validation_recovery(model: str, prepared_path: str) -> float:
+def validation_scores(model: str, prepared_path: str) -> tuple[float, dict[str, float]]:
     """A model's (file, URI or published name) validation recovery on the prepared data, scored as
-    evaluate() scored the candidate's."""
+    evaluate() scored the candidate's, and its per-chain recoveries (for the paired test)."""
 
-    recovery = score_split(model, prepared_path, "validation", threads=os.cpu_count())["recovery"]
+    scored = score_split(model, prepared_path, "validation", threads=os.cpu_count())
+    recovery = scored["recovery"]
     if recovery != recovery:
         raise InputError(
             prepared_path, None, "validation", f"a finite validation recovery of {model}", recovery, reason="not_finite"
         )
-    return float(recovery)
+    return float(recovery), finite_chains(scored["chains"], prepared_path)
+
+
+def validation_recovery(model: str, prepared_path: str) -> float:
+    return validation_scores(model, prepared_path)[0]
 
 
 def score_champion(tracker, found: dict, candidate: Evaluation, prepared_path: str) -> Champion:
@@ -62,8 +74,8 @@ def score_champion(tracker, found: dict, candidate: Evaluation, prepared_path: s
         path = tracker.download_artifact(found["run_id"], f"{MODEL_PT_PATH}/model.pt", tmp)
         if not path:
             return Champion(found["version"], None, "no model.pt to evaluate")
-        recovery = validation_recovery(path, prepared_path)
-    return Champion(found["version"], recovery, "re-evaluated on this run's validation data")
+        recovery, chains = validation_scores(path, prepared_path)
+    return Champion(found["version"], recovery, "re-evaluated on this run's validation data", chains)
 
 
 def compare_step(
@@ -121,7 +133,9 @@ def confirm_decision(tracker, model_name: str, comparison: Comparison, prepared_
         now = found["version"] if found else None
         if now == comparison.champion_version:
             return comparison
-        candidate = Evaluation(comparison.candidate, comparison.data_digest, comparison.metrics)
+        candidate = Evaluation(
+            comparison.candidate, comparison.data_digest, comparison.metrics, comparison.candidate_chains
+        )
         champion = score_champion(tracker, found, candidate, prepared_path) if found else None
         starting = StartingPoint(comparison.init_from, comparison.starting_point) if comparison.init_from else None
         was = f"v{comparison.champion_version}" if comparison.champion_version else "none"

@@ -14,13 +14,14 @@ import torch
 
 from invfold.components.evaluate import cli
 from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
-from invfold.components.evaluate.metrics import designed_sequences, score_dataset
+from invfold.components.evaluate.metrics import bootstrap_median, designed_sequences, score_dataset
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.batch import collate
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
+from invfold.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -260,3 +261,73 @@ def test_greedy_and_diversity_designs_decoded_together_equal_separate_sample_cal
     for j, row in enumerate(rows):
         assert np.array_equal(scores.designed[row], greedy[j, : int(batch.lengths[j])].numpy())
     assert any(not np.array_equal(scores.samples[r][0], scores.samples[r][1]) for r in rows)
+
+
+def test_several_decoding_orders_are_decoded_together_and_averaged(prepared, model_path):
+    """orders=K: K greedy designs per chain, one per seeded decoding order, from one decoding loop;
+    a chain's recovery is their mean and order 0 is the one-order figure (seed unchanged)."""
+    from invfold.components.model.io import load_model
+
+    model = load_model(model_path)
+    test = open_prepared(prepared).open("test")
+    rows = list(range(len(test)))
+    one = score_dataset(model, test, rows, 4000, seed=1)
+    three = score_dataset(model, test, rows, 4000, seed=1, orders=3)
+    again = score_dataset(model, test, rows, 4000, seed=1, orders=3)
+    assert three.correct_by_order.shape == (len(test), 3)
+    assert np.array_equal(three.correct_by_order, again.correct_by_order)  # seeded: reproducible
+    assert np.array_equal(three.correct_by_order[:, 0], one.correct)
+    assert np.allclose(three.correct, three.correct_by_order.mean(1))
+    summary = three.summary()
+    per_order = np.median(three.correct_by_order / three.count[:, None], axis=0)
+    assert math.isclose(summary["recovery_orders_mean"], per_order.mean())
+    assert math.isclose(summary["recovery_orders_sd"], per_order.std(ddof=1))
+    assert math.isclose(summary["recovery"], float(np.median(three.correct / three.count)))
+    if model.cfg.autoregressive:  # different orders design different sequences
+        assert not np.array_equal(three.correct_by_order[:, 0], three.correct_by_order[:, 1])
+    else:  # a one-shot argmax has no order
+        assert summary["recovery_orders_sd"] == 0.0
+
+
+def test_bootstrap_interval_of_the_median_is_seeded_and_refuses_non_finite():
+    values = np.random.default_rng(0).uniform(0.2, 0.5, 40)
+    low, high = bootstrap_median(values, 1000, seed=3)
+    assert low < float(np.median(values)) < high
+    assert (low, high) == bootstrap_median(values, 1000, seed=3)
+    assert (low, high) != bootstrap_median(values, 1000, seed=4)
+    narrow = bootstrap_median(np.concatenate([values] * 16), 1000, seed=3)  # 16x the chains: narrower
+    assert narrow[1] - narrow[0] < high - low
+    with pytest.raises(ValueError, match="finite"):
+        bootstrap_median(np.array([0.3, float("nan")]), 1000, seed=0)
+
+
+def test_report_gives_interval_orders_spread_and_sampled_recovery(prepared, model_path, tmp_path):
+    from invfold.components.evaluate.step import scalar_metrics
+
+    cfg = EvaluateConfig(model_path=model_path, data=prepared, out=str(tmp_path), orders=2, bootstrap_resamples=200)
+    metrics = evaluate(cfg)
+    test = metrics["datasets"]["test"]
+    assert test["recovery_ci_low"] <= test["recovery"] <= test["recovery_ci_high"]
+    assert 0.0 <= test["sampled_recovery"] <= 1.0 and "recovery_orders_sd" in test
+    assert metrics["datasets"]["validation"]["recovery_ci_low"] <= metrics["datasets"]["validation"]["recovery"]
+    assert metrics["orders"] == {"count": 2, "seeds": [0, 104729]}
+    assert metrics["bootstrap"]["resamples"] == 200 and metrics["sampled"]["temperature"] == 0.1
+    flat = scalar_metrics(metrics, "/")  # what MLflow records
+    assert {"test/recovery_ci_low", "test/recovery_ci_high", "test/sampled_recovery", "test/recovery_orders_sd"} <= set(
+        flat
+    )
+    report = (tmp_path / "report.md").read_text()
+    assert "95% interval" in report and "seeds 0, 104729" in report and "T = 0.1" in report
+    assert f"{test['recovery_ci_low']:.3f} - {test['recovery_ci_high']:.3f}" in report
+    again = evaluate(
+        EvaluateConfig(
+            model_path=model_path, data=prepared, out=str(tmp_path / "again"), orders=2, bootstrap_resamples=200
+        )
+    )
+    assert again["datasets"] == metrics["datasets"]  # seeds explicit: the same figures
+
+
+@pytest.mark.parametrize("field,value", [("orders", 0), ("bootstrap_resamples", -1), ("bootstrap_resamples", 10)])
+def test_orders_and_resamples_are_validated(field, value):
+    with pytest.raises(ConfigError, match=f"EvaluateConfig.{field}"):
+        EvaluateConfig(model_path="m.pt", data="d", out="o", **{field: value})

@@ -15,6 +15,7 @@ from mlflow import MlflowClient
 
 from invfold.components.evaluate.evaluate import EvaluateConfig, evaluate
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
+from invfold.components.protein.alphabet import AA_TO_INDEX
 from invfold.components.register.decision import Comparison
 from invfold.components.register.step import compare_step, register_step
 
@@ -27,15 +28,21 @@ def prepared(sample_prepared) -> str:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory, prepared) -> dict:
     """Two tiny one-shot models with different weights, each in a model folder as the train step
-    leaves it, with its evaluation (test and validation) as the evaluate step leaves it."""
+    leaves it, with its evaluation (test and validation) as the evaluate step leaves it. Their
+    readouts are biased to one letter each (a: W, rare; b: L, the commonest), so b leads a on
+    nearly every chain: beyond the registration gate's noise, which two random models are not."""
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("models")
     out = {}
-    for name, seed in (("a", 0), ("b", 1)):
+    for name, seed, letter in (("a", 0, "W"), ("b", 1, "L")):
         torch.manual_seed(seed)
         folder = root / name
         folder.mkdir()
-        save_model(folder / "model.pt", InverseFoldingModel(ModelConfig.preset("tiny")))
+        model = InverseFoldingModel(ModelConfig.preset("tiny"))
+        readout = [m for m in model.readout.modules() if isinstance(m, torch.nn.Linear)][-1]
+        with torch.no_grad():
+            readout.bias[AA_TO_INDEX[letter]] += 10.0
+        save_model(folder / "model.pt", model)
         metrics = evaluate(
             EvaluateConfig(
                 model_path=str(folder / "model.pt"),
@@ -61,6 +68,11 @@ def _compare(prepared, evaluation, uri, names, init_from=""):
         threshold=0.0,
         init_from=init_from,
     )
+
+
+def validation_chains(model: dict) -> int:
+    """How many validation chains the model's evaluation scored (the paired test's n)."""
+    return len(model["metrics"]["per_chain"]["validation"])
 
 
 def _with_digest(evaluation: Path, tmp_path: Path, digest: str) -> Path:
@@ -105,8 +117,10 @@ def test_the_champion_is_scored_and_chosen_on_validation_data(mlflow_server, pre
     again = _compare(prepared, b["evaluation"], mlflow_server, names)
     assert again.basis == "re-evaluated on this run's validation data"
     assert again.champion == pytest.approx(a_val, abs=1e-6) and again.candidate == pytest.approx(b_val)
-    assert again.register == (b_val > a_val)
-    assert ("beats" if b_val > a_val else "does not beat") in again.decision
+    # re-evaluated: per-chain values on both sides, so the paired test decides; b (L) leads a (W)
+    assert b_val > a_val and again.register and "beyond noise: paired bootstrap" in again.decision
+    assert again.statistic["test"] == "paired bootstrap" and again.statistic["n"] == validation_chains(a)
+    assert again.statistic["p"] < again.statistic["alpha"]
 
     # same data: the validation figure recorded on the champion's version is used as it is
     same = _compare(prepared, _with_digest(a["evaluation"], tmp_path, "sha256:" + "0" * 64), mlflow_server, names)
