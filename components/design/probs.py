@@ -29,6 +29,7 @@ from invfold.components.design.positions import chain_positions
 from invfold.components.model.published import X_LOGIT_BIAS
 from invfold.components.protein.batch import collate
 from invfold.components.protein.record import ChainRecord
+from invfold.errors import ConfigError
 
 POSITIONS_PER_RUN = 16  # conditional modes: positions (one decoding order each) per model run
 
@@ -74,7 +75,7 @@ def probabilities(backend, record: ChainRecord, mode: str, designed: list[str], 
     for c in designed:
         design[torch.from_numpy(np.asarray(chains[c]))] = True
     if mode not in PROB_MODES:
-        raise ValueError(f"probabilities: mode {mode!r} is not one of {PROB_MODES}")
+        raise ConfigError(f"probabilities: mode: expected one of {PROB_MODES}, got {mode!r}")
     copies = 1 if mode == "unconditional" else copies
     rows = []
     for k in range(copies):
