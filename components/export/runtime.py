@@ -119,6 +119,10 @@ def decoding_sessions(sess, threads: int | None = None) -> dict | None:
     if META_DECODING not in props:
         return None
     options = _options(threads)
+    # These run once per decoding step with torch's gathers in between: idle workers that spin
+    # take the cores those gathers need (bench/design_bench.py: 0.62x PyTorch at 100 residues
+    # with spinning, see bench/README.md for the figure without).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     graphs = json.loads(props[META_DECODING])
     return {
         name: ort.InferenceSession(base64.b64decode(data), sess_options=options, providers=["CPUExecutionProvider"])

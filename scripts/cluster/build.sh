@@ -5,6 +5,7 @@
 #   jobset-<v>/       the JobSet controller, its CRDs and webhooks (sigs.k8s.io/jobset)
 #   trainer-<v>/      the Trainer controller, its CRDs and webhooks (github.com/kubeflow/trainer/v2)
 #   coredns-<v>/      cluster DNS (Trainer's rank 0 address is a pod DNS name)
+#   seaweedfs-<v>/    KFP's object store (`weed` and a one-file image of it for the node)
 #   debian-<hash>/    etcd, containerd, runc, CNI plugins, conntrack from Debian (apt-get download)
 #   pause-1/          the sandbox image: a static C binary that sleeps until signalled
 # Everything comes from its registry through its ordinary client (the Go module proxy, apt).
@@ -170,6 +171,21 @@ GOEOF
   touch "$dest/.done"
 }
 
+build_seaweedfs() {
+  local dest="$CLUSTER_CACHE/seaweedfs-$SEAWEEDFS_VERSION"
+  [ -f "$dest/.done" ] && return 0
+  check_go; gocache
+  echo "==> building SeaweedFS $SEAWEEDFS_VERSION (weed)"
+  rm -rf "$dest"; mkdir -p "$dest/module" "$dest/bin"
+  # The module's own go.mod replaces go-bip39; a dependency's replaces are ignored, so the wrapper
+  # repeats it.
+  printf 'module invfold.dev/testcluster/seaweedfs\n\ngo %s\n\nrequire github.com/seaweedfs/seaweedfs %s\n\nreplace github.com/tyler-smith/go-bip39 => github.com/cosmos/go-bip39 v1.0.0\n' \
+    "$GO_MIN" "$SEAWEEDFS_VERSION" >"$dest/module/go.mod"
+  (cd "$dest/module" && go build -mod=mod -ldflags "-s -w" -o "$dest/bin/" github.com/seaweedfs/seaweedfs/weed)
+  python3 scripts/cluster/image_tar.py "$dest/bin/weed" "$CLUSTER_SEAWEEDFS_IMAGE" "$dest/seaweedfs.tar" weed
+  touch "$dest/.done"
+}
+
 debian_root() {
   local key; key=$(printf '%s\n' "${DEBIAN_PACKAGES[@]}" | sha256sum | cut -c1-12)
   echo "$CLUSTER_CACHE/debian-$key"
@@ -210,18 +226,18 @@ CEOF
 }
 
 # Usage: build.sh [PART...] (default: every part; PART is debian, pause, kubernetes, jobset,
-# trainer or coredns). build.sh --built: exit 0 when every part is already in the cache (how
+# trainer, coredns or seaweedfs). build.sh --built: exit 0 when every part is already in the cache (how
 # `make test` decides whether its run includes the cluster lane), 1 otherwise; builds nothing.
 if [ "${1:-}" = --built ]; then
   for dest in "kubernetes-$K8S_VERSION" "jobset-$JOBSET_VERSION" "trainer-$TRAINER_VERSION" \
-              "coredns-$COREDNS_VERSION" pause-1; do
+              "coredns-$COREDNS_VERSION" "seaweedfs-$SEAWEEDFS_VERSION" pause-1; do
     [ -f "$CLUSTER_CACHE/$dest/.done" ] || exit 1
   done
   compgen -G "$CLUSTER_CACHE/debian-*/.done" >/dev/null || exit 1
   exit 0
 fi
 started=$(date +%s)
-for part in "${@:-debian pause kubernetes jobset trainer coredns}"; do
+for part in "${@:-debian pause kubernetes jobset trainer coredns seaweedfs}"; do
   for one in $part; do "build_$one"; done
 done
 if [ -d "$GOCACHE_DIR" ]; then

@@ -8,6 +8,7 @@
 Every component is a plain process of this machine: etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, containerd + kubelet (bridge CNI), kube-proxy, CoreDNS, and the Kubeflow Trainer and
 JobSet controllers (their webhooks served on 127.0.0.1 with certificates of the cluster's own CA).
+KFP's object store runs as a pod, as kubeflow/manifests installs it: SeaweedFS in `kubeflow`.
 etcd, the controllers and every health port listen on loopback; the API server, the kubelet and
 CoreDNS listen on the pod bridge's gateway address (10.244.0.1), which pods reach and nothing outside
 this machine does. The run state (PKI, logs, pids, the admin kubeconfig) lies in
@@ -19,6 +20,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import secrets
 import shutil
 import signal
 import ssl
@@ -636,6 +638,153 @@ def start_kubeflow() -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(hooks))
 
 
+# --- KFP's object store ------------------------------------------------------------------------
+
+STORE_NAMESPACE = "kubeflow"
+STORE_BUCKETS = ("mlpipeline", "mlflow")  # KFP's bucket; the chart's default MLflow artifact bucket
+
+
+def store_keys() -> dict[str, str]:
+    """The store's admin keys: made once per cluster run folder, never printed."""
+    path = RUN / "object-store-keys.json"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(json.dumps({"accesskey": secrets.token_hex(10), "secretkey": secrets.token_urlsafe(30)}))
+    return json.loads(path.read_text())
+
+
+def store_manifests(image: str, keys: dict[str, str]) -> list[dict]:
+    """What kubeflow/manifests' KFP 2.16+ installs for its store (pipelines
+    manifests/kustomize/third-party/seaweedfs): Deployment `seaweedfs` (label app=seaweedfs,
+    `weed server -s3 -iam`), its Service, and the admin keys in Secret `mlpipeline-minio-artifact`
+    (keys `accesskey`/`secretkey`). Differences: the keys reach weed as an -s3.config file instead of
+    an init Job's `weed shell` (this image has no shell), the data lies in an emptyDir, and the
+    Service also serves S3 on 8333 beside 9000."""
+    labels = {"app": "seaweedfs"}
+    identity = {
+        "identities": [
+            {
+                "name": "kubeflow-admin",
+                "credentials": [{"accessKey": keys["accesskey"], "secretKey": keys["secretkey"]}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            }
+        ]
+    }
+    meta = {"namespace": STORE_NAMESPACE}
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "runAsNonRoot": True,
+        "runAsUser": 65535,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": STORE_NAMESPACE}},
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "mlpipeline-minio-artifact", **meta},
+            "stringData": keys,
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "seaweedfs-s3-config", **meta},
+            "stringData": {"s3.json": json.dumps(identity)},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "seaweedfs", "labels": labels, **meta},
+            "spec": {
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": {**labels, "application-crd-id": "kubeflow-pipelines"}},
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "containers": [
+                            {
+                                "name": "seaweedfs",
+                                "image": image,
+                                "imagePullPolicy": "Never",
+                                "args": [
+                                    "server",
+                                    "-dir=/data",
+                                    "-s3",
+                                    "-iam",
+                                    "-s3.config=/etc/seaweedfs/s3.json",
+                                    # Each bucket grows 7 volumes at its first write; the default
+                                    # 8 volume slots leave the second bucket none.
+                                    "-master.volumeSizeLimitMB=256",
+                                    "-volume.max=64",
+                                ],
+                                "ports": [{"containerPort": p} for p in (8333, 8111, 9333, 19333, 8888, 18888)],
+                                "readinessProbe": {"httpGet": {"path": "/status", "port": 8333}, "periodSeconds": 2},
+                                "securityContext": restricted,
+                                "resources": {"requests": {"cpu": "20m", "memory": "100Mi"}},
+                                "volumeMounts": [
+                                    {"name": "data", "mountPath": "/data"},
+                                    {"name": "tmp", "mountPath": "/tmp"},
+                                    {"name": "config", "mountPath": "/etc/seaweedfs", "readOnly": True},
+                                ],
+                            }
+                        ],
+                        "volumes": [
+                            {"name": "data", "emptyDir": {}},
+                            {"name": "tmp", "emptyDir": {}},
+                            {"name": "config", "secret": {"secretName": "seaweedfs-s3-config"}},
+                        ],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "seaweedfs", **meta},
+            "spec": {
+                "selector": labels,
+                "ports": [
+                    {"name": "http-s3", "port": 8333, "targetPort": 8333},
+                    {"name": "http", "port": 9000, "targetPort": 8333},
+                    {"name": "http-iam", "port": 8111, "targetPort": 8111},
+                    {"name": "http-master", "port": 9333, "targetPort": 9333},
+                    {"name": "grpc-master", "port": 19333, "targetPort": 19333},
+                    {"name": "http-filer", "port": 8888, "targetPort": 8888},
+                    {"name": "grpc-filer", "port": 18888, "targetPort": 18888},
+                ],
+            },
+        },
+    ]
+
+
+def start_object_store() -> None:
+    """SeaweedFS in `kubeflow` with KFP's bucket and MLflow's, reachable in-cluster at
+    http://seaweedfs.kubeflow:8333 (and :9000); applying it again changes nothing."""
+    folder, image = part("CLUSTER_SEAWEEDFS_DIR"), os.environ["CLUSTER_SEAWEEDFS_IMAGE"]
+    debian = part("CLUSTER_DEBIAN_ROOT")
+    ctr = [str(debian / "usr/bin/ctr"), "--address", str(RUN / "containerd" / "containerd.sock"), "-n", "k8s.io"]
+    if image not in sh(*ctr, "images", "ls", "-q").stdout.split():
+        sh(*ctr, "images", "import", str(folder / "seaweedfs.tar"))
+    docs = store_manifests(image, store_keys())
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
+    kubectl("-n", STORE_NAMESPACE, "rollout", "status", "deployment/seaweedfs", "--timeout=180s")
+    pod_ip = kubectl(
+        "-n", STORE_NAMESPACE, "get", "pods", "-l", "app=seaweedfs", "-o", "jsonpath={.items[0].status.podIP}"
+    ).stdout.strip()
+    # Buckets through weed's own admin shell, as KFP's init Job does (from here: the pod has no shell).
+    weed = [str(folder / "bin" / "weed"), "shell", f"-master={pod_ip}:9333"]
+    listed = {
+        line.split()[0] for line in sh(*weed, input="s3.bucket.list\n", timeout=120).stdout.splitlines() if line.strip()
+    }
+    missing = [bucket for bucket in STORE_BUCKETS if bucket not in listed]
+    if missing:
+        sh(*weed, input="".join(f"s3.bucket.create -name {bucket}\n" for bucket in missing), timeout=120)
+    log(f"object store up: http://seaweedfs.{STORE_NAMESPACE}:8333, buckets {', '.join(STORE_BUCKETS)}")
+
+
 def healthy() -> bool:
     if not all(pid_of(name) for name in COMPONENTS) or not KUBECONFIG.exists():
         return False
@@ -649,6 +798,7 @@ def up() -> None:
     started = time.monotonic()
     RUN.mkdir(parents=True, exist_ok=True)
     if healthy():
+        start_object_store()
         log(f"the cluster is already running: export KUBECONFIG={KUBECONFIG}")
         return
     if any(pid_of(name) for name in COMPONENTS):
@@ -661,6 +811,7 @@ def up() -> None:
     start_node()
     wait_for(f"node {NODE} Ready", node_ready, 180, "kubelet")
     start_kubeflow()
+    start_object_store()
     log(f"cluster up in {time.monotonic() - started:.0f} s: export KUBECONFIG={KUBECONFIG}")
 
 

@@ -1,7 +1,8 @@
 """Write a one-file container image as a `docker save` archive that `ctr images import` loads.
 
-Usage: image_tar.py BINARY REF OUT.tar. The image holds BINARY as /pause (its entrypoint), so the
-cluster needs no registry for its sandbox image."""
+Usage: image_tar.py BINARY REF OUT.tar [NAME]. The image holds BINARY as /NAME (default pause), its
+entrypoint, run as user 65535, so the cluster needs no registry for its sandbox image or its
+object store."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import sys
 import tarfile
 
 
-def main(binary: str, ref: str, out: str) -> None:
+def main(binary: str, ref: str, out: str, name: str = "pause") -> None:
     layer = io.BytesIO()
     with tarfile.open(fileobj=layer, mode="w") as tar:
-        info = tar.gettarinfo(binary, arcname="pause")
+        info = tar.gettarinfo(binary, arcname=name)
         info.uid = info.gid = 0
         info.uname = info.gname = ""
         info.mtime = 0
@@ -26,7 +27,7 @@ def main(binary: str, ref: str, out: str) -> None:
     config = {
         "architecture": "amd64",
         "os": "linux",
-        "config": {"Entrypoint": ["/pause"], "User": "65535:65535"},
+        "config": {"Entrypoint": [f"/{name}"], "User": "65535:65535"},
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created_by": "scripts/cluster/image_tar.py"}],
     }

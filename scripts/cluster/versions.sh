@@ -9,6 +9,10 @@ K8S_STAGING_VERSION=v0.36.3
 JOBSET_VERSION=v0.12.0
 TRAINER_VERSION=v2.3.0
 COREDNS_VERSION=v1.15.0
+# KFP 2.16+'s object store. SeaweedFS tags its releases without the "v" Go needs ("4.53"), so the
+# module proxy serves commits only: this one reports version 4.53.
+SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
+CLUSTER_SEAWEEDFS_IMAGE="invfold.test/seaweedfs:${SEAWEEDFS_VERSION##*-}"
 # Debian bookworm packages, extracted into a private root (no services, no post-install steps).
 DEBIAN_PACKAGES=(
   "etcd-server=3.4.23-4+b4"

@@ -15,7 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import CHART_NAMESPACE, KUBECONFIG, RELEASE, RUN, Cluster, ctr, install_args, running
+from tests.support.cluster import (
+    CHART_NAMESPACE,
+    KUBECONFIG,
+    RELEASE,
+    RUN,
+    Cluster,
+    ctr,
+    install_args,
+    running,
+    store_keys,
+)
 from tests.support.deploy_tools import CHART, REPO, run, tool
 from tests.support.docker_engine import DOCKER
 
@@ -65,10 +75,12 @@ def node_images(cluster, cpu_images):
 
 
 def prerequisites(cluster) -> None:
-    """The Secrets docs/deploy.md has the user create before the install."""
+    """The Secrets docs/deploy.md has the user create before the install: MLflow's keys to the
+    store (here KFP's admin keys of the cluster's SeaweedFS, whose `mlflow` bucket exists)."""
     cluster.namespace(CHART_NAMESPACE)
+    keys = store_keys(cluster)
     for name, data in (
-        ("mlflow-s3-credentials", {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}),
+        ("mlflow-s3-credentials", {"AWS_ACCESS_KEY_ID": keys["accesskey"], "AWS_SECRET_ACCESS_KEY": keys["secretkey"]}),
         ("mlflow-backend", {"MLFLOW_BACKEND_STORE_URI": "sqlite:////tmp/mlflow.db"}),
     ):
         cluster.apply(

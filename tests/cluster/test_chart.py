@@ -87,3 +87,40 @@ def test_the_gpu_values_pass_the_servers_dry_run_in_a_profile_namespace(cluster,
     kinds = {doc["kind"] for doc in yaml.safe_load_all(manifest) if doc}
     assert {"TrainingRuntime", "Deployment", "ResourceQuota", "NetworkPolicy"} <= kinds
     assert "LimitRange" not in kinds  # it would give every container of the namespace invfold's defaults
+
+
+def upload_defaults(cluster, cpu_images, *values: str) -> list[dict]:
+    """The uploaded pipelines' parameter defaults as a server-side dry run renders them (helm's
+    lookup asks the real API server only there or at install)."""
+    out = cluster.helm(
+        "template", RELEASE, str(CHART), *install_args(cpu_images)[:-3], "--dry-run=server",
+        "--set", "pipelineUpload.enabled=true", *values,
+    ).stdout  # fmt: skip
+    hooks = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Job" and "upload" in d["metadata"]["name"]]
+    envs = [{e["name"]: e.get("value") for e in c["env"]} for c in hooks[0]["spec"]["template"]["spec"]["containers"]]
+    return [json.loads(env["PIPELINE_DEFAULTS"]) for env in envs]
+
+
+def test_storage_endpoint_auto_finds_the_store_the_cluster_serves(cluster, cpu_images, release):
+    """22.4: `storage.endpoint: auto` names KFP 2.16+'s SeaweedFS where the cluster serves it (here:
+    the one `make cluster-up` installs in `kubeflow`), and KFP 2.15's minio-service where only that
+    exists (a namespace holding just that Service stands for an older KFP install)."""
+    found = upload_defaults(cluster, cpu_images)
+    assert {d["storage_endpoint"] for d in found} == {"http://seaweedfs.kubeflow:8333"}
+    assert found[0]["storage_root"] == "s3://mlpipeline/private/kubeflow/invfold"
+    old = cluster.namespace("kfp-215")
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "minio-service", "namespace": old},
+            "spec": {"ports": [{"port": 9000, "targetPort": 9000}]},
+        }
+    )
+    try:
+        # (MLflow's auth is "auto": on outside KFP's namespace, which this value moves; off here.)
+        moved = ("--set", f"networkPolicies.kfpNamespace={old}", "--set", "mlflow.auth.enabled=false")
+        found = upload_defaults(cluster, cpu_images, *moved)
+        assert {d["storage_endpoint"] for d in found} == {f"http://minio-service.{old}:9000"}
+    finally:
+        cluster.delete_namespace(old)

@@ -97,9 +97,12 @@ def test_the_quota_refuses_a_trainer_that_does_not_fit_and_counts_trainers_only(
     quota is scoped to invfold's trainers by their PriorityClass, so a notebook asking as much passes."""
     name, docs, ns = overlay
     assert not [d for d in docs if d["kind"] == "LimitRange"], name
-    quotas = [d for d in docs if d["kind"] == "ResourceQuota"]
+    quotas = [d for d in docs if d["kind"] == "ResourceQuota" and d["metadata"]["name"] == "invfold-compute"]
     if not quotas:
-        assert name == "single-user", f"{name} has no quota"
+        # single-user and cpu-dev (built on it) install into KFP's own namespace, where a quota would
+        # count KFP's pods too; a tenant cannot create the PriorityClass the quota is scoped to, so
+        # it keeps only the TrainJob count.
+        assert name in ("single-user", "cpu-dev", "tenant"), f"{name} has no compute quota"
         return
     hard_cpu = quotas[0]["spec"]["hard"]["requests.cpu"]
     greedy = runtime_pod(docs, ns)

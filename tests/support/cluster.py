@@ -3,6 +3,7 @@ it: where its run state lies and a small client (kubectl and helm on its kubecon
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -80,13 +81,23 @@ def ctr() -> list[str]:
     return [found[-1], "--address", str(CONTAINERD_SOCKET), "-n", "k8s.io"]
 
 
+STORE_ENDPOINT = "http://seaweedfs.kubeflow:8333"  # KFP 2.16+'s store, which `make cluster-up` installs
+
+
+def store_keys(cluster: Cluster) -> dict[str, str]:
+    """The store's admin keys from KFP's Secret `mlpipeline-minio-artifact` (accesskey/secretkey)."""
+    data = cluster.get("secret", "mlpipeline-minio-artifact", "-n", "kubeflow")["data"]
+    return {key: base64.b64decode(data[key]).decode() for key in ("accesskey", "secretkey")}
+
+
 CHART_NAMESPACE = "kubeflow"  # single-user: KFP's own namespace, created by the KFP install (here: by us)
 RELEASE = "invfold"
 
 
 def install_args(images) -> list[str]:
     """Single-user values (the chart's defaults) with the project's CPU images, sized for one
-    2-core node: trainer pods ask for 500m/1Gi instead of the production 2 CPUs/8Gi."""
+    2-core node: trainer pods ask for 500m/1Gi instead of the production 2 CPUs/8Gi. MLflow's
+    artifacts go to the cluster's SeaweedFS, as docs/deploy.md's walk-through S sets them."""
     return [
         "--namespace",
         CHART_NAMESPACE,
@@ -100,6 +111,8 @@ def install_args(images) -> list[str]:
         "mlflow.backend.type=external",
         "--set",
         "mlflow.backend.external.existingSecret=mlflow-backend",
+        "--set",
+        f"mlflow.artifacts.s3EndpointUrl={STORE_ENDPOINT}",
         "--set",
         "runtimes.resources.requests.cpu=500m",
         "--set",
