@@ -12,6 +12,9 @@ from invfold.components.protein.alphabet import ALPHABET
 from invfold.errors import ConfigError
 from invfold.options import option
 
+# invfold score --probs: upstream's --unconditional_probs_only, --conditional_probs_only(_backbone)
+PROB_MODES = ("unconditional", "conditional", "conditional-backbone")
+
 
 @dataclass
 class DesignConfig:
@@ -186,6 +189,14 @@ class ScoreConfig:
     seed: int = option(0, "order k is drawn from seed + k")
     max_length: int = option(10_000, "longest record scored, in residues (memory grows with the square of the length)")
     threads: int | None = option(None, "CPU threads")
+    probs: str | None = option(
+        None,
+        "also write per-position log-probabilities of the native structure as protein_mpnn_run.py does "
+        "(npz in its layout, <out stem>.probs.npz): unconditional (--unconditional_probs_only), conditional "
+        "(--conditional_probs_only, one copy per decoding order), conditional-backbone "
+        "(--conditional_probs_only_backbone); the score chains are its designed chains",
+        choices=PROB_MODES,
+    )
 
     def __post_init__(self):
         for name in ("num_orders", "batch_size", "max_length"):

@@ -94,6 +94,10 @@ def score(cfg: ScoreConfig) -> list[Score]:
                 results.append(_score_entry(backend, record, entry, in_scored, orders, cfg))
             advance(1, entry.name)
     write_scores(cfg.out, results)
+    if cfg.probs:
+        from invfold.components.design.probs import probabilities, probs_path, write_probs
+
+        write_probs(probs_path(cfg.out), probabilities(backend, record, cfg.probs, scored_chains, orders, cfg.seed))
     return results
 
 

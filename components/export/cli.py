@@ -7,7 +7,7 @@ import json
 
 # the subcommands this module adds, with their line in `invfold --help` (listed without building them)
 COMMANDS = {
-    "export": "export a model to one ONNX file, gated on onnxruntime/PyTorch parity",
+    "export": "export a model to ONNX or to ProteinMPNN's checkpoint format, gated on parity",
 }
 
 # examples at the end of each subcommand's --help (real commands, as the README runs them)
@@ -15,6 +15,7 @@ EXAMPLES = {
     "export": (
         "invfold export train/model.pt --data prepared/ --out model.onnx",
         "invfold export proteinmpnn:v_48_020 --out v_48_020.onnx",
+        "invfold export train/model.pt --format proteinmpnn --out weights/my_model.pt",
     ),
 }
 
@@ -32,7 +33,9 @@ def add_parser(subparsers) -> None:
         ModelSource,
         help=COMMANDS["export"],
         description="Export an invfold model file to ONNX (dynamic batch and length) and check "
-        "that onnxruntime reproduces PyTorch's logits on real proteins; exits 1 when it does not.",
+        "that onnxruntime reproduces PyTorch's logits on real proteins; or, with --format proteinmpnn, "
+        "to the checkpoint ProteinMPNN's protein_mpnn_run.py loads (--model_name = the file's stem), "
+        "checked by reading it back; exits 1 when the logits differ.",
     )
 
 
@@ -49,10 +52,17 @@ def run(args: argparse.Namespace) -> int:
     cfg.model_path = resolve_model(cfg.model_path, from_args(ModelSource, args).tracking_uri)
     check_model(cfg.model_path, onnx=False)
     reexec_under_jemalloc()  # eager PyTorch without page faults on every large tensor (allocator.py)
-    from invfold.components.export.onnx_export import export_onnx
+    if cfg.format == "proteinmpnn":
+        from invfold.components.export.proteinmpnn_export import export_proteinmpnn
 
-    result = export_onnx(cfg)  # a ParityError exits 1 with its message (src/invfold/cli.py)
-    keys = ("onnx", "opset", "max_abs_diff", "tolerance", "size_bytes", "report_path")
-    args.result = {k: getattr(result, k) for k in keys}
+        result = export_proteinmpnn(cfg)  # a ParityError exits 1 with its message (src/invfold/cli.py)
+        keys = ("max_abs_diff", "tolerance", "size_bytes", "report_path")
+        args.result = {"checkpoint": result.onnx, **{k: getattr(result, k) for k in keys}}
+    else:
+        from invfold.components.export.onnx_export import export_onnx
+
+        result = export_onnx(cfg)  # a ParityError exits 1 with its message (src/invfold/cli.py)
+        keys = ("onnx", "opset", "max_abs_diff", "tolerance", "size_bytes", "report_path")
+        args.result = {k: getattr(result, k) for k in keys}
     print(json.dumps(args.result, indent=2))
     return 0

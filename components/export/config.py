@@ -3,6 +3,7 @@ and rejects bad values from it before any model code is imported."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -12,18 +13,31 @@ from invfold.options import option
 if TYPE_CHECKING:
     from invfold.components.protein.record import ChainRecord
 
+FORMATS = {"onnx": ".onnx", "proteinmpnn": ".pt"}  # format -> the suffix of its file
+
 
 @dataclass
 class ExportConfig:
-    """model_path: an invfold model file (save_model). out: the .onnx to write; the parity
-    report goes beside it as <stem>.parity.json.
+    """model_path: an invfold model file (save_model). out: the .onnx (format "onnx") or the
+    ProteinMPNN checkpoint .pt (format "proteinmpnn") to write; the parity report goes beside it
+    as <stem>.parity.json.
     parity_records: proteins to check parity on; else parity_data (a prepared-data folder, or any
     protein set read_protein_set accepts); else the bundled real sample.
     parity_chains: how many chains, spread over the length range (at most max_length residues).
     """
 
     model_path: str = option(positional=True, metavar="MODEL", help="model file written by training (model.pt)")
-    out: str = option(aliases=("--out-path",), help="the .onnx file to write")
+    out: str = option(
+        aliases=("--out-path",), help="the file to write: .onnx (--format onnx) or .pt (--format proteinmpnn)"
+    )
+    format: str = option(
+        "onnx",
+        "onnx: one ONNX graph; proteinmpnn: upstream's checkpoint, which protein_mpnn_run.py loads unchanged",
+        choices=FORMATS,
+    )
+    noise_level: float = option(
+        0.0, "--format proteinmpnn: the training backbone noise (Angstrom) the checkpoint records as noise_level"
+    )
     parity_records: list[ChainRecord] | None = option(None, "proteins to check parity on (Python only)", cli=False)
     parity_data: str | None = option(
         None,
@@ -38,8 +52,17 @@ class ExportConfig:
     opset: int | None = option(None, "ONNX opset (default: the exporter's)")
 
     def __post_init__(self):
-        if not str(self.out).endswith(".onnx"):
-            raise ConfigError(f"ExportConfig.out: expected a path ending in .onnx, got {self.out!r}")
+        suffix = FORMATS[self.format] if self.format in FORMATS else None
+        if suffix is None:
+            raise ConfigError(f"ExportConfig.format: expected one of {tuple(FORMATS)}, got {self.format!r}")
+        if not str(self.out).endswith(suffix):
+            raise ConfigError(
+                f"ExportConfig.out: expected a path ending in {suffix} (format {self.format}), got {self.out!r}"
+            )
+        if not (
+            isinstance(self.noise_level, int | float) and math.isfinite(self.noise_level) and self.noise_level >= 0
+        ):
+            raise ConfigError(f"ExportConfig.noise_level: expected a finite number >= 0, got {self.noise_level!r}")
         if not self.tolerance > 0:
             raise ConfigError(f"ExportConfig.tolerance: expected > 0, got {self.tolerance!r}")
         if self.parity_chains < 1:

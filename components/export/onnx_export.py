@@ -32,12 +32,12 @@ SAMPLE_RESOURCE = "sample_chain_set.jsonl.gz"
 
 
 class ParityError(InvfoldError, RuntimeError):
-    """The ONNX graph's logits differ from PyTorch's by more than the tolerance."""
+    """The exported file's logits differ from PyTorch's by more than the tolerance."""
 
-    def __init__(self, max_abs_diff: float, tolerance: float, report: dict):
+    def __init__(self, max_abs_diff: float, tolerance: float, report: dict, what: str = "ONNX", hint: str = ""):
         super().__init__(
-            f"ONNX parity failed: max |logit difference| {max_abs_diff:.3g} > "
-            f"tolerance {tolerance:.3g} (details: {report.get('report_path', 'n/a')})"
+            f"{what} parity failed: max |logit difference| {max_abs_diff:.3g} > "
+            f"tolerance {tolerance:.3g}{hint} (details: {report.get('report_path', 'n/a')})"
         )
         self.max_abs_diff = max_abs_diff
         self.tolerance = tolerance

