@@ -178,10 +178,13 @@ def test_a_trainjob_whose_pods_cannot_be_placed_fails_with_the_schedulers_reason
     assert "could not be scheduled" in message and "node affinity/selector" in message, message
     labelled = f"{RUN_LABEL}={run_label(run)}"
     assert f"TrainJob {train_namespace}/invfold-ddp-" in message
-    cluster.wait_for(
+    cluster.wait_for(  # gone, or going: the launcher deletes in the foreground (pods first)
         "the job deleted",
-        lambda: not cluster.get("trainjobs", "-n", train_namespace, "-l", labelled)["items"],
-        60,
+        lambda: all(
+            j["metadata"].get("deletionTimestamp")
+            for j in cluster.get("trainjobs", "-n", train_namespace, "-l", labelled)["items"]
+        ),
+        120,
     )
 
 
