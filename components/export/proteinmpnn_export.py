@@ -15,14 +15,18 @@ import logging
 import os
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from invfold.components.export.config import ExportConfig
-from invfold.components.export.onnx_export import ExportResult, ParityError, load_parity_records, report_path
+from invfold.components.export.onnx_export import (
+    ExportResult,
+    ParityError,
+    load_parity_records,
+    parity_figures,
+    report_path,
+)
 from invfold.components.model import published
 from invfold.components.model.io import load_model_or_published
-from invfold.components.protein.batch import collate
 from invfold.components.protein.record import ChainRecord
 
 log = logging.getLogger(__name__)
@@ -46,16 +50,7 @@ def round_trip_parity(model, state: dict, records: list[ChainRecord], tolerance:
             return float("inf")
         return float(delta.max()) if real.any() else 0.0
 
-    chains = [{"name": r.name, "length": len(r), "max_abs_diff": diff(collate([r]))} for r in records]
-    padded = diff(collate(records))
-    worst = max([c["max_abs_diff"] for c in chains] + [padded])
-    return {
-        "tolerance": tolerance,
-        "max_abs_diff": worst,
-        "passed": bool(np.isfinite(worst) and worst <= tolerance),
-        "chains": chains,
-        "padded_batch": {"size": len(records), "max_abs_diff": padded},
-    }
+    return parity_figures(records, diff, tolerance)
 
 
 def export_proteinmpnn(cfg: ExportConfig) -> ExportResult:
