@@ -133,6 +133,41 @@ def _count_layers(state: dict, prefix: str) -> int:
     return len({key.split(".")[1] for key in state if key.startswith(prefix)})
 
 
+def layer_pairs(cfg) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(our module, upstream's module, parts) of every encoder and decoder layer, the one map the
+    importer reads one way and the exporter the other: with parts, our Linears `<ours>.<part>` are
+    column blocks of upstream's single first message/update Linear (the first part carries the
+    bias); without, a Linear or LayerNorm copied whole."""
+    pairs = []
+    for i in range(cfg.encoder_layers):
+        mine, upstream = f"encoder.{i}", f"encoder_layers.{i}"
+        pairs += [
+            (mine, f"{upstream}.W1", ("msg_self", "msg_edge", "msg_nb")),
+            (f"{mine}.msg_tail.1", f"{upstream}.W2", ()),
+            (f"{mine}.msg_tail.3", f"{upstream}.W3", ()),
+            (mine, f"{upstream}.W11", ("upd_self", "upd_edge", "upd_nb")),
+            (f"{mine}.upd_tail.1", f"{upstream}.W12", ()),
+            (f"{mine}.upd_tail.3", f"{upstream}.W13", ()),
+            (f"{mine}.norm_msg", f"{upstream}.norm1", ()),
+            (f"{mine}.norm_ffn", f"{upstream}.norm2", ()),
+            (f"{mine}.norm_edge", f"{upstream}.norm3", ()),
+            (f"{mine}.ffn.0", f"{upstream}.dense.W_in", ()),
+            (f"{mine}.ffn.2", f"{upstream}.dense.W_out", ()),
+        ]
+    for i in range(cfg.decoder_layers):
+        mine, upstream = f"decoder.{i}", f"decoder_layers.{i}"
+        pairs += [
+            (mine, f"{upstream}.W1", ("msg_self", "msg_edge", "msg_seq", "msg_nb")),
+            (f"{mine}.msg_tail.1", f"{upstream}.W2", ()),
+            (f"{mine}.msg_tail.3", f"{upstream}.W3", ()),
+            (f"{mine}.norm_msg", f"{upstream}.norm1", ()),
+            (f"{mine}.norm_ffn", f"{upstream}.norm2", ()),
+            (f"{mine}.ffn.0", f"{upstream}.dense.W_in", ()),
+            (f"{mine}.ffn.2", f"{upstream}.dense.W_out", ()),
+        ]
+    return pairs
+
+
 def convert_state_dict(state: dict[str, torch.Tensor], k_neighbors: int) -> InverseFoldingModel:
     """Upstream ProteinMPNN state dict -> our `proteinmpnn`-preset model (eval mode)."""
     import torch
@@ -190,28 +225,11 @@ def convert_state_dict(state: dict[str, torch.Tensor], k_neighbors: int) -> Inve
         for name in ("weight", "bias"):
             ours[f"{dst}.{name}"] = take(f"{src}.{name}")
 
-    for i in range(cfg.encoder_layers):
-        src, dst = f"encoder_layers.{i}", f"encoder.{i}"
-        split_first(dst, f"{src}.W1", ("msg_self", "msg_edge", "msg_nb"))
-        copy(f"{dst}.msg_tail.1", f"{src}.W2")
-        copy(f"{dst}.msg_tail.3", f"{src}.W3")
-        split_first(dst, f"{src}.W11", ("upd_self", "upd_edge", "upd_nb"))
-        copy(f"{dst}.upd_tail.1", f"{src}.W12")
-        copy(f"{dst}.upd_tail.3", f"{src}.W13")
-        copy(f"{dst}.norm_msg", f"{src}.norm1")
-        copy(f"{dst}.norm_ffn", f"{src}.norm2")
-        copy(f"{dst}.norm_edge", f"{src}.norm3")
-        copy(f"{dst}.ffn.0", f"{src}.dense.W_in")
-        copy(f"{dst}.ffn.2", f"{src}.dense.W_out")
-    for i in range(cfg.decoder_layers):
-        src, dst = f"decoder_layers.{i}", f"decoder.{i}"
-        split_first(dst, f"{src}.W1", ("msg_self", "msg_edge", "msg_seq", "msg_nb"))
-        copy(f"{dst}.msg_tail.1", f"{src}.W2")
-        copy(f"{dst}.msg_tail.3", f"{src}.W3")
-        copy(f"{dst}.norm_msg", f"{src}.norm1")
-        copy(f"{dst}.norm_ffn", f"{src}.norm2")
-        copy(f"{dst}.ffn.0", f"{src}.dense.W_in")
-        copy(f"{dst}.ffn.2", f"{src}.dense.W_out")
+    for mine, upstream, parts in layer_pairs(cfg):
+        if parts:
+            split_first(mine, upstream, parts)
+        else:
+            copy(mine, upstream)
     letters = UPSTREAM_LETTERS.index("X")  # keep the 20 amino acids, drop X
     ours["seq_embed.weight"] = take("W_s.weight")  # 21 rows: X read as a neighbour's letter
     ours["readout.weight"] = take("W_out.weight")[:letters]
@@ -302,28 +320,11 @@ def to_upstream_state_dict(model: InverseFoldingModel) -> tuple[dict[str, torch.
         for name in ("weight", "bias"):
             theirs[f"{dst}.{name}"] = state[f"{src}.{name}"]
 
-    for i in range(cfg.encoder_layers):
-        dst, src = f"encoder_layers.{i}", f"encoder.{i}"
-        join_first(f"{dst}.W1", src, ("msg_self", "msg_edge", "msg_nb"))
-        copy(f"{dst}.W2", f"{src}.msg_tail.1")
-        copy(f"{dst}.W3", f"{src}.msg_tail.3")
-        join_first(f"{dst}.W11", src, ("upd_self", "upd_edge", "upd_nb"))
-        copy(f"{dst}.W12", f"{src}.upd_tail.1")
-        copy(f"{dst}.W13", f"{src}.upd_tail.3")
-        copy(f"{dst}.norm1", f"{src}.norm_msg")
-        copy(f"{dst}.norm2", f"{src}.norm_ffn")
-        copy(f"{dst}.norm3", f"{src}.norm_edge")
-        copy(f"{dst}.dense.W_in", f"{src}.ffn.0")
-        copy(f"{dst}.dense.W_out", f"{src}.ffn.2")
-    for i in range(cfg.decoder_layers):
-        dst, src = f"decoder_layers.{i}", f"decoder.{i}"
-        join_first(f"{dst}.W1", src, ("msg_self", "msg_edge", "msg_seq", "msg_nb"))
-        copy(f"{dst}.W2", f"{src}.msg_tail.1")
-        copy(f"{dst}.W3", f"{src}.msg_tail.3")
-        copy(f"{dst}.norm1", f"{src}.norm_msg")
-        copy(f"{dst}.norm2", f"{src}.norm_ffn")
-        copy(f"{dst}.dense.W_in", f"{src}.ffn.0")
-        copy(f"{dst}.dense.W_out", f"{src}.ffn.2")
+    for mine, upstream, parts in layer_pairs(cfg):
+        if parts:
+            join_first(upstream, mine, parts)
+        else:
+            copy(upstream, mine)
     theirs["W_s.weight"] = state["seq_embed.weight"]
     theirs["W_out.weight"] = torch.cat([state["readout.weight"], torch.zeros(1, h)])
     theirs["W_out.bias"] = torch.cat([state["readout.bias"], torch.tensor([X_LOGIT_BIAS])])
