@@ -86,12 +86,16 @@ build_kubernetes() {
 
 # `go build` of main packages of a module version through a wrapper main module that requires it:
 # `go install pkg@version` would also list the module's versions, which the proxy may refuse.
-# wrapper_build DEST MODULE VERSION PACKAGE...
+# wrapper_build [--replace 'OLD => NEW VERSION'] DEST MODULE VERSION PACKAGE... (a dependency's
+# replaces are ignored, so a wrapper repeats the ones the module needs)
 wrapper_build() {
+  local replace=""
+  if [ "$1" = --replace ]; then replace=$2; shift 2; fi
   local dest=$1 module=$2 version=$3; shift 3
   mkdir -p "$dest/module" "$dest/bin"
   printf 'module invfold.dev/testcluster/%s\n\ngo %s\n\nrequire %s %s\n' \
     "$(basename "$dest")" "$GO_MIN" "$module" "$version" >"$dest/module/go.mod"
+  [ -z "$replace" ] || printf '\nreplace %s\n' "$replace" >>"$dest/module/go.mod"
   (cd "$dest/module" && go build -mod=mod -ldflags "-s -w" -o "$dest/bin/" "$@")
 }
 
@@ -176,12 +180,10 @@ build_seaweedfs() {
   [ -f "$dest/.done" ] && return 0
   check_go; gocache
   echo "==> building SeaweedFS $SEAWEEDFS_VERSION (weed)"
-  rm -rf "$dest"; mkdir -p "$dest/module" "$dest/bin"
-  # The module's own go.mod replaces go-bip39; a dependency's replaces are ignored, so the wrapper
-  # repeats it.
-  printf 'module invfold.dev/testcluster/seaweedfs\n\ngo %s\n\nrequire github.com/seaweedfs/seaweedfs %s\n\nreplace github.com/tyler-smith/go-bip39 => github.com/cosmos/go-bip39 v1.0.0\n' \
-    "$GO_MIN" "$SEAWEEDFS_VERSION" >"$dest/module/go.mod"
-  (cd "$dest/module" && go build -mod=mod -ldflags "-s -w" -o "$dest/bin/" github.com/seaweedfs/seaweedfs/weed)
+  rm -rf "$dest"
+  # The module's own go.mod replaces go-bip39.
+  wrapper_build --replace "github.com/tyler-smith/go-bip39 => github.com/cosmos/go-bip39 v1.0.0" \
+    "$dest" github.com/seaweedfs/seaweedfs "$SEAWEEDFS_VERSION" github.com/seaweedfs/seaweedfs/weed
   python3 scripts/cluster/image_tar.py "$dest/bin/weed" "$CLUSTER_SEAWEEDFS_IMAGE" "$dest/seaweedfs.tar" weed
   touch "$dest/.done"
 }
