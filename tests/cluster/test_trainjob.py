@@ -101,6 +101,23 @@ def store_from_here(cluster):
         yield
 
 
+def lane_options(namespace: str, run: str, **settings) -> ClusterOptions:
+    """The train step's cluster settings for one run of the lane: KFP's store, its keys' Secret,
+    the root under the namespace's private prefix (the only keys a profile may write)."""
+    return ClusterOptions(
+        namespace=namespace,
+        storage_root=store_root(namespace),
+        storage_secret=SECRET,
+        storage_endpoint=STORE_ENDPOINT,
+        pipeline_run_id=run,
+        **settings,
+    )
+
+
+def store_root(namespace: str) -> str:
+    return f"s3://mlpipeline/private/{namespace}/invfold"
+
+
 def kube_apis(cluster):
     from kubernetes import client, config
 
@@ -119,20 +136,17 @@ def test_a_ddp_trainjob_trains_on_the_node_and_the_step_fetches_its_model(
     complete and fetches the output folder."""
     node_images("runtime")
     run = f"lane-{nodes}-{uuid.uuid4().hex[:8]}"  # the store outlives a session: nothing to resume from
-    root = f"s3://mlpipeline/private/{train_namespace}/invfold"
+    root = store_root(train_namespace)
     data = f"{root}/prepared-{run}"
     storage.upload_folder(sample_prepared, data)
     checkpoints = f"{root}/checkpoints/{run}"
     cfg = tiny_config(data, tmp_path / "out", strategy="ddp", checkpoint_dir=checkpoints)
-    options = ClusterOptions(
-        namespace=train_namespace,
-        storage_root=root,
-        storage_secret=SECRET,
-        storage_endpoint=STORE_ENDPOINT,
+    options = lane_options(
+        train_namespace,
+        run,
         poll_s=2.0,
         timeout_s=900.0,
         unschedulable_timeout_s=300.0,
-        pipeline_run_id=run,
     )
     api, pods_api = kube_apis(cluster)
     result = KubernetesLauncher(options, api=api, pods_api=pods_api).run(cfg, Resources(nodes=nodes, procs_per_node=1))
@@ -158,18 +172,15 @@ def test_a_trainjob_whose_pods_cannot_be_placed_fails_with_the_schedulers_reason
     fails, instead of waiting out the TrainJob's timeout."""
     node_images("runtime")
     run = f"pending-{uuid.uuid4().hex[:8]}"
-    root = f"s3://mlpipeline/private/{train_namespace}/invfold"
+    root = store_root(train_namespace)
     cfg = tiny_config(f"{root}/prepared-{run}", tmp_path / "out", strategy="ddp")
-    options = ClusterOptions(
-        namespace=train_namespace,
-        storage_root=root,
-        storage_secret=SECRET,
-        storage_endpoint=STORE_ENDPOINT,
+    options = lane_options(
+        train_namespace,
+        run,
         node_selector={"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
         poll_s=2.0,
         timeout_s=600.0,
         unschedulable_timeout_s=10.0,
-        pipeline_run_id=run,
     )
     api, pods_api = kube_apis(cluster)
     with pytest.raises(LaunchError) as failed:
@@ -198,18 +209,15 @@ def test_a_killed_trainer_pod_is_replaced_and_its_ranks_resume_from_the_stores_c
     docs/deploy.md says. The launcher sees one job from start to finish."""
     node_images("runtime")
     run = f"killed-{uuid.uuid4().hex[:8]}"
-    root = f"s3://mlpipeline/private/{train_namespace}/invfold"
+    root = store_root(train_namespace)
     data = f"{root}/prepared-{run}"
     storage.upload_folder(sample_prepared, data)
     checkpoints = f"{root}/checkpoints/{run}"
-    options = ClusterOptions(
-        namespace=train_namespace,
-        storage_root=root,
-        storage_secret=SECRET,
-        storage_endpoint=STORE_ENDPOINT,
+    options = lane_options(
+        train_namespace,
+        run,
         poll_s=2.0,
         timeout_s=600.0,
-        pipeline_run_id=run,
     )
     api, pods_api = kube_apis(cluster)
     fs, path = storage.filesystem(checkpoints)
@@ -267,17 +275,14 @@ def test_deleting_the_steps_pod_deletes_its_trainjob(
     }
     cluster.apply(step_pod)
     uid = cluster.get("pod", step_pod["metadata"]["name"], "-n", train_namespace)["metadata"]["uid"]
-    root = f"s3://mlpipeline/private/{train_namespace}/invfold"
+    root = store_root(train_namespace)
     data = f"{root}/prepared-{run}"
     storage.upload_folder(sample_prepared, data)
-    options = ClusterOptions(
-        namespace=train_namespace,
-        storage_root=root,
-        storage_secret=SECRET,
-        storage_endpoint=STORE_ENDPOINT,
+    options = lane_options(
+        train_namespace,
+        run,
         poll_s=1.0,
         timeout_s=600.0,
-        pipeline_run_id=run,
         owner_pod_name=step_pod["metadata"]["name"],
         owner_pod_uid=uid,
     )
