@@ -70,13 +70,22 @@ def launcher_ranks(env: Mapping[str, str] = os.environ) -> tuple[int, int, int, 
 
 
 def _gpu_env(trace_dir: str | None) -> None:
-    """NCCL watchdog settings (defaults only: the operator's environment wins)."""
+    """NCCL watchdog settings (defaults only: the operator's environment wins). torch 2.9 renamed
+    the flight recorder's variables to TORCH_FR_*; the old names still work but warn on every rank
+    (seen on an H200 with torch 2.11), so we set the new name unless either spelling is set."""
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "3")  # abort the group on error/timeout
-    os.environ.setdefault("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")  # flight recorder entries
+    _setdefault_renamed("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE", "2000")  # entries
     os.environ.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     if trace_dir:
         os.makedirs(trace_dir, exist_ok=True)
-        os.environ.setdefault("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(trace_dir, "nccl_trace_rank_"))
+        _setdefault_renamed(
+            "TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(trace_dir, "nccl_trace_rank_")
+        )
+
+
+def _setdefault_renamed(name: str, old_name: str, value: str) -> None:
+    if name not in os.environ and old_name not in os.environ:
+        os.environ[name] = value
 
 
 def _rendezvous_env(rank: int, world: int, local: int, local_world: int) -> None:
