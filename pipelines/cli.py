@@ -195,6 +195,8 @@ def run_command(args: argparse.Namespace) -> int:
 
     console = Console(file=sys.stdout, highlight=False)
     console.print(f"invfold run: fingerprint -> prep -> train -> evaluate -> compare -> register ({opts.runs_dir}/)")
+    estimate = run_estimate(params)
+    console.print(estimate["line"], soft_wrap=True)
     result = run_local(
         params,
         runs_dir=opts.runs_dir,
@@ -206,8 +208,22 @@ def run_command(args: argparse.Namespace) -> int:
     console.print(summary_table(result))
     keys = ("run_folder", "tracking_uri", "experiment", "mlflow_run_id", "registered_model", "registered_version")
     args.result = {"pipeline": "train", **{k: getattr(result, k) for k in keys}, "wall_s": result.wall_s}
+    args.result["estimate_s"] = estimate["seconds"]
     args.result |= {"test": result.figures("evaluate"), "decision": result.figures("compare").get("decision")}
     return 0
+
+
+def run_estimate(params: dict) -> dict:
+    """The run's estimate before it starts (pipelines/estimate.py): {"line": what is printed,
+    "seconds": the steps that can be told, summed (None when none of training is known)}."""
+    from invfold.pipelines import defaults
+    from invfold.pipelines.estimate import chain_set_size, estimate_line, step_seconds
+
+    budget = float(params["time_budget_s"] if "time_budget_s" in params else defaults.TIME_BUDGET_S or 0)
+    size = chain_set_size(params["data_uri"], params.get("split_file") or None)
+    seconds = step_seconds(size, budget)
+    total = round(sum(v for v in seconds.values() if v is not None), 1) if None not in seconds.values() else None
+    return {"line": estimate_line(size, budget, int(params.get("max_steps") or 0)), "seconds": total}
 
 
 def run_design_command(args: argparse.Namespace, opts: RunOptions) -> int:

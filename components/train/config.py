@@ -47,10 +47,13 @@ class TrainConfig:
     backbone_noise: std (Angstrom) of Gaussian noise added to coordinates at train time.
     grad_clip: max global gradient norm (0 = no clipping).
     validate_every / checkpoint_every / log_every: in optimizer steps (0 = only at the end).
-    time_budget_s: stop (checkpoint, model.pt, exit 0) after this many seconds of training: wall
-        time of the training loop, from its first step (after process start-up, data and model
-        loading, resume) to the end of the optimizer step that reaches it, validations during
-        training included; after it come the final checkpoint, the final validation and model.pt.
+    time_budget_s: wall seconds for the whole job, counted from the start of the process that
+        launched it (`invfold train`, the pipeline's train step; a TrainJob pod: its own start),
+        so start-up, data and model loading, resume, validations and checkpoints count. The loop
+        stops (checkpoint, model.pt, exit 0) when the time left is no more than what the rest
+        needs: one more step, the final validation, checkpoint and model.pt (as last timed in
+        the run, else estimated) and the exit (train/budget.py). Not bounded: the first step
+        always runs, and a machine that slows down after the stop overruns by the difference.
     cpu_time_budget_s: the same, counted in CPU seconds of each training process (all its
         threads; the ranks stop together when the first reaches it): a budget that a loaded
         machine does not shrink.
@@ -106,9 +109,11 @@ class TrainConfig:
     resume: bool = option(True, "resume from the newest complete checkpoint (--no-resume: ignore them)")
     time_budget_s: float | None = option(
         None,
-        "stop (and save) after this many seconds of the training loop: counted from the first step (start-up, "
-        "data and model loading come before it) to the end of the step that reaches it; the final checkpoint, "
-        "final validation and model.pt come after it",
+        "wall seconds for the whole job, counted from this command's start (imports, data and model loading, "
+        "validations, checkpoints included): training stops early enough that the final checkpoint, "
+        "validation and model.pt fit, by the run's own timings of them (an estimate: the first step always "
+        "runs, and a machine that slows down after the stop overruns by that much); a cluster TrainJob "
+        "counts from its pods' start, not their scheduling",
         aliases=("--time-budget",),
         metavar="SECONDS",
     )

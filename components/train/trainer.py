@@ -5,7 +5,8 @@ Exact resume rests on three things: batches are a pure function of (seed, epoch,
 checkpointing draw no random numbers from the global generators. A stopped-and-resumed run
 therefore ends with the same weights as an uninterrupted one.
 
-Stopping: SIGTERM (preemption) or the time budget sets a local flag; before every optimizer step
+Stopping: SIGTERM (preemption) or the time budget (budget.py: counted from the launcher's start,
+less what the final validation and saves will take) sets a local flag; before every optimizer step
 the ranks exchange their flags in the step's agreement all-reduce (`_agree`, which also carries
 the loss sums and every rank's phase times, see timing.py), so they agree on the same step,
 checkpoint together after it and leave: exit 143 after SIGTERM (the pod is retried and resumes),
@@ -42,6 +43,7 @@ from invfold.components.protein.alphabet import NUM_AA
 from invfold.components.protein.batch import collate
 from invfold.components.protein.sampler import TokenBudgetSampler
 from invfold.components.train import checkpoint as ckpt
+from invfold.components.train.budget import BudgetClock, FinishEstimate, after_job_s, budget_start
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.distributed import DistInfo
 from invfold.components.train.strategies import make_strategy
@@ -301,7 +303,14 @@ class _Run:
     batches: object
     settings: dict  # run_settings: what each checkpoint records and a resume must match
     preemption: _Preemption = dataclasses.field(default_factory=_Preemption)
+    finish: FinishEstimate | None = None  # what the time budget keeps in hand (budget.py)
+    budget: BudgetClock | None = None
+    started_at: float = 0.0  # seconds since the epoch: the budget's clock (launcher's start)
     start: float = dataclasses.field(default_factory=time.monotonic)
+    loop_started_at: float = dataclasses.field(default_factory=time.time)
+    phases: dict = dataclasses.field(default_factory=dict)  # seconds of each phase after the loop
+    step_times: list = dataclasses.field(default_factory=list)  # the last few steps' seconds
+    step_residues: float = 0.0  # residues per rank in the last step
     cpu_start: float = dataclasses.field(default_factory=time.process_time)
     clock: StepClock = dataclasses.field(default_factory=StepClock)
     window: _Window | None = None
@@ -321,7 +330,9 @@ def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     run = _build(cfg, info)
     try:
         while not _done(cfg, run.pos):
+            began = time.monotonic()
             stop = _step(run)
+            _time_step(run, time.monotonic() - began)
             if _after_step(run, stop):
                 break
     finally:
@@ -368,6 +379,7 @@ def _build(cfg: TrainConfig, info: DistInfo) -> _Run:
     strategy.wrap(model, lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, factor))
     _seed_everything(cfg.seed + 1000 * (info.rank + 1))  # per-rank noise, dropout and order streams
 
+    started_at = budget_start()
     pos = _Position()
     settings = run_settings(cfg, model_cfg, data.digest, total_steps)
     latest = ckpt.latest_complete(cfg.checkpoint_dir)
@@ -406,7 +418,32 @@ def _build(cfg: TrainConfig, info: DistInfo) -> _Run:
         settings,
         window=_Window(info.world_size),
         last_saved=pos.step if latest else -1,
+        finish=FinishEstimate(
+            state_bytes=3 * 4 * model.num_parameters(),  # fp32 weights and AdamW's two moments
+            validation_residues=_validation_residues(val_set, info),
+            after_job_s=after_job_s(),
+        ),
+        budget=BudgetClock(cfg.time_budget_s, started_at) if cfg.time_budget_s is not None else None,
+        started_at=started_at,
     )
+
+
+def _validation_residues(val_set, info: DistInfo) -> int:
+    """Residues this rank scores in a validation (its every world_size-th chain)."""
+    if val_set is None:
+        return 0
+    return int(sum(val_set.lengths[i] for i in range(info.rank, len(val_set), info.world_size)))
+
+
+STEP_TIMES_KEPT = 10  # the reserve holds the slowest of the last this many steps
+
+
+def _time_step(run: _Run, seconds: float) -> None:
+    """Feed the budget's estimate: the slowest recent step and this rank's training rate."""
+    run.step_times = [*run.step_times[-(STEP_TIMES_KEPT - 1) :], seconds]
+    run.finish.step_s = max(run.step_times)
+    if seconds > 0 and run.step_residues > 0:
+        run.finish.train_residues_per_s = run.step_residues / seconds
 
 
 def _step(run: _Run) -> int:
@@ -437,7 +474,7 @@ def _step(run: _Run) -> int:
         clock.move(strategy.sync_seconds(), "compute_s", "sync_s")
     flags = [
         STOP_PREEMPTED if run.preemption.requested else 0,
-        STOP_TIME_BUDGET if _over_budget(cfg, run.start, run.cpu_start) else 0,
+        STOP_TIME_BUDGET if _over_budget(cfg, run) else 0,
         0 if not vote or grads_finite else 1,
     ]
     with clock.phase("sync_s"):
@@ -448,6 +485,7 @@ def _step(run: _Run) -> int:
         rank_flags, rank_stats, step_times = agreement()
     if not grads_finite:
         rank_flags[:, 2] = np.maximum(rank_flags[:, 2], 1)
+    run.step_residues = float(rank_stats[:, STAT_FIELDS.index("count")].mean())
     nonfinite_ranks = int(((rank_flags[:, 2] > 0) | ~np.isfinite(rank_stats).all(axis=1)).sum())
     if nonfinite_ranks:
         strategy.step(skip=True)
@@ -468,17 +506,25 @@ def _after_step(run: _Run, stop: int) -> bool:
     """Log, validate and checkpoint on their schedules; True when the ranks agreed to stop (a
     checkpoint of this step is then written)."""
     cfg, pos = run.cfg, run.pos
+    if stop and run.budget is not None:  # what the loop kept in hand, alike on every rank
+        run.phases["reserve_at_stop"] = {**run.finish.parts(), "left_s": round(run.budget.remaining(), 3)}
     if cfg.log_every and pos.step % cfg.log_every == 0 or stop or _done(cfg, pos):
         pos.residues += run.window.residues()
         if run.main:
             _log_train(run.metrics, pos, run.window, run.strategy.current_lr(), run.grad_norm)
         run.window.reset()
     if run.val_set is not None and cfg.validate_every and pos.step % cfg.validate_every == 0:
+        began = time.monotonic()
         run.val_summary = _validate(run.strategy, run.val_set, cfg, run.info, run.metrics, pos.step)
+        run.finish.validation_s = time.monotonic() - began
         run.window.restart_clock()  # throughput counts training time only
         run.clock.restart()
     if stop or (cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0):
+        began = time.monotonic()
         _save(run.strategy, cfg, run.info, pos, run.settings)
+        run.finish.save_s = time.monotonic() - began
+        if stop:
+            run.phases["final_checkpoint_s"] = round(run.finish.save_s, 3)
         run.last_saved = pos.step
         run.window.restart_clock()
         run.clock.restart()
@@ -487,27 +533,40 @@ def _after_step(run: _Run, stop: int) -> bool:
     return bool(stop)
 
 
+def _timed(run: _Run, phase: str, work):
+    """Run work(), recording its seconds as run.phases[phase]."""
+    began = time.monotonic()
+    result = work()
+    run.phases[phase] = round(time.monotonic() - began, 3)
+    return result
+
+
 def _finish_run(run: _Run) -> TrainResult:
     """After SIGTERM: summary only, exit 143 (the retried pod resumes). Otherwise the last
     checkpoint and validation, model.pt (fp32, consolidated from the checkpoint) and summary.json."""
     cfg, info, strategy, pos = run.cfg, run.info, run.strategy, run.pos
+    run.phases["loop_s"] = round(time.time() - run.loop_started_at, 3)
     if run.stop_reason == "preempted":
         if run.main:
             log.warning("SIGTERM: checkpointed step %d on all ranks; exiting %d", pos.step, EXIT_PREEMPTED)
-        summary = _summary(cfg, info, strategy, pos, run.stop_reason, run.start, run.val_summary, None)
+        summary = _summary(cfg, info, strategy, pos, run, None)
         _close(strategy, run.metrics, summary, cfg, run.main)
         return TrainResult(EXIT_PREEMPTED, run.stop_reason, pos.step, summary)
 
     if run.last_saved != pos.step:
-        _save(strategy, cfg, info, pos, run.settings)
+        _timed(run, "final_checkpoint_s", lambda: _save(strategy, cfg, info, pos, run.settings))
     if run.val_set is not None and not (cfg.validate_every and pos.step % cfg.validate_every == 0):
-        run.val_summary = _validate(strategy, run.val_set, cfg, info, run.metrics, pos.step)
+        run.val_summary = _timed(
+            run, "final_validation_s", lambda: _validate(strategy, run.val_set, cfg, info, run.metrics, pos.step)
+        )
     model_path = os.path.join(cfg.out, "model.pt")
     if run.main:
+        began = time.monotonic()
         final = InverseFoldingModel(dataclasses.replace(run.model_cfg, activation_checkpointing=False))
         final.load_state_dict(strategy.fp32_state_dict(ckpt.step_dir(cfg.checkpoint_dir, pos.step)))
         save_model(model_path, final, {"init_from": cfg.init_from} if cfg.init_from else None)
-    summary = _summary(cfg, info, strategy, pos, run.stop_reason, run.start, run.val_summary, model_path)
+        run.phases["model_write_s"] = round(time.monotonic() - began, 3)
+    summary = _summary(cfg, info, strategy, pos, run, model_path)
     _close(strategy, run.metrics, summary, cfg, run.main)
     return TrainResult(EXIT_OK, run.stop_reason, pos.step, summary)
 
@@ -546,12 +605,13 @@ def _report_nonfinite(cfg: TrainConfig, info: DistInfo, pos: _Position, ranks: i
         )
 
 
-def _over_budget(cfg: TrainConfig, start: float, cpu_start: float) -> bool:
-    """Wall-clock budget, or CPU-time budget of this process (all its threads): the latter
+def _over_budget(cfg: TrainConfig, run: _Run) -> bool:
+    """Wall-clock budget (from the launcher's start, keeping in hand what the run needs after
+    the loop: budget.py), or CPU-time budget of this process (all its threads): the latter
     trains the same amount on a loaded machine, only slower."""
-    if cfg.time_budget_s is not None and time.monotonic() - start >= cfg.time_budget_s:
+    if run.budget is not None and run.budget.must_stop(run.finish.reserve()):
         return True
-    return cfg.cpu_time_budget_s is not None and time.process_time() - cpu_start >= cfg.cpu_time_budget_s
+    return cfg.cpu_time_budget_s is not None and time.process_time() - run.cpu_start >= cfg.cpu_time_budget_s
 
 
 def _log_train(metrics: MetricsLog, pos: _Position, window: _Window, lr: float, grad_norm: float | None) -> None:
@@ -663,11 +723,28 @@ def _resume(strategy, directory: str, cfg: TrainConfig, info: DistInfo, settings
     )
 
 
-def _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_path) -> dict:
+def _summary(cfg, info, strategy, pos, run: _Run, model_path) -> dict:
+    """summary.json: the outcome, throughput, and where the time went: `phases` (from the budget's
+    clock start: start-up until the first step, the loop, the final checkpoint, validation and
+    model.pt) and, under --time-budget, `budget` (seconds given, spent by this summary, and what
+    the loop kept in hand when it stopped)."""
     digests = strategy.all_gather_object(strategy.params_digest())
-    elapsed = time.monotonic() - start
+    elapsed = time.monotonic() - run.start
+    since_start = time.time() - run.started_at
+    phases = {"startup_s": round(run.loop_started_at - run.started_at, 3), **run.phases}
+    phases.pop("reserve_at_stop", None)
+    budget = None
+    if run.budget is not None:
+        budget = {
+            "budget_s": run.budget.budget_s,
+            "started_at": run.started_at,
+            "elapsed_s": round(since_start, 3),
+            "kept_in_hand": run.phases.get("reserve_at_stop"),
+        }
     return {
-        "stop_reason": stop_reason,
+        "stop_reason": run.stop_reason,
+        "phases": phases,
+        "budget": budget,
         "step": pos.step,
         "epoch": pos.epoch,
         "world_size": info.world_size,
@@ -679,7 +756,7 @@ def _summary(cfg, info, strategy, pos, stop_reason, start, val_summary, model_pa
         "residues": pos.residues,
         "residues_per_s": round(pos.residues / max(elapsed, 1e-9), 1),
         "nonfinite_steps": pos.nonfinite_steps,
-        "validation": val_summary,
+        "validation": run.val_summary,
         "model": model_path,
         "checkpoint": ckpt.latest_complete(cfg.checkpoint_dir),
         "params_digests": digests,
