@@ -113,7 +113,7 @@ def invfold_pipeline(
         tokens_per_batch: @help (length-bucketed batches).
         max_steps: @help (0 = not limited by steps).
         epochs: @help (0 = not limited by epochs).
-        time_budget_s: @help of training, keeping the model (0 = no budget).
+        time_budget_s: @help; here its clock starts with the train step (0 = no budget).
         lr: @help.
         warmup_steps: @help.
         precision: @help.
