@@ -115,3 +115,21 @@ def test_a_plain_jsonl_and_a_gzipped_one_count_alike(tmp_path):
         fh.writelines(records)
     assert chain_set_size(str(tmp_path / "a.jsonl")) == chain_set_size(str(tmp_path / "a.jsonl.gz"))
     assert chain_set_size(str(tmp_path / "a.jsonl")).residues == 33
+
+
+def test_the_json_result_carries_the_estimate(monkeypatch, capsys, tmp_path):
+    """A stand-in runner that returns an empty finished run at once (the real one takes minutes;
+    tests/pipelines/test_local_pipeline.py runs it): the result object holds the estimate's sum."""
+    from invfold.pipelines import local
+    from invfold.pipelines.cli import run_estimate
+
+    def finished(params, **kwargs):
+        return local.LocalRun(str(tmp_path), str(tmp_path), None, "sqlite:///x.db", "invfold", None, "m", None, 1.0)
+
+    monkeypatch.setattr(local, "run_local", finished)
+    assert main(["--json", *_run()]) == 0
+    captured = capsys.readouterr()
+    params = {"data_uri": str(SAMPLE_CHAIN_SET), "split_file": str(SAMPLE_SPLITS), "time_budget_s": 60.0}
+    expected = run_estimate(params)
+    assert json.loads(captured.out)["estimate_s"] == expected["seconds"] > 60.0
+    assert expected["line"] in captured.err.replace("\n", "")
