@@ -120,11 +120,13 @@ def _train_recorded(cfg, nproc: int, launcher, tracking) -> int:
     from invfold.components.launch.processes import launch_local
     from invfold.components.prep.shards import open_prepared
     from invfold.components.tracking import Tracker
+    from invfold.components.train.budget import RECORDING_S, after_job
     from invfold.components.train.record import processes, record_result, record_start
 
     with Tracker(tracking, "train") as tracker:
         record_start(tracker, cfg, open_prepared(cfg.data), cfg.data, processes(1, nproc))
-        code = launch_local(cfg, nproc, launcher=launcher)
+        with after_job(RECORDING_S):  # the time budget keeps record_result's time in hand
+            code = launch_local(cfg, nproc, launcher=launcher)
         if code == 0:
             record_result(tracker, cfg, cfg.out)
         tracker.failed = code != 0

@@ -17,7 +17,7 @@ from invfold.components.launch.trainjob import WORKSPACE_MOUNT
 from invfold.components.model.config import ModelConfig
 from invfold.components.prep.shards import open_prepared
 from invfold.components.tracking import RunContext, Tracker
-from invfold.components.train.budget import after_job
+from invfold.components.train.budget import RECORDING_S, after_job
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.record import processes, record_result, record_start
 from invfold.components.train.strategies import strategy_spec
@@ -25,10 +25,6 @@ from invfold.errors import ConfigError
 from invfold.runtime import record_timing
 
 SUMMARY_METRICS = ("step", "epoch", "elapsed_s", "residues", "residues_per_s")
-# What this step does after the job under a time budget (record_result into MLflow, KFP's output
-# file, the exit): 1.6 s in `invfold run` on the real shared set with a 60 s budget (issue 25: the
-# ranks' last line to the task's end, 4.6 s, less train/budget.py's EXIT_S).
-AFTER_JOB_S = 2.0
 
 
 def object_store_uri(uri: str) -> str:
@@ -146,7 +142,7 @@ def train_step(
             cluster["tolerations"] = getattr(task_config, "tolerations", None) or []
         launcher = select_launcher(**cluster)
         start = time.perf_counter()
-        with after_job(AFTER_JOB_S):  # the budget counts from this step's start (train/budget.py)
+        with after_job(RECORDING_S):  # the budget counts from this step's start (train/budget.py)
             result = launcher.run(cfg, resources)
         job_seconds = time.perf_counter() - start
         summary = record_result(tracker, cfg, model_path)

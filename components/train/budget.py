@@ -29,6 +29,11 @@ AFTER_JOB_ENV = "INVFOLD_BUDGET_AFTER_JOB_S"  # seconds the caller needs after t
 # set, `small`, load 7). Most of it is the ranks' interpreter shutting down after teardown (2.3 s
 # of 3.6 under strace: atexit to exit_group), then torchrun's and the CLI's exits.
 EXIT_S = 5.0
+# What a caller does after a recorded job (record_result into MLflow; in the pipeline also KFP's
+# output file and the step's exit): 1.6 s in `invfold run` on the real shared set with a 60 s
+# budget (issue 25: the ranks' last line to the task's end, 4.6 s, less about 3 s of model.pt
+# and the ranks' exit).
+RECORDING_S = 2.0
 # Validation (forward only, one decoding order) costs 0.5-0.6x a training step per residue: on
 # the same run, 8,639 validation residues per rank in 2 s against 2,500 training residues/s per
 # rank. Before the run's first validation is timed its cost is estimated at 1.0x, on the safe side.

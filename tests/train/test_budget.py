@@ -129,3 +129,19 @@ def test_a_start_in_the_future_leaves_the_budget_untouched(sample_prepared, tmp_
     result = summary(tmp_path / "future")
     assert (result["stop_reason"], result["step"]) == ("finished", 2)
     assert result["budget"]["kept_in_hand"] is None
+
+
+def test_a_recorded_invfold_train_keeps_the_recordings_time_in_hand(sample_prepared, tmp_path, monkeypatch):
+    """`invfold train --experiment` records into MLflow after the job: the ranks keep
+    RECORDING_S for it (AFTER_JOB_ENV); the pipeline's train step wraps its launcher the same way."""
+    from invfold.cli import main
+
+    monkeypatch.setenv(BUDGET_START_ENV, repr(time.time() - 1000.0))
+    monkeypatch.delenv(AFTER_JOB_ENV, raising=False)
+    out = tmp_path / "train"
+    flags = ["--preset", "tiny", "--nproc", "1", "--time-budget", "30", "--validate-every", "0"]
+    tracking = ["--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", "--experiment", "budget"]
+    assert main(["train", "--data", sample_prepared, "--out", str(out), *flags, *tracking]) == 0
+    kept = summary(out)["budget"]["kept_in_hand"]
+    assert kept["after_job_s"] == budget.RECORDING_S > 0
+    assert AFTER_JOB_ENV not in os.environ
