@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     from invfold.components.launch.processes import LocalProcesses, launch_local
     from invfold.components.model.reference import check_model, resolve_model
     from invfold.components.tracking.tracker import CommandTracking
+    from invfold.components.train.budget import RECORDING_S, budget_from_process_start
     from invfold.components.train.config import TrainConfig
     from invfold.options import from_args, given, unmarked
 
@@ -102,10 +103,12 @@ def run(args: argparse.Namespace) -> int:
         record_initial_preset(cfg, preset_given=given(args, "preset"))
     nproc = unmarked(processes.procs_per_node)
     # a bad --model override or init_from fails in launch_local, before any process starts
-    if context is None:
-        code = launch_local(cfg, nproc, launcher=processes.launcher)
-    else:
-        code = _train_recorded(cfg, nproc, processes.launcher, context)
+    # --time-budget counts from this command's start; a recorded run keeps its recording's time in hand
+    with budget_from_process_start(RECORDING_S if context is not None else 0.0):
+        if context is None:
+            code = launch_local(cfg, nproc, launcher=processes.launcher)
+        else:
+            code = _train_recorded(cfg, nproc, processes.launcher, context)
     if code != 0:
         print(f"invfold train: the {cfg.strategy} job exited with status {code}", file=sys.stderr)
     else:
@@ -120,13 +123,11 @@ def _train_recorded(cfg, nproc: int, launcher, tracking) -> int:
     from invfold.components.launch.processes import launch_local
     from invfold.components.prep.shards import open_prepared
     from invfold.components.tracking import Tracker
-    from invfold.components.train.budget import RECORDING_S, after_job
     from invfold.components.train.record import processes, record_result, record_start
 
     with Tracker(tracking, "train") as tracker:
         record_start(tracker, cfg, open_prepared(cfg.data), cfg.data, processes(1, nproc))
-        with after_job(RECORDING_S):  # the time budget keeps record_result's time in hand
-            code = launch_local(cfg, nproc, launcher=launcher)
+        code = launch_local(cfg, nproc, launcher=launcher)
         if code == 0:
             record_result(tracker, cfg, cfg.out)
         tracker.failed = code != 0

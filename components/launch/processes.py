@@ -5,8 +5,8 @@ ddp and deepspeed: torchrun with a c10d rendezvous on 127.0.0.1 and a free port 
 DeepSpeed reads torchrun's environment, and needs neither ssh nor a hostfile on one machine). horovod:
 horovodrun with Gloo (no MPI installation needed). mpirun (OpenMPI) can start horovod and
 deepspeed too, as the cluster's MPI runtimes do. Every process runs train.rank_entry with the
-same config file, with OMP_NUM_THREADS set to cfg.threads, and the moment this process started
-(or the one its caller passed on) as the start of the time budget (train/budget.py).
+same config file, with OMP_NUM_THREADS set to cfg.threads, and the start of the time budget: the
+command's process start where it set one (train/budget.py), else the moment of the launch.
 
 The ranks run under jemalloc when the machine has it, and a job whose estimated peak memory
 exceeds the machine's gets a warning naming the flag to change before it starts (memory.py).
@@ -131,7 +131,7 @@ def launch_local(
     env = {
         **os.environ,
         **allocator_env(),
-        **budget_env(),  # --time-budget counts from this process's start (or its caller's: budget.py)
+        **budget_env(),  # --time-budget's start: the command's (budget_from_process_start), else now
         "OMP_NUM_THREADS": str(cfg.threads),
         "MKL_NUM_THREADS": str(cfg.threads),
     }

@@ -17,7 +17,7 @@ from invfold.components.launch.trainjob import WORKSPACE_MOUNT
 from invfold.components.model.config import ModelConfig
 from invfold.components.prep.shards import open_prepared
 from invfold.components.tracking import RunContext, Tracker
-from invfold.components.train.budget import RECORDING_S, after_job
+from invfold.components.train.budget import RECORDING_S, budget_from_process_start
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.record import processes, record_result, record_start
 from invfold.components.train.strategies import strategy_spec
@@ -142,7 +142,7 @@ def train_step(
             cluster["tolerations"] = getattr(task_config, "tolerations", None) or []
         launcher = select_launcher(**cluster)
         start = time.perf_counter()
-        with after_job(RECORDING_S):  # the budget counts from this step's start (train/budget.py)
+        with budget_from_process_start(RECORDING_S):  # the time budget counts from this step's start
             result = launcher.run(cfg, resources)
         job_seconds = time.perf_counter() - start
         summary = record_result(tracker, cfg, model_path)

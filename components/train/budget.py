@@ -3,9 +3,11 @@ after the last step (final checkpoint, final validation, model.pt, the processes
 caller's own bookkeeping) still ends inside it.
 
 The clock starts when the process that owns the budget started (`invfold train`, or the
-pipeline's train step): the launcher passes that moment (the kernel's process start time, so the
-interpreter and imports count) to every rank as BUDGET_START_ENV. A rank started without it (a
-TrainJob's pods) counts from its own process start; pod scheduling and image pulls come before.
+pipeline's train step: `budget_from_process_start`): the launcher passes that moment (the
+kernel's process start time, so the interpreter and imports count) to every rank as
+BUDGET_START_ENV; launch_local called from elsewhere passes the moment it was called. A rank
+started without it (a TrainJob's pods) counts from its own process start; pod scheduling and
+image pulls come before.
 
 The loop stops at the step where the time left is no more than `FinishEstimate.reserve()`: one
 more step, the final validation and two writes of the training state (checkpoint, model.pt), as
@@ -67,9 +69,10 @@ def budget_start(environ: Mapping[str, str] = os.environ) -> float:
     return float(value) if value else process_start_time()
 
 
-def budget_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
-    """What a launcher passes its ranks: the start it was given, else its own process start."""
-    return {BUDGET_START_ENV: repr(budget_start(environ))}
+def budget_env(environ: Mapping[str, str] = os.environ, now: Callable[[], float] = time.time) -> dict[str, str]:
+    """What a launcher passes its ranks: the start its caller set (`budget_from_process_start`),
+    else now (a launch from a long-lived process, e.g. a notebook, counts from the launch)."""
+    return {BUDGET_START_ENV: environ.get(BUDGET_START_ENV) or repr(now())}
 
 
 @dataclass
@@ -137,16 +140,19 @@ def after_job_s(environ: Mapping[str, str] = os.environ) -> float:
 
 
 @contextlib.contextmanager
-def after_job(seconds: float):
-    """While the launcher runs: tell the ranks to keep `seconds` in hand for the caller's work
-    after the job (the pipeline step's recording), through AFTER_JOB_ENV in the environment
-    they inherit; restored after."""
-    previous = os.environ.get(AFTER_JOB_ENV)
-    os.environ[AFTER_JOB_ENV] = repr(float(seconds))
+def budget_from_process_start(after_job_s: float = 0.0):
+    """For a command that owns the budget (`invfold train`, the pipeline's train step): while it
+    launches the job, the ranks count from this process's start (BUDGET_START_ENV, unless a
+    caller up the chain set it) and keep `after_job_s` in hand for the command's own work after
+    the job (AFTER_JOB_ENV); both restored after."""
+    saved = {name: os.environ.get(name) for name in (BUDGET_START_ENV, AFTER_JOB_ENV)}
+    os.environ.setdefault(BUDGET_START_ENV, repr(process_start_time()))
+    os.environ[AFTER_JOB_ENV] = repr(float(after_job_s))
     try:
         yield
     finally:
-        if previous is None:
-            os.environ.pop(AFTER_JOB_ENV, None)
-        else:
-            os.environ[AFTER_JOB_ENV] = previous
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -63,12 +63,17 @@ def test_the_loop_stops_when_the_time_left_is_no_more_than_the_reserve(tmp_path)
     assert not _over_budget(cfg, run)
 
 
-def test_budget_start_is_the_launchers_else_this_process_start():
+def test_a_rank_counts_from_the_start_passed_in_else_its_own_process_start():
     assert budget.budget_start({BUDGET_START_ENV: "1234.5"}) == 1234.5
     tick = 1.0 / os.sysconf("SC_CLK_TCK")  # two readings of now - uptime differ by their jitter
     assert budget.budget_start({}) == pytest.approx(budget.process_start_time(), abs=tick)
-    assert float(budget.budget_env({})[BUDGET_START_ENV]) == pytest.approx(budget.process_start_time(), abs=tick)
-    assert budget.budget_env({BUDGET_START_ENV: "7.25"}) == {BUDGET_START_ENV: "7.25"}
+
+
+def test_a_launcher_passes_its_callers_start_else_the_moment_of_the_launch():
+    """A command that owns the budget set its start; launch_local called from a long-lived
+    process (a notebook) counts from the call, not from that process's start."""
+    assert budget.budget_env({BUDGET_START_ENV: "7.25"}, now=lambda: 99.0) == {BUDGET_START_ENV: "7.25"}
+    assert budget.budget_env({}, now=lambda: 99.0) == {BUDGET_START_ENV: "99.0"}
 
 
 def test_process_start_is_when_the_kernel_started_it():
@@ -89,15 +94,20 @@ def test_process_start_without_proc_falls_back_to_the_import(tmp_path):
     assert budget.process_start_time(proc=str(tmp_path / "none")) == budget._IMPORTED_AT
 
 
-def test_after_job_is_passed_in_the_environment_and_restored(monkeypatch):
+def test_a_command_owns_the_budget_from_its_process_start_while_it_launches(monkeypatch):
     monkeypatch.delenv(AFTER_JOB_ENV, raising=False)
-    with budget.after_job(2.5):
+    monkeypatch.delenv(BUDGET_START_ENV, raising=False)
+    with budget.budget_from_process_start(2.5):
+        assert float(os.environ[BUDGET_START_ENV]) == pytest.approx(budget.process_start_time(), abs=0.05)
         assert budget.after_job_s() == 2.5
-    assert AFTER_JOB_ENV not in os.environ and budget.after_job_s() == 0.0
+        assert budget.budget_env()[BUDGET_START_ENV] == os.environ[BUDGET_START_ENV]
+    assert BUDGET_START_ENV not in os.environ and AFTER_JOB_ENV not in os.environ
+    assert budget.after_job_s() == 0.0
+    monkeypatch.setenv(BUDGET_START_ENV, "5.0")  # a caller up the chain set it: kept
     monkeypatch.setenv(AFTER_JOB_ENV, "1.0")
-    with budget.after_job(3.0):
-        assert os.environ[AFTER_JOB_ENV] == "3.0"
-    assert os.environ[AFTER_JOB_ENV] == "1.0"
+    with budget.budget_from_process_start(3.0):
+        assert os.environ[BUDGET_START_ENV] == "5.0" and os.environ[AFTER_JOB_ENV] == "3.0"
+    assert os.environ[BUDGET_START_ENV] == "5.0" and os.environ[AFTER_JOB_ENV] == "1.0"
 
 
 def test_ranks_count_the_budget_from_the_start_the_launcher_passes(sample_prepared, tmp_path, monkeypatch):
@@ -133,7 +143,8 @@ def test_a_start_in_the_future_leaves_the_budget_untouched(sample_prepared, tmp_
 
 def test_a_recorded_invfold_train_keeps_the_recordings_time_in_hand(sample_prepared, tmp_path, monkeypatch):
     """`invfold train --experiment` records into MLflow after the job: the ranks keep
-    RECORDING_S for it (AFTER_JOB_ENV); the pipeline's train step wraps its launcher the same way."""
+    RECORDING_S for it (AFTER_JOB_ENV); the pipeline's train step wraps its launcher the same way.
+    The start set here (long past) is kept, as a caller's up the chain would be."""
     from invfold.cli import main
 
     monkeypatch.setenv(BUDGET_START_ENV, repr(time.time() - 1000.0))
@@ -144,4 +155,5 @@ def test_a_recorded_invfold_train_keeps_the_recordings_time_in_hand(sample_prepa
     assert main(["train", "--data", sample_prepared, "--out", str(out), *flags, *tracking]) == 0
     kept = summary(out)["budget"]["kept_in_hand"]
     assert kept["after_job_s"] == budget.RECORDING_S > 0
+    assert summary(out)["step"] == 1  # counted from the start set above: spent before the first step
     assert AFTER_JOB_ENV not in os.environ
