@@ -78,6 +78,12 @@ def run(args: argparse.Namespace) -> int:
         cfg.design_chains = designed_chains(cfg.chain_id_jsonl, cfg.name)
     if to_stdout and is_batch(cfg):
         raise ConfigError(f"--out -: FASTA on stdout is for one record; {cfg.structure} holds several (--out FOLDER)")
+    if (cfg.save_probs or cfg.fasta_layout != "invfold") and (to_stdout or cfg.out.lower().endswith(".jsonl")):
+        what = "--save-probs" if cfg.save_probs else f"--fasta-layout {cfg.fasta_layout}"
+        raise ConfigError(
+            f"{what}: writes FASTA files (and the probabilities beside them): --out x.fasta or a folder, "
+            f"not {'stdout' if to_stdout else 'a .jsonl'}"
+        )
     if is_batch(cfg) and cfg.out_structure:
         raise ConfigError(
             f"--out-structure {cfg.out_structure}: structures are written for one record (--out x.fasta with one "

@@ -25,9 +25,14 @@ def letter_bias(excluded: str = "") -> torch.Tensor:
     return bias
 
 
+def letter_probs(logits: torch.Tensor, temperature: float, bias: torch.Tensor) -> torch.Tensor:
+    """softmax(logits / T + bias) [..., 20]: the distribution a letter is drawn from."""
+    return torch.softmax(logits.float() / temperature + bias.float(), dim=-1)
+
+
 def pick_letters(logits: torch.Tensor, temperature: float, bias: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF sampling from softmax(logits / T + bias): logits [..., 20], uniforms [...]."""
-    probs = torch.softmax(logits.float() / temperature + bias.float(), dim=-1)
+    probs = letter_probs(logits, temperature, bias)
     cdf = torch.cumsum(probs, dim=-1)
     u = (uniforms.float() * cdf[..., -1]).unsqueeze(-1)
     letters = torch.searchsorted(cdf.contiguous(), u.contiguous(), right=True).squeeze(-1)
@@ -96,6 +101,13 @@ def group_logits(logits: torch.Tensor, groups: Groups, g: torch.Tensor) -> torch
     w = groups.weights[g].to(logits.dtype)  # [B, M]
     counted = groups.size[g].to(logits.dtype).clamp(min=1).unsqueeze(-1)
     return (logits * w.unsqueeze(-1)).sum(1) / counted
+
+
+def group_probs(logits: torch.Tensor, groups: Groups, temperature: float) -> torch.Tensor:
+    """[G, 20] the distribution each group's letter is drawn from, given every position's logits
+    [L, 20] as the group saw them at its turn (teacher-forced in the decoding order it was sampled in)."""
+    g = torch.arange(groups.members.shape[0], device=logits.device)
+    return letter_probs(group_logits(logits[groups.members], groups, g), temperature, groups.bias)
 
 
 def pick_group_letters(
