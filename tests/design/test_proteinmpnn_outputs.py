@@ -208,7 +208,8 @@ def test_backbone_noise_rejects_invalid(sigma):
 
 
 def test_backbone_noise_cli_error(structures, tmp_path, capsys):
-    argv = ["design", WEIGHTS, str(structures["small"]), "--backbone-noise", "-1", "--out", str(tmp_path / "d.fa")]
+    """Upstream's spelling --backbone_noise is accepted; a negative sigma is one clear line, nothing written."""
+    argv = ["design", WEIGHTS, str(structures["small"]), "--backbone_noise", "-1", "--out", str(tmp_path / "d.fa")]
     assert main(argv) != 0
     assert "--backbone-noise: expected a finite standard deviation >= 0 (Angstrom), got -1.0" in capsys.readouterr().err
     assert not (tmp_path / "d.fa").exists()
