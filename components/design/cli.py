@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     context = tracking.context()  # --experiment with nowhere to record: refused first
     check_model(cfg.model)
     storage.require_local(cfg.structure, "an existing structure file or folder")
-    constraints = (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa_jsonl)
+    constraints = (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa_jsonl,
+                   cfg.pssm_jsonl)  # fmt: skip
     for constraint in (*constraints, cfg.chain_id_jsonl):
         storage.require_local(constraint, "an existing JSON file")
     to_stdout = cfg.out == "-"  # the FASTA on stdout (one record), what was done on stderr

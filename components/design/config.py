@@ -43,7 +43,7 @@ class DesignConfig:
     fixed_positions_json, tied_positions, bias_aa, bias_by_res, omit_aa_jsonl: ProteinMPNN's JSON inputs
     (constraints.py), keyed by the entry name, 1-based positions per chain.
     fasta_layout, save_probs, backbone_noise: ProteinMPNN's FASTA layout, --save_probs 1 and
-    --backbone_noise (design.py, probs.py).
+    --backbone_noise (design.py, probs.py). pssm_*: its PSSM inputs (constraints.py).
     """
 
     model: str = option(positional=True, help="model.pt (training output) or model.onnx (invfold export)")
@@ -141,6 +141,33 @@ class DesignConfig:
         aliases=("--backbone_noise",),
         metavar="SIGMA",
     )
+    pssm_jsonl: str | None = option(
+        None,
+        'ProteinMPNN PSSM {entry: {chain: {"pssm_coef": [...], "pssm_bias": [[21 floats]...], "pssm_log_odds": '
+        "[[21 floats]...]}}} (.json/.jsonl, as make_pssm_input_dict.py writes it); used with --pssm-bias-flag "
+        "and/or --pssm-log-odds-flag",
+        aliases=("--pssm_jsonl",),
+        metavar="FILE",
+    )
+    pssm_multi: float = option(
+        0.0,
+        "weight of the PSSM in [0, 1] (ProteinMPNN's --pssm_multi): p = (1 - m c) p + m c pssm_bias",
+        aliases=("--pssm_multi",),
+    )
+    pssm_threshold: float = option(
+        0.0,
+        "with --pssm-log-odds-flag 1, letters whose PSSM log-odds are not above it are weighted 0.001 "
+        "(ProteinMPNN's --pssm_threshold)",
+        aliases=("--pssm_threshold",),
+    )
+    pssm_log_odds_flag: int = option(
+        0, "1: restrict letters by --pssm-threshold (ProteinMPNN's --pssm_log_odds_flag)",
+        aliases=("--pssm_log_odds_flag",), choices=(0, 1),
+    )  # fmt: skip
+    pssm_bias_flag: int = option(
+        0, "1: mix the PSSM into the probabilities by --pssm-multi (ProteinMPNN's --pssm_bias_flag)",
+        aliases=("--pssm_bias_flag",), choices=(0, 1),
+    )  # fmt: skip
     out_structure: str | None = option(
         None,
         "also write each design threaded onto the input backbone (N, CA, C, O; observed residues), one file "
@@ -172,6 +199,16 @@ class DesignConfig:
             raise ConfigError(f"DesignConfig.excluded: {unknown} are not among the 20 amino acids {ALPHABET}")
         if set(self.excluded.upper()) >= set(ALPHABET):
             raise ConfigError("DesignConfig.excluded: all 20 amino acids are excluded")
+        if not (0.0 <= self.pssm_multi <= 1.0) or math.isnan(self.pssm_threshold):
+            raise ConfigError(
+                f"DesignConfig.pssm_multi: expected a number in [0, 1] and a threshold that is a number, got "
+                f"{self.pssm_multi!r} and {self.pssm_threshold!r}"
+            )
+        for flag in ("pssm_log_odds_flag", "pssm_bias_flag"):
+            if getattr(self, flag) not in (0, 1):
+                raise ConfigError(f"DesignConfig.{flag}: expected 0 or 1, got {getattr(self, flag)!r}")
+            if getattr(self, flag) and not self.pssm_jsonl:
+                raise ConfigError(f"DesignConfig.{flag}: a PSSM flag needs the PSSM (--pssm-jsonl FILE)")
         if isinstance(self.fixed_positions, str):
             self.fixed_positions = parse_positions(self.fixed_positions)  # 1-based ints, residue IDs
         if self.chain_id_jsonl and self.design_chains:

@@ -303,10 +303,7 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
 
     length = len(record)
     fixed_indices = positions.fixed_indices(record, cfg.fixed_positions)
-    constraints = load_constraints(
-        ConstraintFiles(cfg.fixed_positions_json, cfg.omit_aa_jsonl, cfg.bias_by_res, cfg.bias_aa, cfg.tied_positions),
-        record,
-    )
+    constraints = load_constraints(constraint_files(cfg), record)
     n = cfg.num_sequences
     b = collate([record] * n)
     native_known = torch.tensor([c in AA_TO_INDEX for c in record.seq])
@@ -405,6 +402,14 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
             )
         )
     return designs
+
+
+def constraint_files(cfg: DesignConfig) -> ConstraintFiles:
+    """The JSON inputs of cfg (and how its PSSM is used) as constraints.load_constraints reads them."""
+    return ConstraintFiles(
+        cfg.fixed_positions_json, cfg.omit_aa_jsonl, cfg.bias_by_res, cfg.bias_aa, cfg.tied_positions,
+        cfg.pssm_jsonl, cfg.pssm_multi, cfg.pssm_threshold, bool(cfg.pssm_log_odds_flag), bool(cfg.pssm_bias_flag),
+    )  # fmt: skip
 
 
 def noisy_backbone(X: torch.Tensor, sigma: float, generators: list[torch.Generator]) -> torch.Tensor:

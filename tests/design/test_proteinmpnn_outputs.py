@@ -11,6 +11,7 @@ their own scores, not letter for letter.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -239,3 +240,89 @@ def test_backbone_noise(structures, backend):
     other = noisy_backbone(X, 0.3, [torch.Generator().manual_seed(1)])
     assert torch.equal(moved[0], moved[1]) and not torch.equal(moved[0], other[0])
     assert math.isclose(float(moved.std()), 0.3, rel_tol=0.15)
+
+
+def pssm_for(length: int, seed: int = 5) -> dict:
+    """A PSSM of make_pssm_input_dict.py's shape for one chain: coefficients in [0, 1], rows of
+    probabilities over the 20 letters (X 0), log-odds around 0."""
+    rng = np.random.default_rng(seed)
+    rows = np.concatenate([rng.dirichlet(np.full(20, 0.3), size=length), np.zeros((length, 1))], axis=1)
+    return {
+        "pssm_coef": rng.uniform(0, 1, length).tolist(),
+        "pssm_bias": rows.tolist(),
+        "pssm_log_odds": rng.normal(0, 2, (length, 21)).tolist(),
+    }
+
+
+def test_pssm_probabilities_equal_upstreams_sample(structures, backend, tmp_path):
+    """--pssm_jsonl with --pssm_bias_flag 1 --pssm_log_odds_flag 1: upstream's own `sample` (protein_mpnn_utils,
+    fed by its tied_featurize with the same PSSM dict) draws a design and returns the probabilities each
+    letter was drawn from; ours for that design in its decoding order (teacher-forced logits of our
+    model, our PSSM steps) equal them within 2e-5 on the chain with missing residues. Without the PSSM
+    they differ by far more, so the comparison sees the PSSM."""
+    from invfold.components.design.constraints import ConstraintFiles, load_constraints
+    from invfold.components.design.design import design_probs
+    from invfold.components.model.sampling import letter_bias
+    from invfold.components.protein.batch import collate
+
+    pdb = structures["small"]
+    multi, threshold, temperature = 0.7, 0.5, 0.5
+    pssm = {"A": pssm_for(46)}
+    inputs = upstream_mpnn.featurize(pdb, pssm=pssm)
+    net = upstream_mpnn.network(published.locate(WEIGHTS).path)
+    randn = torch.randn(inputs.chain_M.shape, generator=torch.Generator().manual_seed(2))
+    omit_x = np.array([letter == "X" for letter in "ACDEFGHIKLMNPQRSTVWYX"], dtype=np.float32)
+    torch.manual_seed(4)  # its torch.multinomial
+    with torch.no_grad():
+        theirs = net.sample(
+            inputs.X, randn, inputs.S, inputs.chain_M, inputs.chain_encoding, inputs.residue_idx, mask=inputs.mask,
+            temperature=temperature, omit_AAs_np=omit_x, bias_AAs_np=np.zeros(21), chain_M_pos=inputs.chain_M_pos,
+            omit_AA_mask=inputs.omit_AA_mask, pssm_coef=inputs.pssm_coef, pssm_bias=inputs.pssm_bias,
+            pssm_multi=multi, pssm_log_odds_flag=True,
+            pssm_log_odds_mask=(inputs.pssm_log_odds > threshold).float(), pssm_bias_flag=True,
+            bias_by_res=inputs.bias_by_res,
+        )  # fmt: skip
+    record = select_record(str(pdb), None, None)
+    perm = torch.from_numpy(upstream_mpnn.to_upstream_layout(record, inputs))
+    S = torch.empty(len(perm), dtype=torch.long)
+    S[perm] = theirs["S"][0]
+    order = torch.empty(len(perm))
+    order[perm[theirs["decoding_order"][0]]] = torch.arange(len(perm), dtype=torch.float32)
+    b = collate([record])
+    logits = backend.logits(b, S[None], order[None]).float()
+    designed = b.structure_mask > 0
+    path = tmp_path / "pssm.jsonl"
+    path.write_text(json.dumps({"small": pssm}) + "\n")
+    ours = {}
+    for name, files in {
+        "pssm": ConstraintFiles(pssm=str(path), pssm_multi=multi, pssm_threshold=threshold, pssm_log_odds=True,
+                                pssm_bias=True),
+        "none": ConstraintFiles(),
+    }.items():  # fmt: skip
+        groups = load_constraints(files, record).groups(designed[0], temperature).with_bias(letter_bias(""))
+        ours[name] = design_probs(logits, groups, temperature, designed)[0][perm].numpy()
+    expected = theirs["probs"][0].numpy()
+    rows = (inputs.mask * inputs.chain_M)[0].numpy() > 0
+    assert rows.sum() == 41
+    assert np.abs(expected[rows, 20]).max() < 1e-6  # X omitted, and the PSSM gives it nothing
+    assert np.abs(ours["pssm"][rows] - expected[rows, :20]).max() <= 2e-5
+    assert np.abs(ours["none"][rows] - expected[rows, :20]).max() > 0.05
+
+
+def test_pssm_alone_designs_its_letters(structures, backend, tmp_path):
+    """pssm_multi 1 with every coefficient 1 leaves only the PSSM: a one-hot PSSM on the native
+    letters designs the native sequence; a PSSM flag without the file is refused."""
+    record = select_record(str(structures["small"]), None, None)
+    native = record.seq
+    rows = [[1.0 if letter == native[i] else 0.0 for letter in "ACDEFGHIKLMNPQRSTVWYX"] for i in range(46)]
+    pssm = {"A": {"pssm_coef": [1.0] * 46, "pssm_bias": rows, "pssm_log_odds": [[0.0] * 21] * 46}}
+    path = tmp_path / "pssm.json"
+    path.write_text(json.dumps({"small": pssm}))
+    cfg = DesignConfig(model=WEIGHTS, structure="", out="d.fasta", num_sequences=2, temperature="1.0",
+                       pssm_jsonl=str(path), pssm_multi=1.0, pssm_bias_flag=1)  # fmt: skip
+    designs = design_record(backend, record, cfg)
+    assert [d.recovery for d in designs] == [1.0, 1.0]
+    free = design_record(backend, record, DesignConfig(model=WEIGHTS, structure="", out="d.fasta", temperature="1.0"))
+    assert all(d.recovery < 0.9 for d in free)
+    with pytest.raises(ConfigError, match="pssm_bias_flag: a PSSM flag needs the PSSM"):
+        DesignConfig(model=WEIGHTS, structure="", out="d.fasta", pssm_bias_flag=1)
