@@ -33,7 +33,7 @@ from invfold.components.design.design import (
     design_record,
     load_backend,
     memory_guard,
-    write_fasta,
+    write_designs,
 )
 from invfold.components.design.score import ScoreConfig, score_sequence
 from invfold.components.protein.errors import Skip
@@ -194,7 +194,7 @@ def design_batch(
                 lines.extend(json.dumps(design_row(d, model, scores.get(d.index))) for d in designs)
             else:
                 path = out / f"{safe_name(record.name)}.fasta"
-                write_fasta(path, designs, cfg.temperature[0], model)
+                write_designs(path, record, designs, cfg)  # with --save-probs also <name>.probs.npz
                 summary.outputs.append(path.name)
             advance(record.name)
     if to_jsonl:

@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     context = tracking.context()  # --experiment with nowhere to record: refused first
     check_model(cfg.model)
     storage.require_local(cfg.structure, "an existing structure file or folder")
-    constraints = (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa_jsonl)
+    constraints = (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa_jsonl,
+                   cfg.pssm_jsonl)  # fmt: skip
     for constraint in (*constraints, cfg.chain_id_jsonl):
         storage.require_local(constraint, "an existing JSON file")
     to_stdout = cfg.out == "-"  # the FASTA on stdout (one record), what was done on stderr
@@ -78,6 +79,12 @@ def run(args: argparse.Namespace) -> int:
         cfg.design_chains = designed_chains(cfg.chain_id_jsonl, cfg.name)
     if to_stdout and is_batch(cfg):
         raise ConfigError(f"--out -: FASTA on stdout is for one record; {cfg.structure} holds several (--out FOLDER)")
+    if (cfg.save_probs or cfg.fasta_layout != "invfold") and (to_stdout or cfg.out.lower().endswith(".jsonl")):
+        what = "--save-probs" if cfg.save_probs else f"--fasta-layout {cfg.fasta_layout}"
+        raise ConfigError(
+            f"{what}: writes FASTA files (and the probabilities beside them): --out x.fasta or a folder, "
+            f"not {'stdout' if to_stdout else 'a .jsonl'}"
+        )
     if is_batch(cfg) and cfg.out_structure:
         raise ConfigError(
             f"--out-structure {cfg.out_structure}: structures are written for one record (--out x.fasta with one "

@@ -5,12 +5,16 @@ these dataclasses before any model code is imported."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from invfold.components.design.positions import parse_positions
 from invfold.components.protein.alphabet import ALPHABET
 from invfold.errors import ConfigError
 from invfold.options import option
+
+# invfold design --fasta-layout: ours (every chain, mean_nll/recovery), or protein_mpnn_run.py's seqs/*.fa
+FASTA_LAYOUTS = ("invfold", "proteinmpnn")
 
 # invfold score --probs: upstream's --unconditional_probs_only, --conditional_probs_only(_backbone)
 PROB_MODES = ("unconditional", "conditional", "conditional-backbone")
@@ -38,6 +42,8 @@ class DesignConfig:
     excluded: letters never designed (e.g. "C").
     fixed_positions_json, tied_positions, bias_aa, bias_by_res, omit_aa_jsonl: ProteinMPNN's JSON inputs
     (constraints.py), keyed by the entry name, 1-based positions per chain.
+    fasta_layout, save_probs, backbone_noise: ProteinMPNN's FASTA layout, --save_probs 1 and
+    --backbone_noise (design.py, probs.py). pssm_*: its PSSM inputs (constraints.py).
     """
 
     model: str = option(positional=True, help="model.pt (training output) or model.onnx (invfold export)")
@@ -116,6 +122,52 @@ class DesignConfig:
         aliases=("--omit_AA_jsonl",),
         metavar="FILE",
     )
+    fasta_layout: str = option(
+        "invfold",
+        "FASTA layout: invfold (designs only, every chain, mean_nll and recovery in the header) or proteinmpnn "
+        "(protein_mpnn_run.py's: the native first, designed chains only, score, global_score, seq_recovery)",
+        choices=FASTA_LAYOUTS,
+    )
+    save_probs: bool = option(
+        False,
+        "also write each design's per-position probabilities beside the FASTA (<out stem>.probs.npz; a batch "
+        "folder: <record>.probs.npz) in the layout of protein_mpnn_run.py --save_probs 1: probs, log_probs, S, "
+        "mask, chain_order, plus decoding_order",
+    )
+    backbone_noise: float = option(
+        0.0,
+        "standard deviation (Angstrom) of Gaussian noise added to the backbone coordinates before the model "
+        "reads them (ProteinMPNN's --backbone_noise); sample i draws its noise from seed + i",
+        aliases=("--backbone_noise",),
+        metavar="SIGMA",
+    )
+    pssm_jsonl: str | None = option(
+        None,
+        'ProteinMPNN PSSM {entry: {chain: {"pssm_coef": [...], "pssm_bias": [[21 floats]...], "pssm_log_odds": '
+        "[[21 floats]...]}}} (.json/.jsonl, as make_pssm_input_dict.py writes it); used with --pssm-bias-flag "
+        "and/or --pssm-log-odds-flag",
+        aliases=("--pssm_jsonl",),
+        metavar="FILE",
+    )
+    pssm_multi: float = option(
+        0.0,
+        "weight of the PSSM in [0, 1] (ProteinMPNN's --pssm_multi): p = (1 - m c) p + m c pssm_bias",
+        aliases=("--pssm_multi",),
+    )
+    pssm_threshold: float = option(
+        0.0,
+        "with --pssm-log-odds-flag 1, letters whose PSSM log-odds are not above it are weighted 0.001 "
+        "(ProteinMPNN's --pssm_threshold)",
+        aliases=("--pssm_threshold",),
+    )
+    pssm_log_odds_flag: int = option(
+        0, "1: restrict letters by --pssm-threshold (ProteinMPNN's --pssm_log_odds_flag)",
+        aliases=("--pssm_log_odds_flag",), choices=(0, 1),
+    )  # fmt: skip
+    pssm_bias_flag: int = option(
+        0, "1: mix the PSSM into the probabilities by --pssm-multi (ProteinMPNN's --pssm_bias_flag)",
+        aliases=("--pssm_bias_flag",), choices=(0, 1),
+    )  # fmt: skip
     out_structure: str | None = option(
         None,
         "also write each design threaded onto the input backbone (N, CA, C, O; observed residues), one file "
@@ -135,11 +187,28 @@ class DesignConfig:
         if self.num_sequences < 1:
             raise ConfigError(f"DesignConfig.num_sequences: expected >= 1, got {self.num_sequences!r}")
         self.temperature = parse_temperatures(self.temperature)
+        if self.fasta_layout not in FASTA_LAYOUTS:
+            raise ConfigError(f"DesignConfig.fasta_layout: expected one of {FASTA_LAYOUTS}, got {self.fasta_layout!r}")
+        noise = self.backbone_noise
+        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
+            raise ConfigError(
+                f"DesignConfig.backbone_noise: expected a finite standard deviation >= 0 (Angstrom), got {noise!r}"
+            )
         unknown = sorted(set(self.excluded.upper()) - set(ALPHABET))
         if unknown:
             raise ConfigError(f"DesignConfig.excluded: {unknown} are not among the 20 amino acids {ALPHABET}")
         if set(self.excluded.upper()) >= set(ALPHABET):
             raise ConfigError("DesignConfig.excluded: all 20 amino acids are excluded")
+        if not (0.0 <= self.pssm_multi <= 1.0) or math.isnan(self.pssm_threshold):
+            raise ConfigError(
+                f"DesignConfig.pssm_multi: expected a number in [0, 1] and a threshold that is a number, got "
+                f"{self.pssm_multi!r} and {self.pssm_threshold!r}"
+            )
+        for flag in ("pssm_log_odds_flag", "pssm_bias_flag"):
+            if getattr(self, flag) not in (0, 1):
+                raise ConfigError(f"DesignConfig.{flag}: expected 0 or 1, got {getattr(self, flag)!r}")
+            if getattr(self, flag) and not self.pssm_jsonl:
+                raise ConfigError(f"DesignConfig.{flag}: a PSSM flag needs the PSSM (--pssm-jsonl FILE)")
         if isinstance(self.fixed_positions, str):
             self.fixed_positions = parse_positions(self.fixed_positions)  # 1-based ints, residue IDs
         if self.chain_id_jsonl and self.design_chains:

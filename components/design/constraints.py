@@ -14,9 +14,16 @@ a line, the lines merged; an entry on two lines is an error) or `.json` (one obj
   global bias       {"A": -1.1, ...}                              logit bias everywhere
   tied positions    {entry: [{"A": [1], "B": [1]}, ...]}         one letter per group; or weighted,
                     {entry: [{"A": [[1, 2], [1.0, 1.0]], ...}]}  as make_pos_neg_tied_positions_dict.py
+  PSSM              {entry: {chain: {"pssm_coef": [L floats], "pssm_bias": [[21 floats] per residue],
+                    "pssm_log_odds": [[21 floats] per residue]}}}  as make_pssm_input_dict.py
 
 Biases are added to the logits before the temperature, as ProteinMPNN does: p ~ softmax((logits + bias) / T).
 The X column (ProteinMPNN's 21st letter) is read and ignored: the model never designs X.
+A PSSM acts on the probabilities as in ProteinMPNN's `sample` (sampling.group_distribution): with
+pssm_bias_flag, p = (1 - pssm_multi * pssm_coef) p + pssm_multi * pssm_coef * pssm_bias; with
+pssm_log_odds_flag, p is weighted by 1.001 where pssm_log_odds > pssm_threshold and 0.001 elsewhere;
+then renormalized. The PSSM's X column is dropped (X is never designed): where it holds mass,
+the result is upstream's distribution given that the letter is not X.
 """
 
 from __future__ import annotations
@@ -47,6 +54,11 @@ class ConstraintFiles:
     bias_by_res: str | None = None
     bias_aa: str | None = None
     tied_positions: str | None = None
+    pssm: str | None = None
+    pssm_multi: float = 0.0  # ProteinMPNN's --pssm_multi, --pssm_threshold, --pssm_log_odds_flag, --pssm_bias_flag
+    pssm_threshold: float = 0.0
+    pssm_log_odds: bool = False
+    pssm_bias: bool = False
 
 
 @dataclass
@@ -61,6 +73,9 @@ class Constraints:
     omit: np.ndarray
     bias: np.ndarray
     tied: list[tuple[list[int], list[float]]] = field(default_factory=list)
+    # the PSSM as sampling.Groups takes it, per position (None: no PSSM file): coef [L] (pssm_multi
+    # * pssm_coef, 0 without the bias flag), bias [L, 20] (its X column dropped), weight [L, 20]
+    pssm: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @staticmethod
     def none(length: int) -> Constraints:
@@ -84,11 +99,15 @@ class Constraints:
         weights = torch.zeros(len(lists), width)
         bias = torch.zeros(len(lists), NUM_AA)
         size = torch.tensor([float(len(indices)) for indices, _ in lists])
+        pssm = None if self.pssm is None else [torch.from_numpy(a).float() for a in self.pssm]
+        pssm_groups = None if pssm is None else [torch.zeros(len(lists), *a.shape[1:]) for a in pssm]
         for g, (indices, w) in enumerate(lists):
             members[g] = torch.tensor(indices + [indices[0]] * (width - len(indices)))
             weights[g, : len(indices)] = torch.tensor(w, dtype=torch.float32) * observed[indices].float()
             bias[g] = per_position[indices].mean(0)
-        return Groups(members, weights, bias, size)
+            for per_group, per_residue in zip(pssm_groups or [], pssm or [], strict=True):
+                per_group[g] = per_residue[indices].mean(0)  # a tied group: its members' mean
+        return Groups(members, weights, bias, size, *(pssm_groups or []))
 
 
 def load_constraints(files: ConstraintFiles, record: ChainRecord) -> Constraints:
@@ -135,6 +154,8 @@ def load_constraints(files: ConstraintFiles, record: ChainRecord) -> Constraints
                 )
             if letter != "X":
                 out.bias[:, ALPHABET.index(letter)] += float(value)
+    if files.pssm:
+        out.pssm = _pssm(files, entry, chains, len(record))
     if files.tied_positions:
         groups = _entry(files.tied_positions, entry)
         if not isinstance(groups, list):
@@ -164,6 +185,43 @@ def load_constraints(files: ConstraintFiles, record: ChainRecord) -> Constraints
             if len(indices) > 1:
                 out.tied.append((indices, weights))
     return out
+
+
+def _pssm(files: ConstraintFiles, entry: str, chains: dict[str, np.ndarray], length: int):
+    """(coef [L], bias [L, 20], weight [L, 20]) from a make_pssm_input_dict.py file; chains it
+    does not list (or lists empty) get no PSSM (coef 0, weight 1), as upstream leaves them."""
+    coef = np.zeros(length, np.float32)
+    bias = np.full((length, NUM_AA), 1.0 / NUM_AA, np.float32)
+    weight = np.ones((length, NUM_AA), np.float32)
+    for chain, value, where in _chains_of(files.pssm, entry, chains):
+        if not value:
+            continue
+        index, n = chains[chain], len(chains[chain])
+        if not isinstance(value, dict) or not {"pssm_coef", "pssm_bias", "pssm_log_odds"} <= set(value):
+            raise ConfigError(f"{where}: expected {{pssm_coef, pssm_bias, pssm_log_odds}}, got {repr(value)[:80]}")
+        c = value["pssm_coef"]
+        if not isinstance(c, list) or len(c) != n or not all(_finite(v) and 0 <= v <= 1 for v in c):
+            raise ConfigError(f"{where}: pssm_coef: expected {n} numbers in [0, 1] (per residue), got {repr(c)[:80]}")
+        rows = {}
+        for key in ("pssm_bias", "pssm_log_odds"):
+            table = value[key]
+            if not isinstance(table, list) or len(table) != n:
+                raise ConfigError(f"{where}: {key}: expected {n} rows of 21 numbers, got {repr(table)[:80]}")
+            rows[key] = np.stack([_pssm_row(row, f"{where}: {key}[{k}]") for k, row in enumerate(table)])
+        if files.pssm_bias:
+            coef[index] = files.pssm_multi * np.asarray(c, np.float32)
+        if (rows["pssm_bias"] < 0).any():
+            raise ConfigError(f"{where}: pssm_bias: expected rows of probabilities (numbers >= 0)")
+        bias[index] = rows["pssm_bias"][:, :NUM_AA]  # as given; X's share leaves with the renormalization
+        if files.pssm_log_odds:
+            weight[index] = (rows["pssm_log_odds"][:, :NUM_AA] > files.pssm_threshold) + 0.001
+    return coef, bias, weight
+
+
+def _pssm_row(row, where: str) -> np.ndarray:
+    if not isinstance(row, list) or len(row) != NUM_AA + 1 or not all(_finite(v) for v in row):
+        raise ConfigError(f"{where}: expected 21 finite numbers in the order {MPNN_ALPHABET}, got {row!r}"[:300])
+    return np.asarray(row, dtype=np.float32)
 
 
 def _read(path: str):

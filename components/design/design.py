@@ -10,7 +10,7 @@ import contextlib
 import logging
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +25,8 @@ from invfold.components.export import runtime
 from invfold.components.model.features import gather_nodes
 from invfold.components.model.io import load_model_or_published
 from invfold.components.model.network import sample_one_shot, sampling_noise
-from invfold.components.model.sampling import Groups, letter_bias, pick_group_letters, tied_order
-from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA
+from invfold.components.model.sampling import Groups, group_probs, letter_bias, pick_group_letters, tied_order
+from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA, UNKNOWN
 from invfold.components.protein.batch import Batch, collate
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
@@ -48,6 +48,16 @@ class Design:
     chain_lengths: tuple[int, ...] | None = None  # a complex: residues per chain ("/" between them in FASTA)
     designed_chains: tuple[str, ...] = ()  # a complex: the chains designed
     fixed_chains: tuple[str, ...] = ()  # a complex: the chains kept as context
+    # ProteinMPNN's figures (protein_mpnn_run.py; --fasta-layout proteinmpnn writes them):
+    global_nll: float | None = None  # mean NLL over every residue with a backbone and a known letter
+    seq_recovery: float | None = None  # designed positions equal to the native token / designed (X never equal)
+    native_nll: float | None = None  # the native scored in this sample's decoding order (designed positions)
+    native_global_nll: float | None = None  # ... and over every residue with a backbone and a known letter
+    tokens: np.ndarray | None = field(default=None, repr=False)  # int [L]: designed letters, native tokens elsewhere
+    # --save-probs, in the record's residue order:
+    probs: np.ndarray | None = field(default=None, repr=False)  # [L, 20] the sampling distribution; 0 if not designed
+    log_probs: np.ndarray | None = field(default=None, repr=False)  # [L, 20] log p at T = 1, teacher-forced
+    decoding_order: np.ndarray | None = field(default=None, repr=False)  # int [L]: positions in decoding order
 
 
 def select_record(structure: str, name: str | None, chain: str | None, complexes: bool = False) -> ChainRecord:
@@ -199,7 +209,7 @@ def design(cfg: DesignConfig) -> list[Design]:
                 d.index = len(designs)
                 designs.append(d)
             advance(cfg.num_sequences, f"T={t:g}")
-    write_fasta(cfg.out, designs, cfg.temperature[0], os.path.basename(str(cfg.model)))
+    write_designs(cfg.out, record, designs, cfg)
     if cfg.out_structure:
         write_structures(cfg.out_structure, record, [d.sequence for d in designs], cfg.structure)
     return designs
@@ -293,10 +303,7 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
 
     length = len(record)
     fixed_indices = positions.fixed_indices(record, cfg.fixed_positions)
-    constraints = load_constraints(
-        ConstraintFiles(cfg.fixed_positions_json, cfg.omit_aa_jsonl, cfg.bias_by_res, cfg.bias_aa, cfg.tied_positions),
-        record,
-    )
+    constraints = load_constraints(constraint_files(cfg), record)
     n = cfg.num_sequences
     b = collate([record] * n)
     native_known = torch.tensor([c in AA_TO_INDEX for c in record.seq])
@@ -334,26 +341,34 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
             f"{record.name}: position {int(groups.members[g, 0]) + 1} (1-based) has every letter omitted or "
             "excluded (--omit-aa, --omit-aa-jsonl); nothing can be designed there"
         )
-    noise = [
-        sampling_noise(fixed[:1], backend.cfg.autoregressive, torch.Generator().manual_seed(cfg.seed + i))
-        for i in range(n)
-    ]
+    generators = [torch.Generator().manual_seed(cfg.seed + i) for i in range(n)]
+    noise = [sampling_noise(fixed[:1], backend.cfg.autoregressive, g) for g in generators]
+    if cfg.backbone_noise > 0:  # drawn after the sampling noise: sigma 0 leaves every stream as it was
+        b = replace(b, X=noisy_backbone(b.X, cfg.backbone_noise, generators))
     order = torch.cat([o for o, _ in noise]) if backend.cfg.autoregressive else None
     if order is not None:
         order = tied_order(order, groups)[0]  # tied members share their group's turn (scored so too)
         order = order + 2.0 * context_unknown.to(order.dtype)  # after every designed residue
     uniforms = torch.cat([u for _, u in noise])
     S = backend.sample(b, temperature, cfg.excluded, fixed, b.tokens, order, uniforms, groups)
-    logp = torch.log_softmax(backend.logits(b, S, order).float(), dim=-1)
-    letters = torch.where(S < NUM_AA, S, torch.zeros_like(S))  # X (kept, never designed) is not scored
-    nll = -logp.gather(-1, letters.unsqueeze(-1)).squeeze(-1)
+    logits = backend.logits(b, S, order).float()  # what each position saw at its turn
+    logp = torch.log_softmax(logits, dim=-1)
     designed = ~fixed & ~context_unknown
     if not designed[0].any():
         log.warning("%s: every position is fixed or unobserved; nothing is designed", record.name)
     scored = designed if designed[0].any() else b.structure_mask > 0
-    mean_nll = (nll * scored).sum(1) / scored.sum(1).clamp(min=1)
+    mean_nll, global_nll = mean_nlls(logp, S, scored, b.structure_mask > 0)
     compared = scored & native_known  # recovery needs a known native letter
     recovery = ((S == b.S) & compared).sum(1) / compared.sum(1).clamp(min=1)
+    tokens = torch.where(designed, S, b.tokens)  # protein_mpnn_run.py's S_sample
+    seq_recovery = ((tokens == b.tokens) & designed).sum(1) / designed.sum(1).clamp(min=1)
+    native_nll = native_global_nll = None
+    if cfg.fasta_layout == "proteinmpnn":  # its native line: the native scored in each sample's order
+        native_logp = torch.log_softmax(backend.logits(b, b.tokens, order).float(), dim=-1)
+        native_nll, native_global_nll = mean_nlls(native_logp, b.tokens, scored, b.structure_mask > 0)
+    probs = None
+    if cfg.save_probs:
+        probs = design_probs(logits, groups.with_bias(letter_bias(cfg.excluded)), temperature, designed)
     complex_info = {}
     if record.is_complex:
         complex_info = dict(
@@ -376,9 +391,57 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
                 float(recovery[i]),
                 temperature,
                 **complex_info,
+                global_nll=float(global_nll[i]),
+                seq_recovery=float(seq_recovery[i]),
+                native_nll=None if native_nll is None else float(native_nll[i]),
+                native_global_nll=None if native_global_nll is None else float(native_global_nll[i]),
+                tokens=tokens[i].numpy(),
+                probs=None if probs is None else probs[i].numpy(),
+                log_probs=None if probs is None else logp[i].numpy(),
+                decoding_order=None if probs is None or order is None else decoding_positions(order[i]),
             )
         )
     return designs
+
+
+def constraint_files(cfg: DesignConfig) -> ConstraintFiles:
+    """The JSON inputs of cfg (and how its PSSM is used) as constraints.load_constraints reads them."""
+    return ConstraintFiles(
+        cfg.fixed_positions_json, cfg.omit_aa_jsonl, cfg.bias_by_res, cfg.bias_aa, cfg.tied_positions,
+        cfg.pssm_jsonl, cfg.pssm_multi, cfg.pssm_threshold, bool(cfg.pssm_log_odds_flag), bool(cfg.pssm_bias_flag),
+    )  # fmt: skip
+
+
+def noisy_backbone(X: torch.Tensor, sigma: float, generators: list[torch.Generator]) -> torch.Tensor:
+    """X [B, L, atoms, 3] plus Gaussian noise of standard deviation sigma (Angstrom), sample i's
+    from generators[i] (ProteinMPNN's --backbone_noise adds sigma * randn_like(X) to every atom)."""
+    noise = torch.stack([torch.randn(X.shape[1:], generator=g, dtype=X.dtype) for g in generators])
+    return X + sigma * noise
+
+
+def mean_nlls(logp: torch.Tensor, S: torch.Tensor, designed: torch.Tensor, observed: torch.Tensor):
+    """(mean -log p(S) over `designed`, over `observed`) per sample, as protein_mpnn_run.py's `_scores`
+    gives score and global_score; X (not among our 20 letters) is not scored."""
+    known = S < NUM_AA
+    nll = -logp.gather(-1, torch.where(known, S, torch.zeros_like(S)).unsqueeze(-1)).squeeze(-1)
+    over = [designed & known, observed & known]
+    return tuple((nll * m).sum(1) / m.sum(1).clamp(min=1) for m in over)
+
+
+def design_probs(logits: torch.Tensor, groups: Groups, temperature: float, designed: torch.Tensor) -> torch.Tensor:
+    """[B, L, 20]: at each designed position the distribution its letter was drawn from (its tied
+    group's, biases and omitted letters included), 0 elsewhere, as protein_mpnn_run.py's probs."""
+    out = torch.zeros_like(logits)
+    for i in range(logits.shape[0]):
+        per_group = group_probs(logits[i], groups, temperature)  # [G, 20]
+        for j in range(groups.members.shape[1]):  # repeats of a first member write the same row
+            out[i, groups.members[:, j]] = per_group
+    return torch.where(designed.unsqueeze(-1), out, torch.zeros_like(out))  # never-designed rows may be NaN
+
+
+def decoding_positions(order: torch.Tensor) -> np.ndarray:
+    """A decoding order as values (lower first) -> the positions in the order they were decoded."""
+    return torch.argsort(order, stable=True).numpy()
 
 
 def fasta_id(name: str) -> str:
@@ -402,6 +465,63 @@ def write_fasta(path: str | os.PathLike, designs: list[Design], temperature: flo
             f"mean_nll={d.mean_nll:.4f} recovery={d.recovery:.4f} model={model}{chains}"
         )
         lines.append(with_chain_breaks(d.sequence, d.chain_lengths))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+def write_designs(path: str | os.PathLike, record: ChainRecord, designs: list[Design], cfg: DesignConfig) -> None:
+    """The FASTA of one record's designs in cfg.fasta_layout, and with cfg.save_probs their
+    probabilities beside it (probs.probs_path)."""
+    model = os.path.basename(str(cfg.model))
+    if cfg.fasta_layout == "proteinmpnn":
+        write_proteinmpnn_fasta(path, record, designs, model, cfg.seed)
+    else:
+        write_fasta(path, designs, cfg.temperature[0], model)
+    if cfg.save_probs:
+        from invfold.components.design import probs
+
+        probs.write_probs(probs.probs_path(path), probs.design_probs_arrays(record, designs))
+
+
+def write_proteinmpnn_fasta(
+    path: str | os.PathLike, record: ChainRecord, designs: list[Design], model: str, seed: int
+) -> None:
+    """protein_mpnn_run.py's seqs/<name>.fa: the native first, then one record per design, each the
+    designed chains only (sorted by label, "/" between), with its header fields and number format.
+    Residues without a backbone atom are X, as upstream's parser reads them; `score` (designed
+    positions) and `global_score` (every residue with a backbone) are mean NLLs in the sample's
+    decoding order; the native's are its mean over the samples' orders (upstream: one order per
+    batch copy). git_hash is upstream's own field; this tool writes "unknown" there, as upstream
+    does outside a git checkout."""
+    chains = positions.chain_positions(record)
+    designed = list(designs[0].designed_chains) if designs and designs[0].designed_chains else list(chains)
+    shown = sorted(designed)
+    fixed = sorted(c for c in chains if c not in designed)
+    letters = np.array(list(ALPHABET + UNKNOWN))
+
+    def chains_of(tokens: np.ndarray) -> str:
+        return CHAIN_SEPARATOR.join("".join(letters[tokens[chains[c]]]) for c in shown)
+
+    def fmt(x: float | None) -> str:  # np.format_float_positional(np.float32(x), unique=False, precision=4)
+        return np.format_float_positional(np.float32(np.nan if x is None else x), unique=False, precision=4)
+
+    native = collate([record]).tokens[0].numpy()
+    samples = [d for d in designs if d.temperature == designs[0].temperature] if designs else []
+    native_nll = float(np.mean([d.native_nll for d in samples])) if samples else None
+    native_global = float(np.mean([d.native_global_nll for d in samples])) if samples else None
+    lines = [
+        f">{fasta_id(record.name)}, score={fmt(native_nll)}, global_score={fmt(native_global)}, "
+        f"fixed_chains={fixed}, designed_chains={shown}, model_name={model}, git_hash=unknown, seed={seed}",
+        chains_of(native),
+    ]
+    numbers: dict[float | None, int] = {}
+    for d in designs:
+        numbers[d.temperature] = numbers.get(d.temperature, 0) + 1  # upstream counts from 1 at each T
+        lines.append(
+            f">T={d.temperature}, sample={numbers[d.temperature]}, score={fmt(d.mean_nll)}, "
+            f"global_score={fmt(d.global_nll)}, seq_recovery={fmt(d.seq_recovery)}"
+        )
+        lines.append(chains_of(d.tokens))
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text("\n".join(lines) + "\n")
 

@@ -93,9 +93,41 @@ def probabilities(backend, record: ChainRecord, mode: str, designed: list[str], 
     }
 
 
-def probs_path(score_out: str | os.PathLike) -> Path:
-    """Where `invfold score --probs` writes: <out stem>.probs.npz beside the CSV."""
-    out = Path(score_out)
+def design_probs_arrays(record: ChainRecord, designs: list) -> dict:
+    """What protein_mpnn_run.py --save_probs 1 writes (probs/<name>.npz) for one record's designs
+    (design.Design, each with probs, log_probs and tokens), in upstream's residue order (designed
+    chains sorted, then the others sorted): probs [N, L, 21] (the distribution each designed letter
+    was drawn from, T, biases and omitted letters included; 0 at positions not designed and in the
+    X column), log_probs [N, L, 21] (log p at T = 1, teacher-forced in the sample's decoding order;
+    X fixed at -1e4, see with_x), S [N, L] int32 (the designs: designed letters, native tokens
+    elsewhere), mask [1, L] (designed positions, upstream's mask_for_loss of its one batch copy),
+    chain_order [1, chains]; beside upstream's keys, decoding_order [N, L] (positions in upstream's
+    order, listed in the order decoded; absent for a one-shot model)."""
+    chains = chain_positions(record)
+    designed = list(designs[0].designed_chains) or list(chains)
+    perm, order = upstream_order(record, designed)
+    where = np.empty(len(perm), dtype=np.int64)
+    where[perm] = np.arange(len(perm))  # our residue r is upstream position where[r]
+    probs = np.stack([d.probs for d in designs])[:, perm]
+    zero_x = np.zeros((*probs.shape[:-1], 1), dtype=np.float32)
+    log_probs = with_x(torch.from_numpy(np.stack([d.log_probs for d in designs]))).numpy()[:, perm]
+    designed_rows = (probs.sum(-1) > 0)[0]
+    arrays = {
+        "probs": np.concatenate([probs, zero_x], axis=-1).astype(np.float32),
+        "log_probs": log_probs.astype(np.float32),
+        "S": np.stack([d.tokens for d in designs])[:, perm].astype(np.int32),
+        "mask": designed_rows.astype(np.float32)[None],
+        "chain_order": np.array([order]),
+    }
+    if designs[0].decoding_order is not None:
+        arrays["decoding_order"] = np.stack([where[d.decoding_order] for d in designs]).astype(np.int64)
+    return arrays
+
+
+def probs_path(out: str | os.PathLike) -> Path:
+    """Where `invfold score --probs` and `invfold design --save-probs` write: <out stem>.probs.npz
+    beside the CSV or FASTA."""
+    out = Path(out)
     return out.with_name(out.stem + ".probs.npz")
 
 

@@ -25,9 +25,18 @@ def letter_bias(excluded: str = "") -> torch.Tensor:
     return bias
 
 
+def letter_probs(logits: torch.Tensor, temperature: float, bias: torch.Tensor) -> torch.Tensor:
+    """softmax(logits / T + bias) [..., 20]: the distribution a letter is drawn from."""
+    return torch.softmax(logits.float() / temperature + bias.float(), dim=-1)
+
+
 def pick_letters(logits: torch.Tensor, temperature: float, bias: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
     """Inverse-CDF sampling from softmax(logits / T + bias): logits [..., 20], uniforms [...]."""
-    probs = torch.softmax(logits.float() / temperature + bias.float(), dim=-1)
+    return pick_from(letter_probs(logits, temperature, bias), uniforms)
+
+
+def pick_from(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling from probs [..., 20] (letters of probability 0 never picked)."""
     cdf = torch.cumsum(probs, dim=-1)
     u = (uniforms.float() * cdf[..., -1]).unsqueeze(-1)
     letters = torch.searchsorted(cdf.contiguous(), u.contiguous(), right=True).squeeze(-1)
@@ -51,6 +60,11 @@ class Groups:
     size: float [G], the members listed in each group, weight 0 or not (repeats excluded): the n
         of ProteinMPNN's sum(tied_beta * logits) / n (`tied_sample` divides by len(t_list)). None:
         the members with a nonzero weight.
+    pssm_coef, pssm_bias, pssm_weight: ProteinMPNN's PSSM inputs, applied to the probabilities
+        (None: none). coef [G] (pssm_multi * pssm_coef; 0 without --pssm_bias_flag), bias [G, 20]
+        (the PSSM's distribution), weight [G, 20] (1.001 where the log-odds exceed the threshold,
+        0.001 elsewhere; 1 without --pssm_log_odds_flag): p = ((1 - coef) p + coef bias) * weight,
+        renormalized, letters whose bias is -inf (omitted, excluded) kept at 0 (group_distribution).
     Every position is in exactly one group; untied positions are groups of one, in position order.
     """
 
@@ -58,6 +72,9 @@ class Groups:
     weights: torch.Tensor
     bias: torch.Tensor
     size: torch.Tensor | None = None
+    pssm_coef: torch.Tensor | None = None
+    pssm_bias: torch.Tensor | None = None
+    pssm_weight: torch.Tensor | None = None
 
     def __post_init__(self):
         if self.size is None:
@@ -75,7 +92,10 @@ class Groups:
         return Groups(members, weights, bias.float().contiguous())
 
     def to(self, device) -> Groups:
-        return Groups(self.members.to(device), self.weights.to(device), self.bias.to(device), self.size.to(device))
+        pssm = (None if t is None else t.to(device) for t in (self.pssm_coef, self.pssm_bias, self.pssm_weight))
+        return Groups(
+            self.members.to(device), self.weights.to(device), self.bias.to(device), self.size.to(device), *pssm
+        )
 
 
 def tied_order(decoding_order: torch.Tensor, groups: Groups) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,11 +118,32 @@ def group_logits(logits: torch.Tensor, groups: Groups, g: torch.Tensor) -> torch
     return (logits * w.unsqueeze(-1)).sum(1) / counted
 
 
+def group_distribution(mixed: torch.Tensor, groups: Groups, g: torch.Tensor, temperature: float) -> torch.Tensor:
+    """[B, 20] what groups g [B] draw their letter from, given their combined logits [B, 20]:
+    softmax(logits / T + bias), then ProteinMPNN's PSSM steps in its order (`sample`: mix with the
+    PSSM's distribution, weight by the log-odds mask, renormalize), omitted letters kept at 0."""
+    probs = letter_probs(mixed, temperature, groups.bias[g])
+    if groups.pssm_coef is None:
+        return probs
+    coef = groups.pssm_coef[g].unsqueeze(-1)
+    mixed_probs = ((1 - coef) * probs + coef * groups.pssm_bias[g]) * groups.pssm_weight[g]
+    mixed_probs = mixed_probs.masked_fill(torch.isneginf(groups.bias[g]), 0.0)
+    total = mixed_probs.sum(-1, keepdim=True)
+    return torch.where(total > 0, mixed_probs / total.clamp(min=1e-30), probs)  # nothing left: the model's
+
+
+def group_probs(logits: torch.Tensor, groups: Groups, temperature: float) -> torch.Tensor:
+    """[G, 20] the distribution each group's letter is drawn from, given every position's logits
+    [L, 20] as the group saw them at its turn (teacher-forced in the decoding order it was sampled in)."""
+    g = torch.arange(groups.members.shape[0], device=logits.device)
+    return group_distribution(group_logits(logits[groups.members], groups, g), groups, g, temperature)
+
+
 def pick_group_letters(
     logits: torch.Tensor, groups: Groups, g: torch.Tensor, temperature: float, uniforms: torch.Tensor
 ) -> torch.Tensor:
     """One letter per sample for groups g [B] from the members' logits [B, M, 20] (group_logits),
     sampled with the uniform of the group's first member (uniforms [B, L])."""
-    mixed = group_logits(logits, groups, g)
+    probs = group_distribution(group_logits(logits, groups, g), groups, g, temperature)
     rows = torch.arange(g.shape[0], device=g.device)
-    return pick_letters(mixed, temperature, groups.bias[g], uniforms[rows, groups.members[g, 0]])
+    return pick_from(probs, uniforms[rows, groups.members[g, 0]])

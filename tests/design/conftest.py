@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-from invfold.components.export import write_onnx
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.protein.sources import read_protein_set
 from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 from tests.support.design_files import write_pdb
+from tests.support.onnx_files import onnx_file
 
 
 @pytest.fixture(scope="module")
@@ -47,5 +47,5 @@ def model(tmp_path_factory):
     torch.manual_seed(0)
     m = InverseFoldingModel(ModelConfig.preset("tiny", decoding="autoregressive")).eval()
     save_model(folder / "m.pt", m)
-    write_onnx(m, folder / "m.onnx")
+    onnx_file(m, folder / "m.onnx")
     return folder / "m.pt", folder / "m.onnx"

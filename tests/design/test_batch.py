@@ -88,3 +88,44 @@ def test_parse_temperatures(value, expected):
 def test_bad_temperatures(value):
     with pytest.raises(ValueError, match="DesignConfig.temperature"):
         DesignConfig(model="m.pt", structure="s.pdb", out="o.fa", temperature=value)
+
+
+def test_folder_in_proteinmpnn_layout_with_probs_pt_and_onnx(tmp_path, structures, model):
+    """--fasta-layout proteinmpnn and --save-probs in batch mode: <name>.fasta in upstream's layout
+    (native first, then T=, sample= from 1 at each T) and <name>.probs.npz beside it; the exported
+    graph saves the probabilities the checkpoint saves. A .jsonl or stdout target is refused."""
+    import numpy as np
+
+    _, _, pdbs = structures
+    saved = {}
+    for path in model:
+        out = tmp_path / path.suffix[1:]
+        cfg = DesignConfig(model=str(path), structure=str(pdbs), out=str(out), num_sequences=2, temperature="0.1,0.5",
+                           fasta_layout="proteinmpnn", save_probs=True)  # fmt: skip
+        assert design_batch(cfg).designed == 2
+        assert sorted(p.name for p in out.iterdir()) == [
+            "s0.B.fasta", "s0.B.probs.npz", "s1.B.fasta", "s1.B.probs.npz", "summary.json"
+        ]  # fmt: skip
+        headers = [line for line in (out / "s1.B.fasta").read_text().splitlines() if line.startswith(">")]
+        assert headers[0].startswith(">s1.B, score=") and "designed_chains=['B']" in headers[0]
+        assert [h.split(", score=")[0] for h in headers[1:]] == [
+            ">T=0.1, sample=1",
+            ">T=0.1, sample=2",
+            ">T=0.5, sample=1",
+            ">T=0.5, sample=2",
+        ]
+        saved[path.suffix] = np.load(out / "s1.B.probs.npz")
+        assert saved[path.suffix]["probs"].shape[0] == 4
+    pt, onnx = saved[".pt"], saved[".onnx"]
+    np.testing.assert_array_equal(pt["S"], onnx["S"])
+    np.testing.assert_array_equal(pt["decoding_order"], onnx["decoding_order"])
+    np.testing.assert_allclose(pt["probs"], onnx["probs"], atol=1e-4)
+    for argv in (
+        ["--out", str(tmp_path / "all.jsonl"), "--save-probs"],
+        ["--out", "-", "--fasta-layout", "proteinmpnn"],
+    ):
+        parser = argparse.ArgumentParser()
+        cli.add_parser(parser.add_subparsers())
+        args = parser.parse_args(["design", str(model[0]), str(pdbs / "s1.pdb"), *argv])
+        with pytest.raises(ValueError, match="writes FASTA files"):
+            args.func(args)

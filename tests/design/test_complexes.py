@@ -13,11 +13,11 @@ import torch
 from invfold.components.design import DesignConfig, cli, design, load_backend
 from invfold.components.design.design import select_record
 from invfold.components.design.score import ScoreConfig, score
-from invfold.components.export import write_onnx
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.model.network import random_decoding_order
 from invfold.components.protein.batch import collate
 from invfold.errors import ConfigError
+from tests.support.onnx_files import onnx_file
 from tests.support.structures import SAMPLE, sample_complex, write_sample_complex
 
 ENTRY = "1tii"  # chain A 187 residues, chain D 98
@@ -36,7 +36,7 @@ def models(tmp_path_factory):
         torch.manual_seed(1)
         model = InverseFoldingModel(ModelConfig.preset("tiny", decoding=decoding)).eval()
         save_model(folder / f"{decoding}.pt", model)
-        write_onnx(model, folder / f"{decoding}.onnx")
+        onnx_file(model, folder / f"{decoding}.onnx")
         paths[decoding] = (folder / f"{decoding}.pt", folder / f"{decoding}.onnx")
     return paths
 
@@ -83,7 +83,7 @@ def test_designed_chain_logits_depend_on_the_context_sequence(tmp_path, pdb):
             ModelConfig(**{**vars(ModelConfig.preset("tiny", decoding=decoding)), "k_neighbors": 48})
         ).eval()
         save_model(tmp_path / f"{decoding}.pt", model)
-        write_onnx(model, tmp_path / f"{decoding}.onnx")
+        onnx_file(model, tmp_path / f"{decoding}.onnx")
         models[decoding] = (tmp_path / f"{decoding}.pt", tmp_path / f"{decoding}.onnx")
     record = select_record(str(pdb), None, None, complexes=True)
     chains = record.chain_positions()

@@ -9,10 +9,10 @@ import torch
 
 from invfold.components.design import DesignConfig, design
 from invfold.components.design.constraints import ConstraintFiles, load_constraints
-from invfold.components.export import write_onnx
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.protein.sources import read_protein_set
 from invfold.data import SAMPLE_CHAIN_SET
+from tests.support.onnx_files import onnx_file
 
 NAME = "1A8O.A"  # 70 residues, entry "1A8O", chain "A"
 
@@ -28,7 +28,7 @@ def models(tmp_path_factory):
     torch.manual_seed(0)
     model = InverseFoldingModel(ModelConfig.preset("tiny", decoding="autoregressive")).eval()
     save_model(folder / "m.pt", model)
-    write_onnx(model, folder / "m.onnx")
+    onnx_file(model, folder / "m.onnx")
     return folder / "m.pt", folder / "m.onnx"
 
 

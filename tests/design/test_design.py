@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from invfold.components.design import DesignConfig, cli, design, parse_positions
-from invfold.components.export import write_onnx
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.protein.alphabet import ALPHABET
 from invfold.components.protein.sources import read_protein_set
 from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 from tests.support.design_files import read_fasta, write_pdb
+from tests.support.onnx_files import onnx_file
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def models(tmp_path_factory):
         torch.manual_seed(0)
         model = InverseFoldingModel(ModelConfig.preset("tiny", decoding=decoding)).eval()
         save_model(folder / f"{decoding}.pt", model)
-        write_onnx(model, folder / f"{decoding}.onnx")
+        onnx_file(model, folder / f"{decoding}.onnx")
         paths[decoding] = (folder / f"{decoding}.pt", folder / f"{decoding}.onnx")
     return paths
 

@@ -15,10 +15,10 @@ import torch
 
 from invfold.components.design import score_cli
 from invfold.components.design.score import ScoreConfig, score
-from invfold.components.export import write_onnx
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.errors import InputError
+from tests.support.onnx_files import onnx_file
 
 SAMPLE = "src/invfold/data/sample_chain_set.jsonl.gz"
 NAME = "1BD2.B"  # 99 residues, a chain of a multi-chain entry
@@ -35,7 +35,7 @@ def models(tmp_path_factory):
     torch.manual_seed(0)
     model = InverseFoldingModel(ModelConfig.preset("tiny", decoding="autoregressive")).eval()
     save_model(folder / "ar.pt", model)
-    write_onnx(model, folder / "ar.onnx")
+    onnx_file(model, folder / "ar.onnx")
     return folder / "ar.pt", folder / "ar.onnx"
 
 

@@ -13,10 +13,10 @@ import torch
 from mlflow import MlflowClient
 
 from invfold.cli import main
-from invfold.components.export import write_onnx
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.protein.sources import read_protein_set
 from invfold.data import SAMPLE_CHAIN_SET
+from tests.support.onnx_files import onnx_file
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +28,7 @@ def registry(tmp_path_factory, mlflow_server):
     model = InverseFoldingModel(ModelConfig.preset("tiny", decoding="autoregressive")).eval()
     save_model(root / "model.pt", model)
     (root / "onnx").mkdir()
-    write_onnx(model, root / "onnx" / "model.onnx")
+    onnx_file(model, root / "onnx" / "model.onnx")
     client = MlflowClient(mlflow_server)
     name = f"reference-{secrets.token_hex(4)}"
     experiment = client.create_experiment(name)

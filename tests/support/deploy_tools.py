@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import CACHE_ROOT, REPO
+
 CHART = REPO / "charts" / "invfold"
 OVERLAYS = ("cpu-dev", "gpu-prod", "tenant", "single-user")
 INSTALL_HINT = "run `PYTHON=.venv/bin/python bash scripts/install_tools.sh` (or `make test`)"
 # What the set-up scripts build is kept outside the clone (scripts/cache.sh; same root as prep's cache).
-BUILD_CACHE = Path(os.environ.get("INVFOLD_CACHE_DIR") or Path.home() / ".cache" / "invfold") / "build"
+BUILD_CACHE = CACHE_ROOT / "build"
 # A tool is looked up where scripts/install_tools.sh puts it, never on a random PATH entry.
 TOOL_DIRS = (REPO / ".venv" / "bin", REPO / ".cache" / "tools" / "bin", Path(sys.executable).parent)
 

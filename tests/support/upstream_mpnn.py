@@ -43,24 +43,31 @@ class UpstreamInputs:
     chains: list[str]  # chain labels in upstream's order
     lengths: list[int]  # residues per chain in that order
     name: str
+    pssm_coef: torch.Tensor | None = None  # given a PSSM dict: tied_featurize's pssm_coef, pssm_bias, pssm_log_odds
+    pssm_bias: torch.Tensor | None = None
+    pssm_log_odds: torch.Tensor | None = None
 
 
-def featurize(path, designed: list[str] | None = None, tied_positions: dict | None = None) -> UpstreamInputs:
+def featurize(
+    path, designed: list[str] | None = None, tied_positions: dict | None = None, pssm: dict | None = None
+) -> UpstreamInputs:
     """parse_PDB + tied_featurize exactly as protein_mpnn_run.py calls them (one structure);
-    `designed`: chains to design (upstream's --pdb_path_chains), default all."""
+    `designed`: chains to design (upstream's --pdb_path_chains), default all; tied_positions and
+    pssm: the entry's value of its --tied_positions_jsonl and --pssm_jsonl dictionaries."""
     pdb_dict_list = upstream.parse_PDB(str(path))
     entry = pdb_dict_list[0]
     all_chains = [key[len("seq_chain_") :] for key in entry if key.startswith("seq_chain_")]
     designed = all_chains if designed is None else designed
     chain_id_dict = {entry["name"]: (list(designed), [c for c in all_chains if c not in designed])}
     tied = None if tied_positions is None else {entry["name"]: tied_positions}
-    out = upstream.tied_featurize([entry], "cpu", chain_id_dict, None, None, tied, None, None)
+    pssm_dict = None if pssm is None else {entry["name"]: pssm}
+    out = upstream.tied_featurize([entry], "cpu", chain_id_dict, None, None, tied, pssm_dict, None)
     (X, S, mask, _lengths, chain_M, chain_encoding, letters, _vis, _masked, _mlen, chain_M_pos, omit, ridx, _dih,
-     tied_pos, _pc, _pb, _plo, bias_by_res, tied_beta) = out  # fmt: skip
+     tied_pos, pssm_coef, pssm_bias, pssm_log_odds, bias_by_res, tied_beta) = out  # fmt: skip
     chains = list(letters[0])
     return UpstreamInputs(
         X, S, mask, chain_M, chain_encoding, ridx, chain_M_pos, omit, bias_by_res, tied_pos[0], tied_beta,
-        chains, [len(entry[f"seq_chain_{c}"]) for c in chains], entry["name"],
+        chains, [len(entry[f"seq_chain_{c}"]) for c in chains], entry["name"], pssm_coef, pssm_bias, pssm_log_odds,
     )  # fmt: skip
 
 
