@@ -20,6 +20,7 @@ import gzip
 import json
 import os
 import re
+import zlib
 from dataclasses import dataclass
 
 from invfold.components.prep.config import PrepConfig
@@ -63,8 +64,8 @@ def chain_set_size(path: str, split_file: str | None = None, fractions=DEFAULT_F
                 seq, name = _SEQ.search(line), _NAME.search(line)
                 if seq:
                     lengths[name.group(1).decode() if name else str(number)] = len(seq.group(1))
-    except (OSError, EOFError, UnicodeDecodeError):
-        return None
+    except (OSError, EOFError, UnicodeDecodeError, zlib.error):
+        return None  # prep reports the broken file with its reason; the estimate leaves the data out
     if not lengths:
         return None
     total = sum(lengths.values())

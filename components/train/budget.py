@@ -45,6 +45,9 @@ VALIDATION_PER_TRAIN_RESIDUE = 1.0
 FIRST_SAVE_BYTES_PER_S = 50e6
 
 
+# A command's process that started longer ago than this was not started for it (imports of torch
+# take 2-20 s here, depending on load).
+FRESH_PROCESS_S = 60.0
 _IMPORTED_AT = time.time()  # the fallback start where /proc cannot tell (not Linux)
 
 
@@ -139,6 +142,14 @@ def after_job_s(environ: Mapping[str, str] = os.environ) -> float:
     return float(value) if value else 0.0
 
 
+def command_start(now: Callable[[], float] = time.time) -> float:
+    """This process's start when it was started for this command (within FRESH_PROCESS_S), else
+    now: a command called inside a long-lived process (a notebook, a test calling
+    `invfold.cli.main`) counts from the call, not from when that process started."""
+    started, at = process_start_time(), now()
+    return started if at - started <= FRESH_PROCESS_S else at
+
+
 @contextlib.contextmanager
 def budget_from_process_start(after_job_s: float = 0.0):
     """For a command that owns the budget (`invfold train`, the pipeline's train step): while it
@@ -146,7 +157,7 @@ def budget_from_process_start(after_job_s: float = 0.0):
     caller up the chain set it) and keep `after_job_s` in hand for the command's own work after
     the job (AFTER_JOB_ENV); both restored after."""
     saved = {name: os.environ.get(name) for name in (BUDGET_START_ENV, AFTER_JOB_ENV)}
-    os.environ.setdefault(BUDGET_START_ENV, repr(process_start_time()))
+    os.environ.setdefault(BUDGET_START_ENV, repr(command_start()))
     os.environ[AFTER_JOB_ENV] = repr(float(after_job_s))
     try:
         yield

@@ -32,11 +32,14 @@ def test_the_sample_is_counted_as_the_reader_reads_it():
 def test_what_cannot_be_counted_gives_no_size(tmp_path):
     broken = tmp_path / "broken.jsonl.gz"
     broken.write_bytes(b"\x1f\x8b\x08\x00 not gzip")
+    corrupt = tmp_path / "corrupt.jsonl.gz"  # a gzip header, then data zlib rejects (zlib.error, not OSError)
+    corrupt.write_bytes(b"\x1f\x8b\x08\x00 not really gzip")
     plain = tmp_path / "set.jsonl"
     plain.write_text(json.dumps({"name": "1abc.A", "seq": "MKV"}) + "\n")
     assert chain_set_size("s3://bucket/set.jsonl.gz") is None
     assert chain_set_size(str(tmp_path)) is None
     assert chain_set_size(str(broken)) is None
+    assert chain_set_size(str(corrupt)) is None
     assert chain_set_size(str(plain)) == DataSize(1, 3, 0, 0)
 
 
