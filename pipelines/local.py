@@ -18,6 +18,7 @@ from pathlib import Path
 
 from invfold.allocator import allocator_env
 from invfold.components.tracking import MODEL_TRAINING_VIEW, default_tracking_uri, reachable
+from invfold.environ import restored_environ
 from invfold.errors import ConfigError, InvfoldError
 from invfold.pipelines import defaults
 from invfold.pipelines.console import StepConsole, TrainLimit
@@ -113,25 +114,20 @@ def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool):
         set((runs / "pipeline_root").iterdir()),
     )
     allocator = allocator_env()  # every step's process on jemalloc (invfold/allocator.py)
-    saved = {name: os.environ.get(name) for name in (TIMINGS_ENV, "TMPDIR", *allocator)}
-    os.environ[TIMINGS_ENV] = str(session.timings_file)
-    os.environ["TMPDIR"] = str(runs / "tmp")
-    os.environ.update(allocator)
     try:
-        local.init(
-            runner=local.SubprocessRunner(use_venv=False),
-            pipeline_root=str(runs / "pipeline_root"),
-            workspace_root=str(runs / "workspace"),
-            enable_caching=cache,
-            raise_on_error=True,
-        )
-        yield session
+        with restored_environ(TIMINGS_ENV, "TMPDIR", *allocator):
+            os.environ[TIMINGS_ENV] = str(session.timings_file)
+            os.environ["TMPDIR"] = str(runs / "tmp")
+            os.environ.update(allocator)
+            local.init(
+                runner=local.SubprocessRunner(use_venv=False),
+                pipeline_root=str(runs / "pipeline_root"),
+                workspace_root=str(runs / "workspace"),
+                enable_caching=cache,
+                raise_on_error=True,
+            )
+            yield session
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         _remove_task_temp_folders(runs / "tmp", session.start)
 
 

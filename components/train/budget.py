@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from invfold.environ import restored_environ
+
 BUDGET_START_ENV = "INVFOLD_BUDGET_START"  # seconds since the epoch when the budget's clock started
 AFTER_JOB_ENV = "INVFOLD_BUDGET_AFTER_JOB_S"  # seconds the caller needs after the ranks exit
 
@@ -156,14 +158,7 @@ def budget_from_process_start(after_job_s: float = 0.0):
     launches the job, the ranks count from this process's start (BUDGET_START_ENV, unless a
     caller up the chain set it) and keep `after_job_s` in hand for the command's own work after
     the job (AFTER_JOB_ENV); both restored after."""
-    saved = {name: os.environ.get(name) for name in (BUDGET_START_ENV, AFTER_JOB_ENV)}
-    os.environ.setdefault(BUDGET_START_ENV, repr(command_start()))
-    os.environ[AFTER_JOB_ENV] = repr(float(after_job_s))
-    try:
+    with restored_environ(BUDGET_START_ENV, AFTER_JOB_ENV):
+        os.environ.setdefault(BUDGET_START_ENV, repr(command_start()))
+        os.environ[AFTER_JOB_ENV] = repr(float(after_job_s))
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value

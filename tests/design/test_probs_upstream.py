@@ -25,8 +25,7 @@ from invfold.components.model import published
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.structure import read_structure
 from tests.support import upstream_mpnn
-from tests.support.parity_cases import parity_cases, sample_records
-from tests.support.structures import write_chains
+from tests.support.parity_cases import write_parity_pdbs
 
 WEIGHTS = "proteinmpnn:v_48_020"
 
@@ -34,8 +33,7 @@ WEIGHTS = "proteinmpnn:v_48_020"
 @pytest.fixture(scope="module")
 def pdb_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("probs")
-    cases = parity_cases(sample_records())
-    return {name: write_chains(folder / f"{name}.pdb", cases[name]) for name in ("complex", "small")}
+    return write_parity_pdbs(folder, ("complex", "small"))
 
 
 @pytest.fixture(scope="module")

