@@ -28,7 +28,7 @@ from invfold.components.model.network import sample_one_shot, sampling_noise
 from invfold.components.model.sampling import Groups, group_probs, letter_bias, pick_group_letters, tied_order
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA, UNKNOWN
 from invfold.components.protein.batch import Batch, collate
-from invfold.components.protein.record import ChainRecord
+from invfold.components.protein.record import ChainRecord, with_structure_atoms
 from invfold.components.protein.sources import read_protein_set
 from invfold.errors import ConfigError, InputError
 from invfold.progress import progress
@@ -199,6 +199,7 @@ def design(cfg: DesignConfig) -> list[Design]:
     backend = load_backend(cfg.model, cfg.threads)
     check_backend(backend, cfg)
     record = select_record(cfg.structure, cfg.name, cfg.chain, complexes=bool(cfg.design_chains))
+    record = with_structure_atoms(record, backend.cfg.input_atoms)  # the residues the model reads
     if cfg.out_structure:
         structure_paths(cfg.out_structure, cfg.num_sequences)  # a bad name fails before any sampling
     designs: list[Design] = []
@@ -274,6 +275,7 @@ def design_record(
     `temperature` alone) with a loaded backend; writes nothing. Samples are numbered on across
     temperatures; sample i of every temperature uses seed cfg.seed + i."""
     check_length(record, cfg.max_length)
+    record = with_structure_atoms(record, backend.cfg.input_atoms)  # a CA-only model: CA observed
     temperatures = cfg.temperature if temperature is None else [temperature]
     designs: list[Design] = []
     with memory_guard(record):

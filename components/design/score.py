@@ -23,7 +23,7 @@ from invfold.components.design.positions import chain_of, chain_positions, selec
 from invfold.components.model.network import random_decoding_order
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET
 from invfold.components.protein.batch import collate
-from invfold.components.protein.record import ChainRecord
+from invfold.components.protein.record import ChainRecord, with_structure_atoms
 from invfold.errors import InputError
 from invfold.progress import progress
 
@@ -77,6 +77,7 @@ def score(cfg: ScoreConfig) -> list[Score]:
         torch.set_num_threads(cfg.threads)
     record = select_record(cfg.structure, cfg.name, cfg.chain, complexes=bool(cfg.score_chains))
     check_length(record, cfg.max_length, "ScoreConfig.max_length")
+    record = with_structure_atoms(record, backend.cfg.input_atoms)  # a CA-only model: CA observed
     chains = chain_positions(record)
     scored_chains = selected_chains(chains, cfg.score_chains, "ScoreConfig.score_chains")
     in_scored = torch.from_numpy(np.isin(chain_of(chains, len(record)), scored_chains).astype(bool))

@@ -88,6 +88,8 @@ def thread(record: ChainRecord, sequence: str, numbering: dict | None = None) ->
             residue.entity_type = gemmi.EntityType.Polymer
             residue.het_flag = "A"
             for name, xyz in zip(BACKBONE_ATOMS, record.coords[i], strict=True):
+                if not np.isfinite(xyz).all():
+                    continue  # an atom the file lacks (a CA-only structure designed by a CA-only model)
                 serial += 1
                 atom = gemmi.Atom()
                 atom.name, atom.element = name, gemmi.Element(name[0])

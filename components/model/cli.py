@@ -18,6 +18,7 @@ EXAMPLES = {
     "weights import": (
         "invfold weights import proteinmpnn:v_48_020 --out v_48_020.pt",
         "invfold weights import proteinmpnn-soluble:v_48_020 --out soluble.pt",
+        "invfold weights import proteinmpnn-ca:v_48_020 --out ca.pt",
     ),
 }
 
@@ -26,7 +27,10 @@ EXAMPLES = {
 class WeightsImport:
     """Convert published weights into an invfold model file."""
 
-    name: str = option(positional=True, help="e.g. proteinmpnn:v_48_020 or proteinmpnn-soluble:v_48_020 (see `list`)")
+    name: str = option(
+        positional=True,
+        help="e.g. proteinmpnn:v_48_020, proteinmpnn-soluble:v_48_020, proteinmpnn-ca:v_48_020 (see `list`)",
+    )
     out: str = option(help="model file to write (path or URI)")
 
 
@@ -35,7 +39,8 @@ def add_parser(subparsers) -> None:
         "weights",
         help=COMMANDS["weights"],
         description="Convert published ProteinMPNN weights (from the optional proteinmpnn package, "
-        "never downloaded at run time) into an invfold model file of the `proteinmpnn` preset.",
+        "never downloaded at run time) into an invfold model file of the `proteinmpnn` preset "
+        "(`proteinmpnn-ca` for the CA-only weights).",
     )
     sub = p.add_subparsers(dest="weights_command", metavar="ACTION", required=True)
     listing = sub.add_parser("list", help="names of the published weights the installed package ships")
@@ -61,6 +66,6 @@ def run_import(args: argparse.Namespace) -> int:
 
     model, provenance = published.load_published(opts.name)
     save_model(opts.out, model, provenance)
-    print(f"{opts.name} -> {opts.out} ({model.num_parameters()} parameters, preset proteinmpnn)")
+    print(f"{opts.name} -> {opts.out} ({model.num_parameters()} parameters, preset {model.cfg.preset_name()})")
     args.result = {"name": opts.name, "out": opts.out, "parameters": model.num_parameters()}
     return 0

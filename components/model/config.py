@@ -11,6 +11,9 @@ from invfold.options import config_from_dict
 
 DECODING_MODES = ("one_shot", "autoregressive")
 FEATURIZATIONS = ("invfold", "proteinmpnn")
+# ModelConfig.backbone -> the backbone atoms (protein.record.BACKBONE_ATOMS names) a residue
+# needs to be structure input
+BACKBONES = {"full": ("N", "CA", "C", "O"), "ca": ("CA",)}
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,12 @@ class ModelConfig:
         observed residue stay in the edge features, and the unknown letter X has its own
         embedding (input token 20). Logits match upstream's network on what its parser builds
         from the same file (tests/model/test_upstream_parity.py).
+    backbone: the atoms the network reads. "full": N, CA, C, O (and the virtual CB); "ca": CA
+        alone, as ProteinMPNN's CA-only weights (`CA_ProteinFeatures`: RBFs of the 9 distances
+        between the previous, own and next CA of both residues, and the neighbour's direction and
+        orientation in a frame from three consecutive CAs). A residue is structure input when
+        its atoms of `input_atoms` are observed, so a CA-only file is input for a "ca" model.
+        "ca" needs featurization "proteinmpnn" and no geometric_features (features.ca_edge_features).
     """
 
     hidden: int = 128
@@ -84,6 +93,7 @@ class ModelConfig:
     edge_projection: bool = False
     activation_checkpointing: bool = False
     featurization: str = "invfold"
+    backbone: str = "full"
 
     def __post_init__(self) -> None:
         positive = {
@@ -114,6 +124,14 @@ class ModelConfig:
             raise ConfigError(
                 f"ModelConfig.featurization: expected one of {FEATURIZATIONS}, got {self.featurization!r}"
             )
+        if self.backbone not in BACKBONES:
+            raise ConfigError(f"ModelConfig.backbone: expected one of {tuple(BACKBONES)}, got {self.backbone!r}")
+        if self.backbone == "ca" and (self.featurization != "proteinmpnn" or self.geometric_features):
+            raise ConfigError(
+                "ModelConfig.backbone: 'ca' (ProteinMPNN's CA-only features) needs featurization='proteinmpnn' "
+                f"and geometric_features=False, got featurization={self.featurization!r}, "
+                f"geometric_features={self.geometric_features!r}"
+            )
         if not 0.0 <= float(self.dropout) < 1.0:
             raise ConfigError(f"ModelConfig.dropout: expected 0 <= dropout < 1, got {self.dropout!r}")
 
@@ -125,6 +143,11 @@ class ModelConfig:
     def proteinmpnn_features(self) -> bool:
         return self.featurization == "proteinmpnn"
 
+    @property
+    def input_atoms(self) -> tuple[str, ...]:
+        """The backbone atoms a residue needs for this network to read its structure."""
+        return BACKBONES[self.backbone]
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -134,7 +157,8 @@ class ModelConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> ModelConfig:
-        """A named starting point ("default", "proteinmpnn", "small", "tiny") with fields overridden."""
+        """A named starting point ("default", "proteinmpnn", "proteinmpnn-ca", "small", "tiny") with
+        fields overridden."""
         if name not in PRESETS:
             raise ConfigError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
         return config_from_dict(cls, {**dataclasses.asdict(PRESETS[name]), **overrides}, "model config")
@@ -179,6 +203,22 @@ PRESETS: dict[str, ModelConfig] = {
         message_mlp_layers=3,
         geometric_features=False,
         edge_projection=True,
+    ),
+    # ProteinMPNN's CA-only network (its published ca_model_weights import as this): the same
+    # layers over CA-only edge features, with upstream's featurization.
+    "proteinmpnn-ca": ModelConfig(
+        hidden=128,
+        encoder_layers=3,
+        decoder_layers=3,
+        k_neighbors=48,
+        num_rbf=16,
+        dropout=0.1,
+        decoding="autoregressive",
+        message_mlp_layers=3,
+        geometric_features=False,
+        edge_projection=True,
+        featurization="proteinmpnn",
+        backbone="ca",
     ),
     # The default architecture shrunk (0.29M parameters) so a few CPU minutes on a few hundred
     # chains train well past the constant predictor: `invfold run`'s model and the quality gate's.

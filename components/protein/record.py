@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
+
+from invfold.errors import InputError
 
 BACKBONE_ATOMS = ("N", "CA", "C", "O")
 # C(i)-N(i+1) is ~1.33 A in a peptide bond; a longer gap means residues are missing between them.
@@ -78,6 +80,32 @@ class ChainRecord:
 def observed_mask(coords: np.ndarray) -> np.ndarray:
     """True where all four backbone atoms have finite coordinates."""
     return np.isfinite(coords).all(axis=(1, 2))
+
+
+def with_structure_atoms(record: ChainRecord, atoms: tuple[str, ...] = BACKBONE_ATOMS) -> ChainRecord:
+    """`record` as a model reading `atoms` sees it (ModelConfig.input_atoms): `mask` True where
+    those atoms are observed, so a CA-only model takes the residues of a CA-only file. Raises
+    InputError (`missing_atoms`) naming the file and the atoms no residue has, when no residue
+    has them all: a full-backbone model given a CA-only file would otherwise design nothing."""
+    if tuple(atoms) == BACKBONE_ATOMS:
+        observed = np.asarray(record.mask, dtype=bool)  # the reader's (all four atoms)
+    else:
+        columns = [BACKBONE_ATOMS.index(atom) for atom in atoms]
+        observed = np.isfinite(np.asarray(record.coords)[:, columns]).all(axis=(1, 2))
+    if not observed.any():
+        present = np.isfinite(np.asarray(record.coords)).all(axis=-1).any(axis=0)  # [4]: atom seen anywhere
+        missing = [atom for atom in atoms if not present[BACKBONE_ATOMS.index(atom)]]
+        got = f"{', '.join(missing)} in no residue" if missing else f"no residue with all of {', '.join(atoms)}"
+        if present[BACKBONE_ATOMS.index("CA")] and "CA" not in missing:
+            got += " (a CA-only structure: design it with a CA-only model, e.g. proteinmpnn-ca:v_48_020)"
+        raise InputError(
+            record.source or record.name, f"record '{record.name}'", "coords",
+            f"residues with {', '.join(atoms)} observed (the backbone atoms the model reads)", got,
+            reason="missing_atoms", name=record.name,
+        )  # fmt: skip
+    if np.array_equal(observed, np.asarray(record.mask, dtype=bool)):
+        return record
+    return replace(record, mask=observed)
 
 
 def infer_residue_index(coords: np.ndarray, gap: int = 1) -> np.ndarray:

@@ -8,6 +8,7 @@ residues keeps consecutive numbers (a break ProteinMPNN's parser cannot see).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from invfold.components.protein.jsonl import read_chain_set
@@ -49,3 +50,12 @@ def write_parity_pdbs(folder: Path, names) -> dict[str, Path]:
     """name -> a PDB file of that parity case, written into folder."""
     cases = parity_cases(sample_records())
     return {name: write_chains(folder / f"{name}.pdb", cases[name]) for name in names}
+
+
+def ca_only(specs: list[ChainSpec]) -> list[ChainSpec]:
+    """The same chains with CA atoms alone (a CA-only structure file; a residue whose CA the case
+    drops has no atom left)."""
+    return [
+        replace(spec, drop_atoms={i: ("N", "C", "O", *spec.drop_atoms.get(i, ())) for i in range(len(spec.record))})
+        for spec in specs
+    ]

