@@ -21,7 +21,7 @@ from invfold.components.export.config import ExportConfig
 from invfold.components.model.io import load_model_or_published
 from invfold.components.protein.alphabet import ALPHABET, NUM_AA
 from invfold.components.protein.batch import collate
-from invfold.components.protein.record import ChainRecord
+from invfold.components.protein.record import ChainRecord, with_structure_atoms
 from invfold.components.protein.sources import read_protein_set
 from invfold.errors import ConfigError, InputError, InvfoldError
 from invfold.progress import progress
@@ -281,7 +281,10 @@ def check_parity(
 ) -> dict:
     """Max |logit difference| between onnxruntime and PyTorch eager, per chain (batch of one)
     and for all chains padded into one batch. Native sequences and a seeded random decoding
-    order are the S and decoding_order inputs. Returns the figures; never raises."""
+    order are the S and decoding_order inputs. Records are seen as the model reads them
+    (with_structure_atoms: a CA-only model's residues are those with a CA). Returns the figures;
+    never raises."""
+    records = [with_structure_atoms(r, model.cfg.input_atoms) for r in records]
     session = runtime.session(onnx_path)
     g = torch.Generator().manual_seed(seed)
     model.eval()

@@ -14,6 +14,9 @@ and of PADDING_OFFSET (1000) where padding starts. Two featurizations read it
   chains only at chain jumps, a break stays inside its chain with sequence-position offsets,
   and unobserved residues of the record are k-NN candidates as upstream makes them
   (chain_ids, knn_graph_proteinmpnn, relative_position_buckets_by_chain).
+
+ProteinMPNN's CA-only weights (ModelConfig.backbone "ca") read the CA alone: ca_edge_features
+(upstream `CA_ProteinFeatures`) over the "proteinmpnn" neighbour rule.
 """
 
 from __future__ import annotations

@@ -297,6 +297,12 @@ class UpstreamExportError(InvfoldError, ValueError):
 
 def check_upstream_architecture(cfg: ModelConfig) -> None:
     """Refuse (naming the field) a model whose network protein_mpnn_run.py does not build."""
+    if cfg.backbone != "full":  # upstream's --ca_only network: not written back (yet)
+        raise UpstreamExportError(
+            f"ModelConfig.backbone: {cfg.backbone!r}: export to protein_mpnn_run.py's checkpoint format covers "
+            "full-backbone models only (its CA-only network, run with --ca_only, is not written); export this "
+            "model to ONNX instead (invfold export MODEL --out model.onnx)"
+        )
     for name, expected in UPSTREAM_ARCHITECTURE.items():
         value = getattr(cfg, name)
         if value != expected:

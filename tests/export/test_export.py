@@ -132,3 +132,29 @@ def test_proteinmpnn_featurization_exports_with_parity(tmp_path, chain_set):
         ref = model(b.X, b.tokens, b.structure_mask, b.residue_index, order).numpy()
     real = b.structure_mask.numpy() > 0
     assert np.abs(got - ref)[real].max() < 1e-4
+
+
+def test_ca_only_model_exports_with_parity_and_designs_alike(tmp_path, chain_set):
+    """A CA-only network (ProteinMPNN's CA weights' architecture, tiny) passes the gate, and
+    `invfold design` with its .onnx designs on a CA-only PDB file (a real sample chain, N, C, O
+    left out) what its .pt designs: CA features in onnxruntime as in eager PyTorch."""
+    from tests.support.parity_cases import ca_only, parity_cases, sample_records
+    from tests.support.structures import write_chains
+
+    torch.manual_seed(0)
+    cfg = ModelConfig.preset(
+        "tiny", decoding="autoregressive", featurization="proteinmpnn", backbone="ca", geometric_features=False
+    )
+    path = tmp_path / "ca.pt"
+    save_model(path, InverseFoldingModel(cfg).eval())
+    assert export_cli(str(path), "--out", str(tmp_path / "ca.onnx"), "--data", chain_set, "--chains", "3") == 0
+    report = json.loads((tmp_path / "ca.parity.json").read_text())
+    assert report["passed"] and report["model_config"]["backbone"] == "ca", report
+    pdb = write_chains(tmp_path / "small_ca.pdb", ca_only(parity_cases(sample_records())["break"]))
+    designs = {}
+    for suffix in (".pt", ".onnx"):
+        out = tmp_path / f"d{suffix}.fasta"
+        args = ["design", str(tmp_path / f"ca{suffix}"), str(pdb), "-n", "2", "-T", "0.5", "--seed", "4"]
+        assert main([*args, "--out", str(out)]) == 0
+        designs[suffix] = [line for line in out.read_text().splitlines() if not line.startswith(">")]
+    assert designs[".pt"] == designs[".onnx"] and len(designs[".pt"]) == 2

@@ -149,3 +149,13 @@ def test_architecture_upstream_does_not_build_is_refused(tmp_path, capsys, overr
 def test_format_and_suffix_must_agree(tmp_path, capsys):
     assert main(["export", "proteinmpnn:v_48_020", "--format", "proteinmpnn", "--out", str(tmp_path / "a.onnx")]) == 2
     assert "--out: expected a path ending in .pt (format proteinmpnn)" in capsys.readouterr().err
+
+
+def test_ca_only_model_is_refused(tmp_path, capsys):
+    """protein_mpnn_run.py's CA-only network is not written back: refused in one line, pointing to ONNX."""
+    path = tmp_path / "ca.pt"
+    save_model(path, InverseFoldingModel(ModelConfig.preset("proteinmpnn-ca")).eval())
+    assert main(["export", str(path), "--format", "proteinmpnn", "--out", str(tmp_path / "x.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "ModelConfig.backbone: 'ca'" in err and "export this model to ONNX" in err
+    assert not (tmp_path / "x.pt").exists()
