@@ -5,6 +5,7 @@ field the manifest sets (Trainer v2.1 has no `runtimePatches`, which carry GPU p
 workspace volume) refuses it instead of pruning it silently, and the step names the Trainer
 version it needs. While the job runs, its pods are looked at too: a pod the scheduler cannot place
 (no GPU node matching the selector, quota, taints) is reported with the scheduler's reason, and
+so is a placed pod whose container cannot start (an image the node cannot pull, a missing Secret);
 after `unschedulable_timeout_s` the job is deleted and the step fails with that reason instead
 of waiting for the TrainJob's own timeout (days).
 
@@ -85,6 +86,46 @@ def unschedulable_pods(pods) -> list[tuple[str, str]]:
             if cond.get("type") == "PodScheduled" and str(cond.get("status")) == "False":
                 reason = cond.get("reason") or "Unschedulable"
                 found.append((pod["metadata"]["name"], f"{reason}: {cond.get('message') or '(no message)'}"))
+    return found
+
+
+# Waiting reasons of a container that will not start by itself: the image cannot be had, or its
+# configuration names something missing (kubelet's images.ErrImagePull... and kuberuntime's errors).
+UNSTARTABLE_REASONS = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "ErrImageNeverPull",
+        "InvalidImageName",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+    }
+)
+
+
+def unstartable_pods(pods) -> list[tuple[str, str]]:
+    """(pod name, the container, its waiting reason and message) of every pod placed on a node
+    whose container cannot start: an image the node cannot pull (a wrong tag, a private registry
+    without imagePullSecrets, an air-gapped node), or a Secret or ConfigMap it names that is missing."""
+    found = []
+    for pod in pods:
+        pod = pod if isinstance(pod, dict) else pod.to_dict()
+        status = pod.get("status") or {}
+        if status.get("phase") != "Pending":
+            continue
+        for container in (status.get("init_container_statuses") or status.get("initContainerStatuses") or []) + (
+            status.get("container_statuses") or status.get("containerStatuses") or []
+        ):
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in UNSTARTABLE_REASONS:
+                found.append(
+                    (
+                        pod["metadata"]["name"],
+                        f"container {container.get('name')}: {waiting['reason']}: "
+                        f"{waiting.get('message') or '(no message)'}",
+                    )
+                )
+                break
     return found
 
 
@@ -227,23 +268,35 @@ class KubernetesLauncher(Launcher):
             self._pods_visible = False
             return
         items = listed.get("items", []) if isinstance(listed, dict) else listed.items
-        stuck = dict(unschedulable_pods(items))
+        unplaced = dict(unschedulable_pods(items))
+        stuck = {**dict(unstartable_pods(items)), **unplaced}
         now = self.clock()
         for pod in list(first_seen):
             if pod not in stuck:
                 del first_seen[pod]
         for pod, why in stuck.items():
+            what = "be scheduled" if pod in unplaced else "start"
             if pod not in first_seen:
                 first_seen[pod] = now
-                log.warning("TrainJob %s: pod %s cannot be scheduled: %s", name, pod, why)
+                log.warning("TrainJob %s: pod %s cannot %s: %s", name, pod, what, why)
             waited = now - first_seen[pod]
-            if waited >= opts.unschedulable_timeout_s:
-                raise LaunchError(
-                    f"TrainJob {opts.namespace}/{name}: pod {pod} could not be scheduled for {waited:.0f} s: {why}. "
-                    f"Check the GPU node selector and tolerations (pipeline parameters gpu_node_selector, "
-                    f"gpu_tolerations), gpus_per_node against the nodes' allocatable nvidia.com/gpu, and the "
-                    f"namespace's ResourceQuota; job deleted"
+            if waited < opts.unschedulable_timeout_s:
+                continue
+            if pod in unplaced:
+                check = (
+                    "the GPU node selector and tolerations (pipeline parameters gpu_node_selector, "
+                    "gpu_tolerations), gpus_per_node against the nodes' allocatable nvidia.com/gpu, and the "
+                    "namespace's ResourceQuota"
                 )
+            else:
+                check = (
+                    "that the nodes can pull the image (its name and tag, the registry's imagePullSecrets in "
+                    "the namespace) and that every Secret the pod names exists there"
+                )
+            raise LaunchError(
+                f"TrainJob {opts.namespace}/{name}: pod {pod} could not {what} for {waited:.0f} s: {why}. "
+                f"Check {check}; job deleted"
+            )
 
     def _wait(self, name: str) -> dict:
         deadline = self.clock() + self.options.timeout_s

@@ -70,8 +70,9 @@ class ClusterOptions:
     workspace_pvc / workspace_mount: a ReadWriteMany claim mounted into every training pod (for
         DeepSpeed, whose checkpoints are local files: point checkpoint_root under the mount).
     timeout_s: delete the job and fail after this long. poll_s: status poll interval.
-    unschedulable_timeout_s: delete the job and fail once one of its pods stayed unschedulable this
-        long (the scheduler's reason in the error); 0 = never look at the pods.
+    unschedulable_timeout_s: delete the job and fail once one of its pods stayed unschedulable, or
+        placed with a container that cannot start (image pull, missing Secret), this long (the
+        scheduler's or kubelet's reason in the error); 0 = never look at the pods.
     owner_pod_name / owner_pod_uid: the step's pod (downward API env POD_NAME / POD_UID); the
         TrainJob's owner, so Kubernetes deletes it with the pod.
     """

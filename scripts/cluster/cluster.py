@@ -480,9 +480,18 @@ def start_node() -> None:
         "makeIPTablesUtilChains": False,
         "resolvConf": "/etc/resolv.conf",
         "podLogsDir": str(RUN / "pod-logs"),
-        # The disk is shared with the image builds: never evict or collect images because of it
-        # (the imported images are the only copy; nothing can be pulled).
-        "evictionHard": {"memory.available": "200Mi", "nodefs.available": "1Gi", "imagefs.available": "1Gi"},
+        # The disk is shared with the image builds and CI's clones: no disk-based eviction and no image
+        # collection (as kind's nodes). Under disk pressure the kubelet collects every image no running
+        # pod uses, the sandbox image included, and nothing can be pulled back here: a CI run that
+        # crossed 1 GiB free lost invfold.test/pause:1 and every later pod stayed in ContainerCreating.
+        # tests/cluster's node_images checks the free space before an import instead.
+        "evictionHard": {
+            "memory.available": "200Mi",
+            "nodefs.available": "0%",
+            "nodefs.inodesFree": "0%",
+            "imagefs.available": "0%",
+            "imagefs.inodesFree": "0%",
+        },
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False,

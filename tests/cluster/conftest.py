@@ -9,6 +9,7 @@ the image tests' fixture) into the node's containerd: nothing can be pulled here
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from tests.support.cluster import (
     ctr,
     install_args,
     running,
+    stale_node_images,
     store_keys,
 )
 from tests.support.deploy_tools import CHART, REPO, run, tool
@@ -56,22 +58,38 @@ def node_images(cluster, cpu_images):
     import of the 6.2 GB runtime image takes minutes. Images of other tags (older inputs) are
     removed first, so the disk holds one generation."""
     command = ctr()
-    listed = subprocess.run([*command, "images", "ls", "-q"], capture_output=True, text=True, check=True).stdout.split()
     keep = {f"docker.io/{cpu_images[name]}" for name in ("runtime", "mlflow", "mpi", "deepspeed", "ci-cpu")}
-    stale = [ref for ref in listed if ref.startswith("docker.io/invfold-test/") and ref not in keep]
+    stale = stale_node_images(
+        subprocess.run([*command, "images", "ls"], capture_output=True, text=True, check=True).stdout, keep
+    )
     if stale:
-        subprocess.run([*command, "images", "rm", *stale], capture_output=True, check=False)
+        subprocess.run([*command, "images", "rm", "--sync", *stale], capture_output=True, check=False)
 
     def load(name: str) -> str:
         ref = cpu_images[name]
         present = subprocess.run([*command, "images", "ls", "-q"], capture_output=True, text=True, check=True).stdout
         if f"docker.io/{ref}" not in present.split():
+            _check_free_space(cpu_images, ref)
             script = REPO / "scripts" / "cluster" / "load-image.sh"
             out = run(["bash", str(script), ref], timeout=1800, env={**cpu_images.engine.env(), "DOCKER": DOCKER})
             print(out.stdout.strip())
         return ref
 
     return load
+
+
+def _check_free_space(cpu_images, ref: str) -> None:
+    """The node keeps an image twice (its layers and their unpacked snapshot) on the disk the
+    builds and clones share; the kubelet does not evict for disk here (scripts/cluster/cluster.py),
+    so a full disk would surface as odd container errors: fail before, with the numbers."""
+    size = int(cpu_images.engine.docker("image", "inspect", "--format", "{{.Size}}", ref).stdout.strip())
+    need = 2 * size + 2 * 1024**3
+    free = shutil.disk_usage(RUN).free
+    if free < need:
+        pytest.fail(
+            f"loading {ref} ({size / 1e9:.1f} GB) into the node needs about {need / 1e9:.0f} GB free on the disk of "
+            f"{RUN}; {free / 1e9:.1f} GB are: free space (old clones, `docker builder prune`) and rerun"
+        )
 
 
 def prerequisites(cluster) -> None:

@@ -199,6 +199,30 @@ def test_a_trainjob_whose_pods_cannot_be_placed_fails_with_the_schedulers_reason
     )
 
 
+def test_a_trainjob_whose_image_the_node_cannot_pull_fails_with_the_kubelets_reason(
+    cluster, release, train_namespace, node_images, store_from_here, tmp_path
+):
+    """An image tag no registry the node reaches has (here: none is reachable, as on an air-gapped
+    cluster): the pod is placed, the kubelet reports the pull failure, and the launcher fails the
+    step with that reason after its bounded wait instead of waiting out the TrainJob's timeout."""
+    run = f"noimage-{uuid.uuid4().hex[:8]}"
+    root = store_root(train_namespace)
+    cfg = tiny_config(f"{root}/prepared-{run}", tmp_path / "out", strategy="ddp")
+    options = lane_options(
+        train_namespace,
+        run,
+        image="invfold-test/invfold-runtime:no-such-tag",
+        poll_s=2.0,
+        timeout_s=600.0,
+        unschedulable_timeout_s=10.0,
+    )
+    api, pods_api = kube_apis(cluster)
+    with pytest.raises(LaunchError) as failed:
+        KubernetesLauncher(options, api=api, pods_api=pods_api).run(cfg, Resources(nodes=1, procs_per_node=1))
+    message = str(failed.value)
+    assert "could not start" in message and "no-such-tag" in message and "imagePullSecrets" in message, message
+
+
 def test_a_killed_trainer_pod_is_replaced_and_its_ranks_resume_from_the_stores_checkpoint(
     cluster, release, train_namespace, node_images, sample_prepared, store_from_here, tmp_path
 ):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import pytest
 
 from invfold.components.launch import LaunchError, Resources
-from invfold.components.launch.kubernetes import JOBSET_LABEL, unschedulable_pods
+from invfold.components.launch.kubernetes import JOBSET_LABEL, unschedulable_pods, unstartable_pods
 from invfold.components.launch.trainjob import ClusterOptions, storage_root_problem
 from tests.support.trainjob_api import FakeClock, TrainJobApi, launcher, tiny
 
@@ -101,6 +101,44 @@ def test_scheduled_pods_are_left_alone(tmp_path):
     k8s._pods_api = Pods(pending=False)
     k8s.run(tiny("s3://b/prepared", tmp_path / "out"), Resources())
     assert clock.now > 60.0 and api.deleted == []
+
+
+class PodsWithoutImage:
+    """A pod placed on a node that cannot pull its image (kubelet's status as reported on a real
+    cluster for a tag no registry has)."""
+
+    def list_namespaced_pod(self, namespace, label_selector):
+        job = label_selector.split("=", 1)[1]
+        waiting = {"reason": "ErrImageNeverPull", "message": 'Container image "invfold/runtime:9.9" is not present'}
+        status = {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True"}],
+            "containerStatuses": [{"name": "node", "state": {"waiting": waiting}}],
+        }
+        return {"items": [{"metadata": {"name": f"{job}-node-0-0-abcde"}, "status": status}]}
+
+
+def test_a_pod_whose_image_cannot_be_pulled_fails_the_step_with_the_kubelets_reason(tmp_path):
+    clock = FakeClock()
+    api = TrainJobApi("hang")
+    k8s = launcher(api, tmp_path, clock, unschedulable_timeout_s=300.0)
+    k8s._pods_api = PodsWithoutImage()
+    with pytest.raises(
+        LaunchError, match=r"could not start for 300 s: container node: ErrImageNeverPull: .*imagePullSecrets"
+    ):
+        k8s.run(tiny("s3://b/prepared", tmp_path / "out"), Resources())
+    assert api.deleted == [api.created[0]["metadata"]["name"]]
+    assert 300.0 <= clock.now < 3600.0
+
+
+def test_a_container_creating_pod_is_not_reported():
+    """ContainerCreating covers a long first pull of a large image: only the reasons that do not
+    resolve by waiting count."""
+    pod = PodsWithoutImage().list_namespaced_pod("a", f"{JOBSET_LABEL}=j")["items"][0]
+    why = 'container node: ErrImageNeverPull: Container image "invfold/runtime:9.9" is not present'
+    assert unstartable_pods([pod]) == [("j-node-0-0-abcde", why)]
+    pod["status"]["containerStatuses"][0]["state"]["waiting"] = {"reason": "ContainerCreating"}
+    assert unstartable_pods([pod]) == []
 
 
 def test_unschedulable_pods_reads_the_scheduler_condition():

@@ -125,3 +125,13 @@ def install_args(images) -> list[str]:
         "--timeout",
         "10m",
     ]
+
+
+def stale_node_images(listing: str, keep: set[str]) -> list[str]:
+    """The refs of `ctr images ls` to remove: our test images of other tags, and the `sha256:<id>`
+    refs containerd's CRI adds beside each name, once no kept name shares their digest (left
+    behind, they hold each old 6 GB generation on the disk)."""
+    rows = [line.split()[:3] for line in listing.splitlines()[1:] if line.strip()]
+    stale = [ref for ref, _, _ in rows if ref.startswith("docker.io/invfold-test/") and ref not in keep]
+    named = {digest for ref, _, digest in rows if not ref.startswith("sha256:") and ref not in stale}
+    return stale + [ref for ref, _, digest in rows if ref.startswith("sha256:") and digest not in named]

@@ -157,9 +157,15 @@ def build_cpu_images(engine: Engine) -> Images:
     return images
 
 
+BUILD_CACHE_KEEP = "10GB"  # BuildKit's layers kept after a build: the latest dependency layers fit
+
+
 def _remove_stale_test_images(engine: Engine, tag: str) -> None:
-    """Earlier test builds (other input hashes) only fill the disk; the build cache keeps their layers."""
+    """Earlier test builds (other input hashes) only fill the disk, and so does BuildKit's cache past
+    the latest layers: it had grown to 18.7 GB when a CI run on this disk left the cluster's node
+    under 1 GiB free."""
     listed = engine.docker("images", "--format", "{{.Repository}}:{{.Tag}}", "invfold-test/*").stdout.split()
     stale = [ref for ref in listed if not ref.endswith(f":{tag}-cpu")]
     if stale:
         engine.docker("rmi", *stale, check=False)
+    engine.docker("builder", "prune", "--force", "--keep-storage", BUILD_CACHE_KEEP, check=False)
