@@ -1,5 +1,7 @@
 """The pods Kubeflow Trainer v2.3 makes of a TrainJob and its runtime, re-implemented from the parts
-of kubeflow/trainer v2.3.0 that decide them (no Kubernetes API server can run here):
+of kubeflow/trainer v2.3.0 that decide them, for the renderings the test cluster does not install
+(the GPU values, the kustomize overlays). tests/cluster/test_trainjob.py checks this module against
+the real Trainer on the chart's installed runtimes (each strategy, 1 and 2 nodes, with GPUs):
 
 - pkg/runtime/core/trainingruntime.go `newRuntimeInfo`: the job labelled
   `trainer.kubeflow.org/trainjob-ancestor-step: trainer` starts the runtime's `mlPolicy.numNodes`
