@@ -168,7 +168,7 @@ def finish(raw: dict[str, float], residues: float) -> dict[str, float]:
     rest = raw["forward"] - out["features"] - out["encoder"] - out["decoder"]
     out["forward_rest"] = max(rest, 0.0)
     out["backward_rest"] = raw["backward"] - out["backward_decoder"] - out["backward_encoder"]
-    out["total"] = sum(v for k, v in out.items())
+    out["total"] = sum(out.values())
     out["residues"] = residues
     return out
 

@@ -74,18 +74,23 @@ def _status_reason(err: Exception) -> tuple[int | None, str]:
     return status, " ".join(str(body).split())
 
 
-def unschedulable_pods(pods) -> list[tuple[str, str]]:
-    """(pod name, the scheduler's reason and message) of every Pending pod it could not place."""
-    found = []
+def _pending(pods):
+    """(name, status) of each Pending pod, from API objects or their dicts."""
     for pod in pods:
         pod = pod if isinstance(pod, dict) else pod.to_dict()
         status = pod.get("status") or {}
-        if status.get("phase") != "Pending":
-            continue
+        if status.get("phase") == "Pending":
+            yield pod["metadata"]["name"], status
+
+
+def unschedulable_pods(pods) -> list[tuple[str, str]]:
+    """(pod name, the scheduler's reason and message) of every Pending pod it could not place."""
+    found = []
+    for name, status in _pending(pods):
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and str(cond.get("status")) == "False":
                 reason = cond.get("reason") or "Unschedulable"
-                found.append((pod["metadata"]["name"], f"{reason}: {cond.get('message') or '(no message)'}"))
+                found.append((name, f"{reason}: {cond.get('message') or '(no message)'}"))
     return found
 
 
@@ -108,11 +113,7 @@ def unstartable_pods(pods) -> list[tuple[str, str]]:
     whose container cannot start: an image the node cannot pull (a wrong tag, a private registry
     without imagePullSecrets, an air-gapped node), or a Secret or ConfigMap it names that is missing."""
     found = []
-    for pod in pods:
-        pod = pod if isinstance(pod, dict) else pod.to_dict()
-        status = pod.get("status") or {}
-        if status.get("phase") != "Pending":
-            continue
+    for name, status in _pending(pods):
         for container in (status.get("init_container_statuses") or status.get("initContainerStatuses") or []) + (
             status.get("container_statuses") or status.get("containerStatuses") or []
         ):
@@ -120,7 +121,7 @@ def unstartable_pods(pods) -> list[tuple[str, str]]:
             if waiting.get("reason") in UNSTARTABLE_REASONS:
                 found.append(
                     (
-                        pod["metadata"]["name"],
+                        name,
                         f"container {container.get('name')}: {waiting['reason']}: "
                         f"{waiting.get('message') or '(no message)'}",
                     )

@@ -175,6 +175,21 @@ class ModelConfig:
         return None
 
 
+# Exactly ProteinMPNN's network (published weights load: model/published.py): hidden 128,
+# 3 + 3 layers, k = 48, random-order autoregressive decoder, the W_e edge projection.
+_PROTEINMPNN = ModelConfig(
+    hidden=128,
+    encoder_layers=3,
+    decoder_layers=3,
+    k_neighbors=48,
+    num_rbf=16,
+    dropout=0.1,
+    decoding="autoregressive",
+    message_mlp_layers=3,
+    geometric_features=False,
+    edge_projection=True,
+)
+
 PRESETS: dict[str, ModelConfig] = {
     # A deeper ProteinMPNN-style encoder with extra geometric features, read out one-shot (not
     # PiFold: no attention, no virtual atoms): 10 layers over 30 neighbours with lighter
@@ -190,36 +205,10 @@ PRESETS: dict[str, ModelConfig] = {
         message_mlp_layers=2,
         geometric_features=True,
     ),
-    # Exactly ProteinMPNN's network (published weights load: model/published.py): hidden 128,
-    # 3 + 3 layers, k = 48, random-order autoregressive decoder, the W_e edge projection.
-    "proteinmpnn": ModelConfig(
-        hidden=128,
-        encoder_layers=3,
-        decoder_layers=3,
-        k_neighbors=48,
-        num_rbf=16,
-        dropout=0.1,
-        decoding="autoregressive",
-        message_mlp_layers=3,
-        geometric_features=False,
-        edge_projection=True,
-    ),
+    "proteinmpnn": _PROTEINMPNN,
     # ProteinMPNN's CA-only network (its published ca_model_weights import as this): the same
     # layers over CA-only edge features, with upstream's featurization.
-    "proteinmpnn-ca": ModelConfig(
-        hidden=128,
-        encoder_layers=3,
-        decoder_layers=3,
-        k_neighbors=48,
-        num_rbf=16,
-        dropout=0.1,
-        decoding="autoregressive",
-        message_mlp_layers=3,
-        geometric_features=False,
-        edge_projection=True,
-        featurization="proteinmpnn",
-        backbone="ca",
-    ),
+    "proteinmpnn-ca": dataclasses.replace(_PROTEINMPNN, featurization="proteinmpnn", backbone="ca"),
     # The default architecture shrunk (0.29M parameters) so a few CPU minutes on a few hundred
     # chains train well past the constant predictor: `invfold run`'s model and the quality gate's.
     "small": ModelConfig(

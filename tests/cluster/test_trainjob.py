@@ -190,6 +190,14 @@ def store_root(namespace: str) -> str:
     return f"s3://mlpipeline/private/{namespace}/invfold"
 
 
+def launch_error(cluster, options: ClusterOptions, cfg) -> str:
+    """The message the train step's launcher fails with for a 1-node job of `cfg`."""
+    api, pods_api = kube_apis(cluster)
+    with pytest.raises(LaunchError) as failed:
+        KubernetesLauncher(options, api=api, pods_api=pods_api).run(cfg, Resources(nodes=1, procs_per_node=1))
+    return str(failed.value)
+
+
 def kube_apis(cluster):
     from kubernetes import client, config
 
@@ -254,10 +262,7 @@ def test_a_trainjob_whose_pods_cannot_be_placed_fails_with_the_schedulers_reason
         timeout_s=600.0,
         unschedulable_timeout_s=10.0,
     )
-    api, pods_api = kube_apis(cluster)
-    with pytest.raises(LaunchError) as failed:
-        KubernetesLauncher(options, api=api, pods_api=pods_api).run(cfg, Resources(nodes=1, procs_per_node=1))
-    message = str(failed.value)
+    message = launch_error(cluster, options, cfg)
     assert "could not be scheduled" in message and "node affinity/selector" in message, message
     labelled = f"{RUN_LABEL}={run_label(run)}"
     assert f"TrainJob {train_namespace}/invfold-ddp-" in message
@@ -288,10 +293,7 @@ def test_a_trainjob_whose_image_the_node_cannot_pull_fails_with_the_kubelets_rea
         timeout_s=600.0,
         unschedulable_timeout_s=10.0,
     )
-    api, pods_api = kube_apis(cluster)
-    with pytest.raises(LaunchError) as failed:
-        KubernetesLauncher(options, api=api, pods_api=pods_api).run(cfg, Resources(nodes=1, procs_per_node=1))
-    message = str(failed.value)
+    message = launch_error(cluster, options, cfg)
     assert "could not start" in message and "no-such-tag" in message and "imagePullSecrets" in message, message
 
 

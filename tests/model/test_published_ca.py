@@ -93,11 +93,7 @@ def test_ca_logits_match_upstream(files, models, case, variant):
     if variant != "full.pdb":  # a residue whose CA the case drops has no atom in a CA-only file: X
         assert torch.equal(batch.tokens[0][perm], inputs.S[0])
     observed = inputs.mask[0] > 0
-    diff = (logits - theirs[:, :20]).abs()[observed]
-    agreement = (logits.argmax(-1) == theirs[:, :20].argmax(-1))[observed].float().mean()
-    assert float(diff.max()) <= 1e-4, f"{case} {variant}: max |ours - upstream| = {float(diff.max()):.2e}"
-    assert float(agreement) == 1.0
-    assert float(logits[observed].std()) > 0.3  # not vacuous
+    upstream_mpnn.assert_upstream_parity(logits, theirs, observed, f"{case} {variant}", min_std=0.3)
 
 
 def test_ca_cases_hold_what_they_test(files):

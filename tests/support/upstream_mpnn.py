@@ -170,3 +170,14 @@ def run_script(folder, pdb_path, checkpoint, *flags: str) -> Path:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, f"protein_mpnn_run.py exited {done.returncode}:\n{done.stderr[-3000:]}"
     return out
+
+
+def assert_upstream_parity(logits, theirs, observed, what: str, min_std: float) -> None:
+    """The parity bar against upstream's network: on observed residues max |logit diff| <= 1e-4
+    over our 20 letters (upstream's 21st, X, dropped) and the same argmax everywhere; `min_std`
+    keeps it from passing on flat logits."""
+    diff = (logits - theirs[:, :20]).abs()[observed]
+    agreement = (logits.argmax(-1) == theirs[:, :20].argmax(-1))[observed].float().mean()
+    assert float(diff.max()) <= 1e-4, f"{what}: max |ours - upstream| = {float(diff.max()):.2e}"
+    assert float(agreement) == 1.0
+    assert float(logits[observed].std()) > min_std  # not vacuous
