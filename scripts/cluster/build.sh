@@ -5,8 +5,9 @@
 #   jobset-<v>/       the JobSet controller, its CRDs and webhooks (sigs.k8s.io/jobset)
 #   trainer-<v>/      the Trainer controller, its CRDs and webhooks (github.com/kubeflow/trainer/v2)
 #   coredns-<v>/      cluster DNS (Trainer's rank 0 address is a pod DNS name)
+#   kube-router-<v>/  the NetworkPolicy enforcer (iptables + ipset; only its firewall runs)
 #   seaweedfs-<v>/    KFP's object store (`weed` and a one-file image of it for the node)
-#   debian-<hash>/    etcd, containerd, runc, CNI plugins, conntrack from Debian (apt-get download)
+#   debian-<hash>/    etcd, containerd, runc, CNI plugins, conntrack, ipset from Debian (apt-get download)
 #   pause-1/          the sandbox image: a static C binary that sleeps until signalled
 # Everything comes from its registry through its ordinary client (the Go module proxy, apt).
 # A part is built once per version; a finished part holds a `.done` stamp.
@@ -175,6 +176,19 @@ GOEOF
   touch "$dest/.done"
 }
 
+build_kuberouter() {
+  local dest="$CLUSTER_CACHE/kube-router-$KUBE_ROUTER_VERSION"
+  [ -f "$dest/.done" ] && return 0
+  check_go; gocache
+  echo "==> building kube-router $KUBE_ROUTER_VERSION (its NetworkPolicy controller is what runs)"
+  rm -rf "$dest"
+  wrapper_build "$dest" github.com/cloudnativelabs/kube-router/v2 "$KUBE_ROUTER_VERSION" \
+    github.com/cloudnativelabs/kube-router/v2/cmd/kube-router
+  "$dest/bin/kube-router" --help 2>&1 | grep -q -- --run-firewall \
+    || { echo "cluster build: kube-router has no --run-firewall flag" >&2; exit 1; }
+  touch "$dest/.done"
+}
+
 build_seaweedfs() {
   local dest="$CLUSTER_CACHE/seaweedfs-$SEAWEEDFS_VERSION"
   [ -f "$dest/.done" ] && return 0
@@ -228,18 +242,19 @@ CEOF
 }
 
 # Usage: build.sh [PART...] (default: every part; PART is debian, pause, kubernetes, jobset,
-# trainer, coredns or seaweedfs). build.sh --built: exit 0 when every part is already in the cache (how
+# trainer, coredns, kuberouter or seaweedfs). build.sh --built: exit 0 when every part is already in the cache (how
 # `make test` decides whether its run includes the cluster lane), 1 otherwise; builds nothing.
 if [ "${1:-}" = --built ]; then
   for dest in "kubernetes-$K8S_VERSION" "jobset-$JOBSET_VERSION" "trainer-$TRAINER_VERSION" \
-              "coredns-$COREDNS_VERSION" "seaweedfs-$SEAWEEDFS_VERSION" pause-1; do
+              "coredns-$COREDNS_VERSION" "kube-router-$KUBE_ROUTER_VERSION" "seaweedfs-$SEAWEEDFS_VERSION" \
+              pause-1; do
     [ -f "$CLUSTER_CACHE/$dest/.done" ] || exit 1
   done
   compgen -G "$CLUSTER_CACHE/debian-*/.done" >/dev/null || exit 1
   exit 0
 fi
 started=$(date +%s)
-for part in "${@:-debian pause kubernetes jobset trainer coredns seaweedfs}"; do
+for part in "${@:-debian pause kubernetes jobset trainer coredns kuberouter seaweedfs}"; do
   for one in $part; do "build_$one"; done
 done
 if [ -d "$GOCACHE_DIR" ]; then

@@ -6,8 +6,9 @@
     cluster.py env    print the shell lines that point kubectl at it
 
 Every component is a plain process of this machine: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, containerd + kubelet (bridge CNI), kube-proxy, CoreDNS, and the Kubeflow Trainer and
-JobSet controllers (their webhooks served on 127.0.0.1 with certificates of the cluster's own CA).
+kube-scheduler, containerd + kubelet (bridge CNI), kube-proxy, CoreDNS, kube-router's NetworkPolicy
+controller (the bridge enforces no policy: kube-router does, with iptables and ipset), and the Kubeflow
+Trainer and JobSet controllers (their webhooks served on 127.0.0.1 with certificates of the cluster's own CA).
 KFP's object store runs as a pod, as kubeflow/manifests installs it: SeaweedFS in `kubeflow`.
 etcd, the controllers and every health port listen on loopback; the API server, the kubelet and
 CoreDNS listen on the pod bridge's gateway address (10.244.0.1), which pods reach and nothing outside
@@ -21,6 +22,7 @@ import base64
 import json
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import ssl
@@ -51,6 +53,7 @@ COMPONENTS = (
     "kubelet",
     "kube-proxy",
     "coredns",
+    "kube-router",
     "jobset",
     "trainer",
 )
@@ -543,6 +546,75 @@ def start_node() -> None:
     start("coredns", [str(part("CLUSTER_COREDNS_BIN") / "coredns"), "-conf", str(RUN / "Corefile")])
 
 
+# What kube-router's policy controller makes (its own constants, pkg/controllers/netpol): chains
+# jumped to from INPUT, FORWARD and OUTPUT, one chain per policy and per isolated pod, ipsets of peers.
+KUBE_ROUTER_CHAINS = ("KUBE-ROUTER-", "KUBE-NWPLCY-", "KUBE-POD-FW-")
+KUBE_ROUTER_IPSETS = ("KUBE-SRC-", "KUBE-DST-")
+
+
+def debian_env() -> dict[str, str]:
+    """PATH and library path of the Debian parts (ipset and its libipset)."""
+    debian = part("CLUSTER_DEBIAN_ROOT")
+    return {
+        "PATH": f"{debian / 'usr/bin'}:{debian / 'usr/sbin'}:{os.environ['PATH']}",
+        "LD_LIBRARY_PATH": str(debian / "usr/lib/x86_64-linux-gnu"),
+    }
+
+
+def start_policy_enforcer() -> None:
+    """kube-router with only its firewall (no BGP routing, no service proxy: the bridge and
+    kube-proxy keep those), ready once its first sync of every policy into iptables has finished."""
+    log_file = LOGS / "kube-router.log"
+    seen = log_file.stat().st_size if log_file.exists() else 0
+    start(
+        "kube-router",
+        [
+            str(part("CLUSTER_KUBE_ROUTER_BIN") / "kube-router"),
+            f"--kubeconfig={KUBECONFIG}",
+            f"--hostname-override={NODE}",
+            "--run-firewall=true",
+            "--run-router=false",
+            "--run-service-proxy=false",
+            "--enable-cni=false",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            # Its health port would listen on every address; readiness is read from its log instead.
+            "--health-port=0",
+            "--v=1",
+        ],
+        env=debian_env(),
+    )
+
+    def synced() -> bool:
+        with open(log_file, "rb") as f:
+            f.seek(seen)
+            return b"sync iptables took" in f.read()
+
+    wait_for("kube-router's first policy sync", synced, 120, "kube-router")
+
+
+def remove_policy_state() -> None:
+    """kube-router's chains and ipsets. Its own `--cleanup-config` (v2.1.0) reports the policy
+    controller cleaned without touching anything (it runs on an empty controller) and then
+    crashes in the service proxy's cleanup, so this removes what the constants above name."""
+    rules = sh("iptables", "-S", check=False).stdout.splitlines()
+    for rule in rules:
+        words = shlex.split(rule)
+        if words[:1] == ["-A"] and words[1] in ("INPUT", "FORWARD", "OUTPUT") and "-j" in words:
+            if words[words.index("-j") + 1].startswith(KUBE_ROUTER_CHAINS):
+                sh("iptables", "-D", *words[1:], check=False)
+    chains = [w[1] for w in map(str.split, rules) if w[:1] == ["-N"] and w[1].startswith(KUBE_ROUTER_CHAINS)]
+    for chain in chains:
+        sh("iptables", "-F", chain, check=False)
+    for chain in chains:
+        sh("iptables", "-X", chain, check=False)
+    ipset = part("CLUSTER_DEBIAN_ROOT") / "usr/sbin/ipset"
+    if ipset.exists():
+        env = {**os.environ, **debian_env()}
+        for name in sh(str(ipset), "list", "-n", check=False, env=env).stdout.split():
+            if name.startswith(KUBE_ROUTER_IPSETS):
+                sh(str(ipset), "destroy", name, check=False, env=env)
+
+
 def node_ready() -> bool:
     out = kubectl("get", "node", NODE, "-o", "json", check=False)
     if out.returncode != 0:
@@ -819,6 +891,7 @@ def up() -> None:
     start_control_plane()
     start_node()
     wait_for(f"node {NODE} Ready", node_ready, 180, "kubelet")
+    start_policy_enforcer()
     start_kubeflow()
     start_object_store()
     log(f"cluster up in {time.monotonic() - started:.0f} s: export KUBECONFIG={KUBECONFIG}")
@@ -877,6 +950,7 @@ def down() -> None:
     k8s = os.environ.get("CLUSTER_K8S_BIN")
     if k8s and Path(k8s, "kube-proxy").exists():
         sh(str(Path(k8s, "kube-proxy")), "--cleanup", check=False)  # its iptables chains
+    remove_policy_state()
     for point in mounts_under(RUN):
         if sh("umount", point, check=False).returncode != 0:
             sh("umount", "-l", point, check=False)

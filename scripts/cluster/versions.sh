@@ -9,6 +9,10 @@ K8S_STAGING_VERSION=v0.36.3
 JOBSET_VERSION=v0.12.0
 TRAINER_VERSION=v2.3.0
 COREDNS_VERSION=v1.15.0
+# The NetworkPolicy enforcer: kube-router's firewall controller only (no BGP routing, no service
+# proxy). v2.1.0 is the only release the module proxy serves here (`go list -m -versions`); later
+# tags answer "not available".
+KUBE_ROUTER_VERSION=v2.1.0
 # KFP 2.16+'s object store. SeaweedFS tags its releases without the "v" Go needs ("4.53"), so the
 # module proxy serves commits only: this one reports version 4.53.
 SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
@@ -20,5 +24,7 @@ DEBIAN_PACKAGES=(
   "runc=1.1.5+ds1-1+deb12u1"
   "containernetworking-plugins=1.1.1+ds1-3+b5"
   "conntrack=1:1.4.7-1+b2"
+  "ipset=7.17-1"
+  "libipset13=7.17-1"
 )
 GO_MIN=1.26.0
