@@ -1,25 +1,21 @@
-"""What a run needs on the network, evaluated against the rendered NetworkPolicies (chart and every
-overlay) by tests/support/network_policy.py, and what it must not get.
+"""The reachability table of tests/support/network_table.py evaluated against the rendered
+NetworkPolicies (chart and every overlay) by tests/support/network_policy.py.
 
-Upstream facts the table encodes (kubeflow/pipelines, manifests/kustomize):
-- ML Metadata's pods are labelled `component: metadata-grpc-server` (no `app` label), gRPC on 8080:
-  base/metadata/base/metadata-grpc-deployment.yaml.
-- the pipeline API server is `app: ml-pipeline` on 8887 (gRPC) / 8888 (HTTP):
-  base/pipeline/ml-pipeline-apiserver-deployment.yaml.
-- the artifact store is `app: seaweedfs` (8333) in 2.15+ or `app: minio` (9000):
-  third-party/seaweedfs/base/seaweedfs/seaweedfs-deployment.yaml, third-party/minio/base.
-- every step pod runs KFP's launcher (reads its own pod and the artifact-store Secret through the
-  Kubernetes API) and Argo's wait container (writes WorkflowTaskResults through the API):
-  backend/src/v2/component/launcher_v2.go, third-party/argo executor RBAC.
-NodeLocal DNSCache listens on 169.254.20.10 (kubernetes/kubernetes
-cluster/addons/dns/nodelocaldns/nodelocaldns.yaml)."""
+The real cluster now checks, with real connections between pods and kube-router enforcing the
+policies (tests/cluster/test_network_policies.py), every row of the table but the "no internet"
+ones for the chart's single-user values (the NodeLocal DNSCache rule at the address the test
+cluster's DNS answers on). The evaluator stays for what that cluster cannot show: the other
+renderings (GPU values, every kustomize overlay), the internet rows (pods there leave the machine
+unmasqueraded, so what answers is the test machine's own network, not a policy), istiod (no Istio
+there), and its own refusal."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.support.deploy_tools import documents
-from tests.support.network_policy import Address, Pod, allowed
+from tests.support.network_policy import Pod, allowed
+from tests.support.network_table import DENIED, METADATA_GRPC, NEEDED
 
 RENDERINGS = ("chart-default", "chart-gpu", "k8s-cpu-dev", "k8s-gpu-prod", "k8s-tenant", "k8s-single-user")
 
@@ -37,59 +33,6 @@ def invfold(ns: str, role: str) -> Pod:
     return Pod(
         ns, {"app.kubernetes.io/part-of": "invfold", "app.kubernetes.io/instance": "invfold", "invfold.dev/role": role}
     )
-
-
-ML_PIPELINE = Pod("kubeflow", {"app": "ml-pipeline", "app.kubernetes.io/name": "kubeflow-pipelines"})
-METADATA_GRPC = Pod("kubeflow", {"component": "metadata-grpc-server"})
-SEAWEEDFS = Pod("kubeflow", {"app": "seaweedfs"})
-MINIO = Pod("kubeflow", {"app": "minio"})
-KUBE_DNS = Pod("kube-system", {"k8s-app": "kube-dns"})
-NODE_LOCAL_DNS = Address("169.254.20.10")
-API_SERVER = Address("10.0.0.1")  # an endpoint of `kubernetes` in a private range
-INTERNET = Address("1.1.1.1")
-
-# (source role, destination, port, protocol, why)
-NEEDED = (
-    [
-        (role, dest, port, proto, why)
-        for role in ("step", "launcher", "trainer")
-        for dest, port, proto, why in (
-            (KUBE_DNS, 53, "UDP", "DNS"),
-            (KUBE_DNS, 53, "TCP", "DNS over TCP"),
-            (NODE_LOCAL_DNS, 53, "UDP", "NodeLocal DNSCache"),
-            ("mlflow", 5000, "TCP", "tracking"),
-            (SEAWEEDFS, 8333, "TCP", "artifact store (SeaweedFS)"),
-            (MINIO, 9000, "TCP", "artifact store (MinIO)"),
-        )
-    ]
-    + [
-        (role, dest, port, "TCP", why)
-        for role in ("step", "launcher")
-        for dest, port, why in (
-            (ML_PIPELINE, 8887, "KFP API (gRPC)"),
-            (ML_PIPELINE, 8888, "KFP API (HTTP)"),
-            (METADATA_GRPC, 8080, "ML Metadata"),
-            (API_SERVER, 443, "Kubernetes API (launcher, wait container)"),
-            (API_SERVER, 6443, "Kubernetes API on its endpoint port"),
-        )
-    ]
-    + [
-        ("trainer", "trainer", 29500, "TCP", "torchrun rendezvous"),
-        ("trainer", "trainer", 2222, "TCP", "sshd for mpirun"),
-        ("trainer", "trainer", 41000, "TCP", "NCCL / Gloo / OpenMPI ephemeral ports"),
-        ("mlflow", "mlflow-db", 5432, "TCP", "MLflow's database"),
-        ("mlflow", SEAWEEDFS, 8333, "TCP", "MLflow's artifact proxy"),
-    ]
-)
-
-DENIED = [
-    ("trainer", API_SERVER, 443, "trainer pods have no business with the API"),
-    ("step", INTERNET, 443, "no internet"),
-    ("launcher", INTERNET, 443, "no internet"),
-    ("trainer", INTERNET, 443, "no internet"),
-    ("step", "trainer", 29500, "steps do not join a job's rendezvous"),
-    ("trainer", ML_PIPELINE, 8888, "trainers do not call KFP"),
-]
 
 
 def resolve(dest, ns: str):

@@ -97,7 +97,9 @@ RELEASE = "invfold"
 def install_args(images) -> list[str]:
     """Single-user values (the chart's defaults) with the project's CPU images, sized for one
     2-core node: trainer pods ask for 500m/1Gi instead of the production 2 CPUs/8Gi. MLflow's
-    artifacts go to the cluster's SeaweedFS, as docs/deploy.md's walk-through S sets them."""
+    artifacts go to the cluster's SeaweedFS, as docs/deploy.md's walk-through S sets them. The
+    cluster's DNS answers on the node's address (no kube-dns pods): the NetworkPolicies, which
+    kube-router enforces here, let pods reach it as they do a NodeLocal DNSCache."""
     return [
         "--namespace",
         CHART_NAMESPACE,
@@ -113,6 +115,8 @@ def install_args(images) -> list[str]:
         "mlflow.backend.external.existingSecret=mlflow-backend",
         "--set",
         f"mlflow.artifacts.s3EndpointUrl={STORE_ENDPOINT}",
+        "--set",
+        f"networkPolicies.nodeLocalDnsAddresses={{{GATEWAY}}}",
         "--set",
         "runtimes.resources.requests.cpu=500m",
         "--set",
