@@ -218,16 +218,17 @@ def _command(
 ) -> tuple[list[str], list[str]]:
     """(command, args): both set, so neither the runtime's command nor its args survive.
     Under mpirun, torch.distributed's rendezvous (DeepSpeed) is rank 0's pod. Trainer writes the
-    hostfile in the order of the runtime's replicated jobs, node first (then the launcher, which
-    runs as a node): rank 0 is `<job>-node-0-0`, reachable through the job's headless Service.
-    A one-node job runs every rank on the launcher itself (localhost), the only pod of its
-    launcher-only runtime."""
+    hostfile in the order of the runtime's replicated jobs, node first, then the launcher (which
+    runs as a node), but OpenMPI starts rank 0 on the host mpirun runs on when the hostfile lists
+    it: rank 0 is `<job>-launcher-0-0` (seen on a real cluster: OMPI_COMM_WORLD_RANK=0 in the
+    launcher pod), reachable through the job's headless Service. A one-node job runs every rank
+    on the launcher itself (localhost), the only pod of its launcher-only runtime."""
     entry = [ENTRY_MODULE, "--config-json", json.dumps(cfg.to_dict(), sort_keys=True), "--output", output_uri]
     if strategy_spec(cfg.strategy).cluster_launcher == "torchrun":
         # The torch runtime sets PET_NNODES / PET_NPROC_PER_NODE / PET_NODE_RANK / PET_MASTER_*.
         return ["torchrun"], ["--module", *entry]
     single = resources.nodes == 1
-    first = "127.0.0.1" if single else f"{name}-node-0-0.{name}"
+    first = "127.0.0.1" if single else f"{name}-launcher-0-0.{name}"
     rendezvous = [f"MASTER_ADDR={first}", f"MASTER_PORT={RENDEZVOUS_PORT}"]
     hosts = ["--host", f"localhost:{resources.procs_per_node}"] if single else ["--hostfile", "/etc/mpi/hostfile"]
     exports = (

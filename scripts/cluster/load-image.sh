@@ -8,14 +8,18 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/cluster/parts.sh
 ctr=("$CLUSTER_DEBIAN_ROOT/usr/bin/ctr" --address "$INVFOLD_CACHE_DIR/cluster/containerd/containerd.sock" -n k8s.io)
+missing=()
 for image in "$@"; do
   ref=$image
   [[ ${ref%%/*} == *.* ]] || ref="docker.io/$ref"  # containerd's name of a Docker Hub image
   if "${ctr[@]}" images ls -q | grep -qxF "$ref"; then
     echo "==> $image is on the node"
-    continue
+  else
+    missing+=("$image")
   fi
-  started=$(date +%s)
-  "${DOCKER:-docker}" save "$image" | "${ctr[@]}" images import -
-  echo "==> loaded $image into the node in $(($(date +%s) - started)) s"
 done
+[ ${#missing[@]} -gt 0 ] || exit 0
+# One stream for all: `docker save` writes the layers the images share once.
+started=$(date +%s)
+"${DOCKER:-docker}" save "${missing[@]}" | "${ctr[@]}" images import -
+echo "==> loaded ${missing[*]} into the node in $(($(date +%s) - started)) s"

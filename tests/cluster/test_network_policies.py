@@ -100,7 +100,7 @@ def probe_pod(name: str, image: str) -> dict:
 @pytest.fixture(scope="module")
 def probes(cluster, release, node_images):
     """Every probe pod Running, by name: its pod IP."""
-    image = node_images("mlflow")
+    (image,) = node_images("mlflow")
     cluster.namespace(OUTSIDER_NAMESPACE, {"pod-security.kubernetes.io/enforce": "restricted"})
     for name in PROBES:
         cluster.apply(probe_pod(name, image))

@@ -1,11 +1,9 @@
 """TrainJobs made by the train step's own build_trainjob, for each strategy and node count, against
 the real Kubeflow Trainer v2.3 webhooks and TrainJob CRD with the chart's runtimes installed; and
-DDP TrainJobs (1 and 2 nodes) executing on the node with the project's CPU runtime image, reading
-the bundled sample from the cluster's SeaweedFS and handing the model back through it, watched by
-the train step's own KubernetesLauncher.
-
-Not run here yet: DeepSpeed and Horovod TrainJobs executing (their images, 6.4-6.6 GB each, would
-need about 13 GB more of the node's disk beside the runtime image)."""
+TrainJobs of every strategy (DDP, DeepSpeed, Horovod; 1 and 2 nodes) executing on the node with
+the project's CPU image of that strategy, reading the bundled sample from the cluster's SeaweedFS
+and handing the model back through it, watched by the train step's own KubernetesLauncher.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +19,15 @@ from invfold import storage
 from invfold.components.launch import Resources
 from invfold.components.launch.base import LaunchError
 from invfold.components.launch.kubernetes import KubernetesLauncher
-from invfold.components.launch.trainjob import RUN_LABEL, ClusterOptions, build_trainjob, job_name, run_label
-from tests.support.cluster import STORE_ENDPOINT, store_keys
+from invfold.components.launch.trainjob import (
+    RUN_LABEL,
+    WORKSPACE_MOUNT,
+    ClusterOptions,
+    build_trainjob,
+    job_name,
+    run_label,
+)
+from tests.support.cluster import NODE_IMAGES, STORE_ENDPOINT, store_keys
 from tests.support.trainer_pods import render
 from tests.support.training import read_metrics, summary, tiny_config
 
@@ -205,33 +210,91 @@ def kube_apis(cluster):
     return client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
 
 
-@pytest.mark.parametrize("nodes", [1, 2])
-def test_a_ddp_trainjob_trains_on_the_node_and_the_step_fetches_its_model(
-    cluster, release, train_namespace, node_images, sample_prepared, store_from_here, tmp_path, nodes
+@pytest.fixture(scope="module")
+def workspace_claim(cluster, train_namespace, tmp_path_factory):
+    """The ReadWriteMany claim DeepSpeed's checkpoints need (docs/deploy.md), as the chart's
+    `workspace` names it: on this one-node cluster a hostPath volume (no RWX provisioner runs
+    here; Pod Security checks the pod's volume, a claim, not the volume behind it). The folder is
+    world-writable because a hostPath volume ignores the pods' fsGroup. Yields its host folder."""
+    folder = tmp_path_factory.mktemp("workspace")
+    folder.chmod(0o777)
+    volume = f"invfold-workspace-{uuid.uuid4().hex[:6]}"
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "hostPath": {"path": str(folder), "type": "Directory"},
+                "claimRef": {"namespace": train_namespace, "name": "invfold-workspace"},
+            },
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "invfold-workspace", "namespace": train_namespace},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+    )
+    yield folder
+    cluster.kubectl("-n", train_namespace, "delete", "pvc", "invfold-workspace", "--wait=false", check=False)
+    cluster.kubectl("delete", "pv", volume, "--wait=false", check=False)
+
+
+@pytest.mark.parametrize(
+    ("strategy", "nodes"), [("ddp", 1), ("ddp", 2), ("deepspeed", 1), ("deepspeed", 2), ("horovod", 1), ("horovod", 2)]
+)
+def test_a_trainjob_of_each_strategy_trains_on_the_node_and_the_step_fetches_its_model(
+    cluster,
+    release,
+    train_namespace,
+    node_images,
+    workspace_claim,
+    sample_prepared,
+    store_from_here,
+    tmp_path,
+    strategy,
+    nodes,
 ):
     """The train step's launcher, run here against the real cluster: it creates the TrainJob on
-    the chart's invfold-ddp runtime, Trainer and JobSet start the pods (torchrun, one process per
-    node, rendezvous across pods for 2 nodes), they read the prepared sample from SeaweedFS,
-    checkpoint to it and hand the model over through it, and the launcher's watch loop sees the job
-    complete and fetches the output folder."""
-    node_images("runtime")
-    run = f"lane-{nodes}-{uuid.uuid4().hex[:8]}"  # the store outlives a session: nothing to resume from
+    the chart's runtime for the strategy (DDP: torchrun, rendezvous across pods for 2 nodes;
+    DeepSpeed and Horovod: mpirun in the launcher pod reaching the node pod's sshd on 2222 over
+    Trainer's keys and hostfile, or the launcher alone for 1 node) with the project's CPU image of
+    that strategy; Trainer and JobSet start the pods, they read the prepared sample from
+    SeaweedFS, checkpoint (DDP, Horovod: to the store; DeepSpeed: to the shared workspace claim)
+    and hand the model over through the store, and the launcher's watch loop sees the job complete
+    and fetches the output folder."""
+    node_images(*NODE_IMAGES)
+    run = f"lane-{strategy}-{nodes}-{uuid.uuid4().hex[:8]}"  # the store outlives a session: nothing to resume from
     root = store_root(train_namespace)
     data = f"{root}/prepared-{run}"
     storage.upload_folder(sample_prepared, data)
-    checkpoints = f"{root}/checkpoints/{run}"
-    cfg = tiny_config(data, tmp_path / "out", strategy="ddp", checkpoint_dir=checkpoints)
+    on_claim = strategy == "deepspeed"
+    checkpoints = f"{WORKSPACE_MOUNT}/checkpoints/{run}" if on_claim else f"{root}/checkpoints/{run}"
+    cfg = tiny_config(data, tmp_path / "out", strategy=strategy, checkpoint_dir=checkpoints)
     options = lane_options(
         train_namespace,
         run,
         poll_s=2.0,
         timeout_s=900.0,
         unschedulable_timeout_s=300.0,
+        workspace_pvc="invfold-workspace",
     )
     api, pods_api = kube_apis(cluster)
     result = KubernetesLauncher(options, api=api, pods_api=pods_api).run(cfg, Resources(nodes=nodes, procs_per_node=1))
 
     job = cluster.get("trainjob", result.job_name, "-n", train_namespace)
+    assert job["spec"]["runtimeRef"]["name"].startswith(f"invfold-{strategy}")
     assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"]), job["status"]
     out = Path(cfg.out)
     assert (out / "model.pt").is_file()
@@ -239,8 +302,12 @@ def test_a_ddp_trainjob_trains_on_the_node_and_the_step_fetches_its_model(
     assert done["world_size"] == nodes and done["step"] == cfg.max_steps, done
     losses = [r["loss"] for r in read_metrics(out)]
     assert losses and all(math.isfinite(x) for x in losses)
-    fs, path = storage.filesystem(checkpoints)
-    written = {f.rsplit("/", 2)[-2] + "/" + f.rsplit("/", 1)[-1] for f in fs.find(path)}
+    if on_claim:
+        folder = workspace_claim / "checkpoints" / run
+        written = {f"{p.parent.name}/{p.name}" for p in folder.glob("step-*/COMPLETE")}
+    else:
+        fs, path = storage.filesystem(checkpoints)
+        written = {f.rsplit("/", 2)[-2] + "/" + f.rsplit("/", 1)[-1] for f in fs.find(path)}
     assert {"step-00000004/COMPLETE", "step-00000008/COMPLETE"} <= written, written
 
 

@@ -207,7 +207,8 @@ def mpi_pair(cpu_images, work):
     (ssh / "authorized_keys").write_text((ssh / "id_ed25519.pub").read_text())
     for path in ssh.iterdir():
         path.chmod(0o644)
-    (work / f"hostfile-{tag}").write_text(f"{launcher} slots=1\n{node} slots=1\n")
+    # Trainer's order (node pods first, then the launcher): rank 0 is still the launcher's.
+    (work / f"hostfile-{tag}").write_text(f"{node} slots=1\n{launcher} slots=1\n")
     engine.docker("network", "create", "--internal", network)
     mounts = [
         "-v",

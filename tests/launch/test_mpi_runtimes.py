@@ -6,7 +6,8 @@ Upstream facts (kubeflow/trainer v2.3):
   runLauncherAsNode: true, the launcher carries `trainjob-ancestor-step: trainer`.
 - pkg/runtime/framework/plugins/mpi/mpi.go: with runLauncherAsNode the node count is
   max(numNodes - 1, 1) (a one-node job still starts one node pod), and the hostfile lists the
-  endpoints of the pod sets in the runtime's order (node pods first, so rank 0 is node-0-0).
+  endpoints of the pod sets in the runtime's order (node pods first). OpenMPI still starts rank 0
+  on the launcher, the host mpirun runs on (tests/cluster/test_trainjob.py saw it on a real cluster).
   Without a node job, Validate accepts numNodes 1 only: one-node jobs use the launcher-only
   `-single-node` runtimes.
 - What Trainer then starts is re-implemented in trainer_pods.py (each rule with its upstream file):
@@ -126,10 +127,10 @@ def trainjob(strategy: str, nodes: int, gpus: int = 8, image: str | None = IMAGE
 
 
 @pytest.mark.parametrize("strategy", ["deepspeed", "horovod"])
-def test_several_nodes_meet_at_node_0(strategy):
+def test_several_nodes_meet_at_the_launcher_where_rank_0_runs(strategy):
     job = trainjob(strategy, nodes=2, image=None)
     name, args = job["metadata"]["name"], job["spec"]["trainer"]["args"]
-    assert f"MASTER_ADDR={name}-node-0-0.{name}" in args
+    assert f"MASTER_ADDR={name}-launcher-0-0.{name}" in args
     assert args[args.index("--hostfile") + 1] == "/etc/mpi/hostfile"
 
 

@@ -90,9 +90,9 @@ def test_generated_trainjobs_validate_and_reference_the_strategy_runtime(strateg
     owner = job["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Pod", "invfold-train-pod", "1234-abcd")
     assert len(job["metadata"]["name"]) <= 63
-    if strategy != "ddp":  # ranks meet at rank 0: the first node pod of the hostfile
+    if strategy != "ddp":  # ranks meet at rank 0: mpirun's own pod, the launcher
         name = job["metadata"]["name"]
-        assert f"MASTER_ADDR={name}-node-0-0.{name}" in trainer["args"]
+        assert f"MASTER_ADDR={name}-launcher-0-0.{name}" in trainer["args"]
         assert "MASTER_PORT=29500" in trainer["args"]
 
 

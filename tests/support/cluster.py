@@ -20,6 +20,8 @@ CACHE = Path(os.environ.get("INVFOLD_CACHE_DIR") or Path.home() / ".cache" / "in
 RUN = CACHE / "cluster"
 KUBECONFIG = RUN / "admin.kubeconfig"
 CONTAINERD_SOCKET = RUN / "containerd" / "containerd.sock"
+# The CPU images the lane runs on the node: the chart's trainer runtimes and MLflow.
+NODE_IMAGES = ("runtime", "deepspeed", "horovod", "mlflow")
 GATEWAY = "10.244.0.1"  # the pod bridge's address: the API server, CoreDNS and host services pods reach
 
 

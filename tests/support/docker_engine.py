@@ -33,7 +33,7 @@ IMAGE_INPUTS = (
     "scripts/build_images.sh",
     "scripts/make_base_image.sh",
 )
-CPU_IMAGES = ("runtime", "mpi", "deepspeed", "ci-cpu", "mlflow")
+CPU_IMAGES = ("runtime", "mpi", "deepspeed", "horovod", "ci-cpu", "mlflow")
 
 
 @dataclass(frozen=True)
