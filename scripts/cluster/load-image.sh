@@ -8,11 +8,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/cluster/parts.sh
 ctr=("$CLUSTER_DEBIAN_ROOT/usr/bin/ctr" --address "$INVFOLD_CACHE_DIR/cluster/containerd/containerd.sock" -n k8s.io)
+present=$("${ctr[@]}" images ls -q)
 missing=()
 for image in "$@"; do
   ref=$image
   [[ ${ref%%/*} == *.* ]] || ref="docker.io/$ref"  # containerd's name of a Docker Hub image
-  if "${ctr[@]}" images ls -q | grep -qxF "$ref"; then
+  if grep -qxF "$ref" <<< "$present"; then
     echo "==> $image is on the node"
   else
     missing+=("$image")

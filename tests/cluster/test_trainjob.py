@@ -19,6 +19,7 @@ from invfold import storage
 from invfold.components.launch import Resources
 from invfold.components.launch.base import LaunchError
 from invfold.components.launch.kubernetes import KubernetesLauncher
+from invfold.components.launch.step import checkpoint_location
 from invfold.components.launch.trainjob import (
     RUN_LABEL,
     WORKSPACE_MOUNT,
@@ -32,6 +33,7 @@ from tests.support.trainer_pods import render
 from tests.support.training import read_metrics, summary, tiny_config
 
 NAMESPACE = "invfold-train"
+WORKSPACE_CLAIM = "invfold-workspace"  # the chart's `workspace.name`
 SECRET = "invfold-storage"
 
 
@@ -78,7 +80,7 @@ def test_trainers_webhook_accepts_every_strategys_trainjob(cluster, release, tra
         storage_secret=SECRET,
         storage_endpoint="http://seaweedfs.kubeflow:8333",
         node_selector={"kubernetes.io/os": "linux"},
-        workspace_pvc="invfold-workspace",
+        workspace_pvc=WORKSPACE_CLAIM,
     )
     name = job_name(strategy, "cluster-lane")
     manifest = build_trainjob(name, cfg, Resources(nodes=nodes, procs_per_node=2), options, "s3://invfold/out")
@@ -229,7 +231,7 @@ def workspace_claim(cluster, train_namespace, tmp_path_factory):
                 "accessModes": ["ReadWriteMany"],
                 "storageClassName": "",
                 "hostPath": {"path": str(folder), "type": "Directory"},
-                "claimRef": {"namespace": train_namespace, "name": "invfold-workspace"},
+                "claimRef": {"namespace": train_namespace, "name": WORKSPACE_CLAIM},
             },
         }
     )
@@ -237,7 +239,7 @@ def workspace_claim(cluster, train_namespace, tmp_path_factory):
         {
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "invfold-workspace", "namespace": train_namespace},
+            "metadata": {"name": WORKSPACE_CLAIM, "namespace": train_namespace},
             "spec": {
                 "accessModes": ["ReadWriteMany"],
                 "storageClassName": "",
@@ -247,7 +249,7 @@ def workspace_claim(cluster, train_namespace, tmp_path_factory):
         }
     )
     yield folder
-    cluster.kubectl("-n", train_namespace, "delete", "pvc", "invfold-workspace", "--wait=false", check=False)
+    cluster.kubectl("-n", train_namespace, "delete", "pvc", WORKSPACE_CLAIM, "--wait=false", check=False)
     cluster.kubectl("delete", "pv", volume, "--wait=false", check=False)
 
 
@@ -279,8 +281,16 @@ def test_a_trainjob_of_each_strategy_trains_on_the_node_and_the_step_fetches_its
     root = store_root(train_namespace)
     data = f"{root}/prepared-{run}"
     storage.upload_folder(sample_prepared, data)
-    on_claim = strategy == "deepspeed"
-    checkpoints = f"{WORKSPACE_MOUNT}/checkpoints/{run}" if on_claim else f"{root}/checkpoints/{run}"
+    # Where the train step puts them: the store, or the claim for DeepSpeed's local files.
+    checkpoints = checkpoint_location(
+        strategy,
+        remote=True,
+        pipeline_run_id=run,
+        checkpoint_root="",
+        storage_root=root,
+        workspace_pvc=WORKSPACE_CLAIM,
+        local_root="",
+    )
     cfg = tiny_config(data, tmp_path / "out", strategy=strategy, checkpoint_dir=checkpoints)
     options = lane_options(
         train_namespace,
@@ -288,7 +298,7 @@ def test_a_trainjob_of_each_strategy_trains_on_the_node_and_the_step_fetches_its
         poll_s=2.0,
         timeout_s=900.0,
         unschedulable_timeout_s=300.0,
-        workspace_pvc="invfold-workspace",
+        workspace_pvc=WORKSPACE_CLAIM,
     )
     api, pods_api = kube_apis(cluster)
     result = KubernetesLauncher(options, api=api, pods_api=pods_api).run(cfg, Resources(nodes=nodes, procs_per_node=1))
@@ -302,8 +312,8 @@ def test_a_trainjob_of_each_strategy_trains_on_the_node_and_the_step_fetches_its
     assert done["world_size"] == nodes and done["step"] == cfg.max_steps, done
     losses = [r["loss"] for r in read_metrics(out)]
     assert losses and all(math.isfinite(x) for x in losses)
-    if on_claim:
-        folder = workspace_claim / "checkpoints" / run
+    if checkpoints.startswith(f"{WORKSPACE_MOUNT}/"):  # the claim's folder is on this machine
+        folder = workspace_claim / checkpoints.removeprefix(f"{WORKSPACE_MOUNT}/")
         written = {f"{p.parent.name}/{p.name}" for p in folder.glob("step-*/COMPLETE")}
     else:
         fs, path = storage.filesystem(checkpoints)
