@@ -2,8 +2,9 @@
 the real Kubeflow Trainer v2.3 webhooks and TrainJob CRD with the chart's runtimes installed; and
 TrainJobs of every strategy (DDP, DeepSpeed, Horovod; 1 and 2 nodes) executing on the node with
 the project's CPU image of that strategy, reading the bundled sample from the cluster's SeaweedFS
-and handing the model back through it, watched by the train step's own KubernetesLauncher. (What Trainer makes of every rendering of the
-runtimes, GPU values and overlays included: test_runtime_renderings.py.)
+and handing the model back through it, watched by the train step's own KubernetesLauncher.
+(What Trainer makes of every rendering of the runtimes, GPU values and overlays included:
+test_runtime_renderings.py.)
 """
 
 from __future__ import annotations
