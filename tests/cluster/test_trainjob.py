@@ -3,6 +3,8 @@ the real Kubeflow Trainer v2.3 webhooks and TrainJob CRD with the chart's runtim
 TrainJobs of every strategy (DDP, DeepSpeed, Horovod; 1 and 2 nodes) executing on the node with
 the project's CPU image of that strategy, reading the bundled sample from the cluster's SeaweedFS
 and handing the model back through it, watched by the train step's own KubernetesLauncher.
+(What Trainer makes of every rendering of the runtimes, GPU values and overlays included:
+test_runtime_renderings.py.)
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from invfold.components.launch.trainjob import (
     run_label,
 )
 from tests.support.cluster import NODE_IMAGES, STORE_ENDPOINT, store_keys
-from tests.support.trainer_pods import render
 from tests.support.training import read_metrics, summary, tiny_config
 
 NAMESPACE = "invfold-train"
@@ -92,77 +93,6 @@ def test_trainers_webhook_accepts_every_strategys_trainjob(cluster, release, tra
     bad = {**manifest, "spec": {**manifest["spec"], "trainer": {**manifest["spec"]["trainer"], "numNodes": "two"}}}
     refused = cluster.kubectl(*dry_run, input=json.dumps(bad), check=False)
     assert refused.returncode != 0 and "numNodes" in refused.stderr, refused.stderr
-
-
-def _jobset_pods(jobset: dict) -> dict[str, dict]:
-    """Per replicated job of the JobSet Trainer made: its pod count and its `node` container."""
-    out = {}
-    for job in jobset["spec"]["replicatedJobs"]:
-        spec = job["template"]["spec"]
-        container = next(c for c in spec["template"]["spec"]["containers"] if c["name"] == "node")
-        out[job["name"]] = {
-            "pods": job.get("replicas", 1) * spec.get("parallelism", 1),
-            "image": container["image"],
-            "command": container.get("command", []),
-            "args": container.get("args", []),
-            "resources": container.get("resources", {}),
-            "env": {e["name"] for e in container.get("env", [])},
-        }
-    return out
-
-
-@pytest.mark.parametrize("nodes", [1, 2])
-@pytest.mark.parametrize("strategy", ["ddp", "deepspeed", "horovod"])
-def test_trainer_makes_the_pods_and_hostfile_trainer_pods_predicts(cluster, release, train_namespace, strategy, nodes):
-    """tests/support/trainer_pods.py re-implements what Trainer v2.3 starts for a TrainJob (the
-    unit tests of the MPI runtimes use it for renderings this cluster does not install: the GPU
-    values, the overlays). Here the real Trainer answers for the chart's installed runtimes: a
-    suspended TrainJob (no pod starts) with GPUs per node gets its JobSet and MPI hostfile, and
-    each replicated job's pod count, image, command, args, resources and env must be what the
-    re-implementation renders from the same runtime and job."""
-    cfg = tiny_config("s3://invfold/prepared", "/tmp/train", strategy=strategy, checkpoint_dir="/workspace/ckpt")
-    name = job_name(strategy, f"render-{uuid.uuid4().hex[:6]}")
-    manifest = build_trainjob(
-        name,
-        cfg,
-        Resources(nodes=nodes, procs_per_node=2, gpus_per_node=2),
-        lane_options(train_namespace, name),
-        "s3://invfold/out",
-    )
-    manifest["spec"]["suspend"] = True
-    runtime = cluster.get("clustertrainingruntime", manifest["spec"]["runtimeRef"]["name"])
-    pods, hostfile = render(runtime, manifest)
-    cluster.kubectl("create", "-f", "-", input=json.dumps(manifest))
-    try:
-        jobset = cluster.wait_for(
-            f"the JobSet of {name}",
-            lambda: (
-                (
-                    got := cluster.kubectl("-n", train_namespace, "get", "jobset", name, "-o", "json", check=False)
-                ).returncode
-                == 0
-                and json.loads(got.stdout)
-            ),
-            120,
-        )
-        assert jobset["spec"].get("suspend") is True
-        real = _jobset_pods(jobset)
-        predicted = {pod.job: pod for pod in pods}
-        assert {job: real[job]["pods"] for job in real} == {
-            job: sum(p.job == job for p in pods) for job in predicted
-        }, "pods per replicated job"
-        for job, pod in predicted.items():
-            assert real[job]["image"] == pod.image, job
-            assert real[job]["command"] == pod.command, job
-            assert real[job]["args"] == pod.args, job
-            assert real[job]["resources"] == pod.resources, job
-            assert set(pod.env) <= real[job]["env"], job  # Trainer adds its own (PET_*, OMPI_*)
-        assert any(p.gpus == 2 for p in pods), "the job's GPUs reached a pod"
-        if strategy != "ddp":
-            configmap = cluster.get("configmap", "-n", train_namespace, f"{name}-mpi-hostfile")
-            assert configmap["data"]["hostfile"].splitlines() == hostfile
-    finally:
-        cluster.kubectl("-n", train_namespace, "delete", "trainjob", name, "--wait=false", check=False)
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -13,8 +14,9 @@ from glob import glob
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.support.deploy_tools import run, tool
+from tests.support.deploy_tools import REPO, run, tool
 
 CACHE = Path(os.environ.get("INVFOLD_CACHE_DIR") or Path.home() / ".cache" / "invfold")
 RUN = CACHE / "cluster"
@@ -81,6 +83,19 @@ def ctr() -> list[str]:
     found = sorted(glob(str(CACHE / "build" / "cluster" / "debian-*" / "root" / "usr" / "bin" / "ctr")))
     assert found, "ctr is missing from the cluster's Debian root: run `make cluster-up`"
     return [found[-1], "--address", str(CONTAINERD_SOCKET), "-n", "k8s.io"]
+
+
+def trainer_version() -> str:
+    """The Kubeflow Trainer the cluster runs (scripts/cluster/versions.sh)."""
+    return re.search(r"^TRAINER_VERSION=(\S+)$", (REPO / "scripts" / "cluster" / "versions.sh").read_text(), re.M)[1]
+
+
+def upstream_runtime(file: str) -> dict:
+    """A runtime Kubeflow Trainer ships (its module's manifests/base/runtimes/<file>, which
+    scripts/cluster/build.sh keeps beside the controller it builds)."""
+    path = CACHE / "build" / "cluster" / f"trainer-{trainer_version()}" / "runtimes" / file
+    assert path.is_file(), f"{path} is missing: run `make cluster-up` (it adds Trainer's shipped runtimes)"
+    return yaml.safe_load(path.read_text())
 
 
 STORE_ENDPOINT = "http://seaweedfs.kubeflow:8333"  # KFP 2.16+'s store, which `make cluster-up` installs

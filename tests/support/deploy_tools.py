@@ -14,6 +14,8 @@ from tests.support.paths import CACHE_ROOT, REPO
 
 CHART = REPO / "charts" / "invfold"
 OVERLAYS = ("cpu-dev", "gpu-prod", "tenant", "single-user")
+# Every way the runtimes ship: the chart with its default and GPU values, and each overlay.
+RENDERINGS = ("chart-default", "chart-gpu", *(f"k8s-{overlay}" for overlay in OVERLAYS))
 INSTALL_HINT = "run `PYTHON=.venv/bin/python bash scripts/install_tools.sh` (or `make test`)"
 # What the set-up scripts build is kept outside the clone (scripts/cache.sh; same root as prep's cache).
 BUILD_CACHE = CACHE_ROOT / "build"
@@ -43,6 +45,15 @@ def helm_template(*args: str, namespace: str = "invfold") -> str:
 
 def kustomize(overlay: str) -> str:
     return run([tool("kubectl"), "kustomize", str(REPO / "k8s" / "overlays" / overlay)]).stdout
+
+
+def rendering(name: str) -> str:
+    """One of RENDERINGS as text."""
+    if name == "chart-default":
+        return helm_template()
+    if name == "chart-gpu":
+        return helm_template("-f", str(CHART / "values-gpu.yaml"))
+    return kustomize(name.removeprefix("k8s-"))
 
 
 def documents(text: str) -> list[dict]:

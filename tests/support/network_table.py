@@ -1,6 +1,6 @@
-"""What an invfold run needs on the network, and what it must not get: one table, read by the
-evaluator's test over every rendering (tests/deploy/test_network_policies.py) and by the real
-connections between pods of the test cluster (tests/cluster/test_network_policies.py).
+"""What an invfold run needs on the network, and what it must not get: one table, checked with real
+connections between pods of the test cluster for every rendering (tests/cluster/test_network_policies.py),
+and by the evaluator for the rows that cluster cannot show (tests/deploy/test_network_policies.py).
 
 Upstream facts the table encodes (kubeflow/pipelines, manifests/kustomize):
 - ML Metadata's pods are labelled `component: metadata-grpc-server` (no `app` label), gRPC on 8080:
