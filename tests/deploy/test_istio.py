@@ -13,8 +13,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.support.admission import pod_templates
-from tests.support.deploy_tools import REPO, documents
+from tests.support.deploy_tools import REPO, documents, pod_templates
 
 RENDERINGS = ("chart-default", "chart-gpu", "k8s-cpu-dev", "k8s-gpu-prod", "k8s-tenant", "k8s-single-user")
 

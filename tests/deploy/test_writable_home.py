@@ -15,8 +15,7 @@ import re
 import pytest
 import yaml
 
-from tests.support.admission import pod_templates
-from tests.support.deploy_tools import REPO, documents, helm_template
+from tests.support.deploy_tools import REPO, documents, helm_template, pod_templates
 
 IMAGES = REPO / "images"
 WRITABLE_VOLUMES = ("emptyDir", "ephemeral", "persistentVolumeClaim")

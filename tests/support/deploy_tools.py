@@ -58,3 +58,18 @@ def rendering(name: str) -> str:
 
 def documents(text: str) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def pod_templates(objs: list[dict]) -> dict[str, dict]:
+    """`Kind/name` (runtimes: `Kind/name/replicated job`) -> pod spec, for every rendered pod template."""
+    out = {}
+    for o in objs:
+        name = f"{o['kind']}/{o['metadata']['name']}"
+        if o["kind"] in ("Deployment", "StatefulSet", "Job"):
+            out[name] = o["spec"]["template"]["spec"]
+        elif o["kind"] == "Pod":
+            out[name] = o["spec"]
+        elif o["kind"] in ("ClusterTrainingRuntime", "TrainingRuntime"):
+            for rj in o["spec"]["template"]["spec"]["replicatedJobs"]:
+                out[f"{name}/{rj['name']}"] = rj["template"]["spec"]["template"]["spec"]
+    return out
