@@ -17,9 +17,10 @@ test:
 	INVFOLD_TEST_DURATIONS=runs/test-durations.json .venv/bin/python -m pytest -q --durations=25 $${lane:+-m "$$lane"}
 
 # minutes, not half an hour: everything but the tests marked slow (images, whole pipelines,
-# multi-process training, and what took over 20 s in tests/durations.json)
+# multi-process training, and what took over 20 s in tests/durations.json), one worker per core
+# (pytest-xdist) with one torch thread each, so the workers do not fight over the cores
 test-fast:
-	.venv/bin/python -m pytest -q -m "not slow"
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python -m pytest -q -n auto -m "not slow"
 
 lint:
 	.venv/bin/ruff check .
