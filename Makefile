@@ -9,18 +9,23 @@ run:
 # The cluster lane (tests/cluster) runs here when the cluster's parts are already built into the
 # cache (`make cluster-up` or `make test-cluster` once: a cold Go build of Kubernetes is too long for
 # CI's budget); otherwise this run deselects it and says so.
+# One worker per core, at most PYTEST_WORKERS (pytest-xdist), each taking a whole module at a time,
+# longest first; the image and cluster tests stay on one worker (tests/conftest.py). One torch
+# thread per process, so the workers do not fight over the cores.
+PYTEST_WORKERS ?= 4
+PARALLEL = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python -m pytest -n auto --maxprocesses=$(PYTEST_WORKERS)
 test:
 	bash scripts/setup.sh test
 	$(MAKE) lint
 	if bash scripts/cluster/build.sh --built; then lane=""; else lane="not cluster"; \
 	  echo "make test: the cluster parts are not built yet: the cluster lane is left out (make test-cluster builds and runs it)"; fi; \
-	INVFOLD_TEST_DURATIONS=runs/test-durations.json .venv/bin/python -m pytest -q --durations=25 $${lane:+-m "$$lane"}
+	INVFOLD_TEST_DURATIONS=runs/test-durations.json $(PARALLEL) --dist loadscope --no-loadscope-reorder \
+	  -q --durations=25 $${lane:+-m "$$lane"}
 
-# minutes, not half an hour: everything but the tests marked slow (images, whole pipelines,
-# multi-process training, and what took over 20 s in tests/durations.json), one worker per core
-# (pytest-xdist) with one torch thread each, so the workers do not fight over the cores
+# A few minutes: everything but the tests marked slow (images, whole pipelines, multi-process
+# training, and what took over 20 s in tests/durations.json), spread test by test
 test-fast:
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python -m pytest -q -n auto -m "not slow"
+	$(PARALLEL) -q -m "not slow"
 
 lint:
 	.venv/bin/ruff check .

@@ -15,6 +15,12 @@ processes), `cluster` (tests/cluster: the real Kubernetes of `make cluster-up`),
 those, and anything past SLOW_S in the last recorded run).
 `make test-fast` deselects `slow`. A run with INVFOLD_TEST_DURATIONS=FILE writes each test's
 seconds there (`make test` keeps it in runs/test-durations.json).
+
+Under pytest-xdist with `--dist loadscope --no-loadscope-reorder` (`make test`), a worker takes a
+whole module at a time (ModuleUnits), so a module's fixtures run once; the modules that drive the
+one Docker engine and the one Kubernetes node (SHARED_ENGINE_MODULES) are one unit, which two
+workers would otherwise start twice and fight over. Every worker orders the units longest first by
+the recorded durations, so the last one to finish is a short one.
 """
 
 from __future__ import annotations
@@ -46,8 +52,15 @@ MULTIPROC_MODULES = {
     "tests/train/test_strategies.py",
     "tests/train/test_checkpoint.py",
 }
+SHARED_ENGINE_MODULES = ("tests/cluster/", "tests/deploy/test_images.py")  # every `docker` test is in one
 SLOW_S = 20.0
 RECORDED = Path(__file__).with_name("durations.json")  # a clean-clone CI run's INVFOLD_TEST_DURATIONS
+
+
+def unit_of(nodeid: str) -> str:
+    """The module of a test, or "shared-engine" for the modules of SHARED_ENGINE_MODULES."""
+    module = nodeid.split("::")[0]
+    return "shared-engine" if module.startswith(SHARED_ENGINE_MODULES) else module
 
 
 def pytest_collection_modifyitems(config, items):
@@ -68,6 +81,26 @@ def pytest_collection_modifyitems(config, items):
             needs.add("slow")
         for name in sorted(needs):
             item.add_marker(name)
+        if "docker" in needs and unit_of(item.nodeid) != "shared-engine":
+            raise pytest.UsageError(f"{item.nodeid} uses the Docker engine: add its module to SHARED_ENGINE_MODULES")
+    if hasattr(config, "workerinput"):  # an xdist worker: longest unit first (stable: a module keeps its order)
+        seconds: dict[str, float] = {}
+        for item in items:
+            seconds[unit_of(item.nodeid)] = seconds.get(unit_of(item.nodeid), 0.0) + recorded.get(item.nodeid, 1.0)
+        items.sort(key=lambda item: -seconds[unit_of(item.nodeid)])
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadscope`: ModuleUnits; other modes are xdist's own."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of(nodeid)
+
+    return ModuleUnits(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -89,12 +122,16 @@ _durations: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report):
+    """Under xdist this runs in the controller too, for every worker's report: the controller
+    writes the whole record."""
     if os.environ.get("INVFOLD_TEST_DURATIONS"):
         _durations[report.nodeid] = round(_durations.get(report.nodeid, 0.0) + report.duration, 2)
 
 
 def pytest_sessionfinish(session):
     path = os.environ.get("INVFOLD_TEST_DURATIONS")
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the controller writes the record
+        return
     if path and _durations:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         ordered = dict(sorted(_durations.items(), key=lambda kv: -kv[1]))

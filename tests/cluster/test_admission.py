@@ -30,6 +30,7 @@ from kubernetes.utils import parse_quantity
 from invfold.components.launch import Resources
 from invfold.components.launch.trainjob import ClusterOptions, build_trainjob, job_name
 from invfold.components.train.config import TrainConfig
+from tests.support.cluster import prefixed_runtimes
 from tests.support.deploy_tools import documents, rendering
 
 # Renderings with the PriorityClass-scoped compute quota (single-user and cpu-dev install into
@@ -112,21 +113,12 @@ def priority_classes(cluster):
 def jobsets(cluster, priority_classes):
     """{(rendering, strategy, nodes): the JobSet the real Trainer made of build_trainjob's
     suspended TrainJob}, and each rendering's runtime prefix."""
-    cluster.wait_for(  # runtimes of an earlier session wait for their TrainJobs to go (Trainer's finalizer)
-        "earlier admission runtimes deleted",
-        lambda: not cluster.get("clustertrainingruntimes", "-l", LABEL)["items"],
-        180,
-        interval=3,
-    )
+    cluster.wait_for_runtimes_gone(LABEL)
     namespace = cluster.namespace(f"invfold-admission-jobs-{uuid.uuid4().hex[:6]}")
     docs, jobs, prefixes = [], {}, {}
     for name in QUOTA_RENDERINGS:
         prefix = prefixes[name] = f"adm-{name}-invfold-"
-        for doc in documents(rendering(name)):
-            if doc["kind"] == "ClusterTrainingRuntime":
-                doc["metadata"]["name"] = prefix + doc["metadata"]["name"].removeprefix("invfold-")
-                doc["metadata"].setdefault("labels", {})[LABEL] = name
-                docs.append(doc)
+        docs += prefixed_runtimes(documents(rendering(name)), prefix, LABEL, name)
         for strategy in STRATEGIES:
             for nodes in (1, DOC_NODES):
                 jobs[(name, strategy, nodes)] = trainjob(namespace, name, strategy, nodes, prefix)

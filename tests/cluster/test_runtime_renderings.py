@@ -23,7 +23,7 @@ import pytest
 from invfold.components.launch import Resources
 from invfold.components.launch.trainjob import ClusterOptions, build_trainjob, job_name
 from invfold.components.train.config import TrainConfig
-from tests.support.cluster import upstream_runtime
+from tests.support.cluster import prefixed_runtimes, upstream_runtime
 from tests.support.deploy_tools import RENDERINGS, documents, rendering
 
 GPUS = 8
@@ -97,23 +97,13 @@ def image_for(strategy: str, nodes: int) -> str | None:
 @pytest.fixture(scope="module")
 def installed(cluster):
     """{rendering: (runtime prefix, runtime kind, {name: runtime})} installed, and the namespace."""
-    cluster.wait_for(  # runtimes of an earlier session wait for their TrainJobs to go (Trainer's finalizer)
-        "earlier rendered runtimes deleted",
-        lambda: not cluster.get("clustertrainingruntimes", "-l", LABEL)["items"],
-        180,
-        interval=3,
-    )
+    cluster.wait_for_runtimes_gone(LABEL)
     namespace = cluster.namespace(f"invfold-renderings-{uuid.uuid4().hex[:6]}")
     out, docs = {}, []
     for name in RENDERINGS:
-        runtimes = [d for d in documents(rendering(name)) if d["kind"].endswith("TrainingRuntime")]
-        assert {d["kind"] for d in runtimes} in ({"ClusterTrainingRuntime"}, {"TrainingRuntime"}), name
         prefix = f"{name}-invfold-"
-        for doc in runtimes:
-            doc["metadata"]["name"] = prefix + doc["metadata"]["name"].removeprefix("invfold-")
-            doc["metadata"].setdefault("labels", {})[LABEL] = name
-            if doc["kind"] == "TrainingRuntime":
-                doc["metadata"]["namespace"] = namespace
+        runtimes = prefixed_runtimes(documents(rendering(name)), prefix, LABEL, name, namespace)
+        assert {d["kind"] for d in runtimes} in ({"ClusterTrainingRuntime"}, {"TrainingRuntime"}), name
         docs += runtimes
         out[name] = (prefix, runtimes[0]["kind"], {d["metadata"]["name"]: d for d in runtimes})
     upstream = upstream_runtime("deepspeed_distributed.yaml")

@@ -66,6 +66,30 @@ class Cluster:
     def delete_namespace(self, name: str) -> None:
         self.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=true", "--timeout=180s", check=False)
 
+    def wait_for_runtimes_gone(self, label: str) -> None:
+        """Runtimes an earlier session labelled `label` stay until their TrainJobs go (Trainer's
+        finalizer); a module that installs them again waits for that first."""
+        self.wait_for(
+            f"earlier runtimes labelled {label} deleted",
+            lambda: not self.get("clustertrainingruntimes", "-l", label)["items"],
+            180,
+            interval=3,
+        )
+
+
+def prefixed_runtimes(docs: list[dict], prefix: str, label: str, value: str, namespace: str = "") -> list[dict]:
+    """A rendering's (Cluster)TrainingRuntimes renamed `<prefix><name without invfold->` and
+    labelled `label=value`, so several renderings install side by side and are deleted by label;
+    namespaced ones go into `namespace`."""
+    runtimes = [doc for doc in docs if doc["kind"] in ("ClusterTrainingRuntime", "TrainingRuntime")]
+    for doc in runtimes:
+        doc["metadata"]["name"] = prefix + doc["metadata"]["name"].removeprefix("invfold-")
+        doc["metadata"].setdefault("labels", {})[label] = value
+        if doc["kind"] == "TrainingRuntime":
+            assert namespace, f"{doc['metadata']['name']}: a namespaced runtime needs a namespace"
+            doc["metadata"]["namespace"] = namespace
+    return runtimes
+
 
 def running() -> bool:
     if not KUBECONFIG.exists():
