@@ -7,6 +7,7 @@ mode=${1:-run}
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY="$VENV/bin/python"
+source scripts/cache.sh
 
 need_root() {
   if [ "$(id -u)" != 0 ]; then
@@ -44,16 +45,32 @@ check_go() {
   echo "==> go$have (>= $GO_MIN)"
 }
 
+# The venv is made by uv (pinned; installed once into the build cache by pip, so pip's own index
+# settings reach it). uv keeps the downloaded wheels in the build cache and links them into each new
+# venv: a clean clone's venv takes seconds, not the minutes pip needs to unpack 5 GB of torch again.
+# uv does not read pip.conf: a private index is given to it as UV_DEFAULT_INDEX.
+UV=uv==0.13.9
+uv_bin() {
+  local dir="$BUILD_CACHE/tools/${UV/==/-}"
+  if [ ! -x "$dir/bin/uv" ]; then
+    echo "==> installing $UV into $dir" >&2
+    python3 -m venv "$dir"
+    "$dir/bin/python" -m pip install -q "$UV" >&2
+  fi
+  echo "$dir/bin/uv"
+}
+
 make_venv() {
-  local extras=$1 stamp="$VENV/.invfold-$1"
+  local extras=$1 stamp="$VENV/.invfold-$1" uv
+  uv=$(uv_bin)
+  export UV_CACHE_DIR=${UV_CACHE_DIR:-$BUILD_CACHE/uv} UV_PYTHON_DOWNLOADS=never
   if [ ! -x "$PY" ]; then
     echo "==> creating $VENV"
-    python3 -m venv "$VENV"
-    "$PY" -m pip install -q --upgrade pip setuptools wheel
+    "$uv" venv -q --seed --python python3 "$VENV"  # --seed: pip, for the scripts that install into it
   fi
   if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ constraints/ci.txt -nt "$stamp" ]; then
     echo "==> installing invfold[$extras] into $VENV (pinned by constraints/ci.txt)"
-    "$PY" -m pip install -q -c constraints/ci.txt -e ".[$extras]"
+    "$uv" pip install -q --python "$PY" -c constraints/ci.txt -e ".[$extras]"
     touch "$stamp"
   fi
 }
