@@ -84,10 +84,11 @@ def pytest_collection_modifyitems(config, items):
         if "docker" in needs and unit_of(item.nodeid) != "shared-engine":
             raise pytest.UsageError(f"{item.nodeid} uses the Docker engine: add its module to SHARED_ENGINE_MODULES")
     if hasattr(config, "workerinput"):  # an xdist worker: longest unit first (stable: a module keeps its order)
+        units = {item.nodeid: unit_of(item.nodeid) for item in items}
         seconds: dict[str, float] = {}
         for item in items:
-            seconds[unit_of(item.nodeid)] = seconds.get(unit_of(item.nodeid), 0.0) + recorded.get(item.nodeid, 1.0)
-        items.sort(key=lambda item: -seconds[unit_of(item.nodeid)])
+            seconds[units[item.nodeid]] = seconds.get(units[item.nodeid], 0.0) + recorded.get(item.nodeid, 1.0)
+        items.sort(key=lambda item: -seconds[units[item.nodeid]])
 
 
 def pytest_xdist_make_scheduler(config, log):
