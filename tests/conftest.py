@@ -4,7 +4,8 @@
   `.url + "/" + name`; folder listings work, so fsspec can list remote folders).
 - `s3_server`: moto's S3-compatible server on 127.0.0.1 (random port) with fake credentials and
   `AWS_ENDPOINT_URL` set only in this test's environment (child processes inherit them);
-  `.new_bucket()` gives each test its own bucket so fsspec's listing caches never go stale.
+  `.new_bucket()` gives each test its own bucket so fsspec's listing caches never go stale; cached
+  s3fs clients are dropped before and after, as they keep the endpoint they were made with.
 - `mlflow_server`: one real MLflow tracking server for the whole session (tests/support/mlflow_server.py).
 - `docker_engine`, `cpu_images`: the Docker engine and the CPU images (tests/support/docker_engine.py),
   shared by the image tests and the cluster lane.
@@ -214,6 +215,8 @@ _bucket_numbers = itertools.count()
 
 @pytest.fixture
 def s3_server(_moto_endpoint, monkeypatch, tmp_path):
+    from invfold import storage
+
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -225,7 +228,10 @@ def s3_server(_moto_endpoint, monkeypatch, tmp_path):
         monkeypatch.setenv(name, value)
     for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
         monkeypatch.delenv(name, raising=False)
-    return S3Server(endpoint_url=_moto_endpoint, _counter=_bucket_numbers)
+    # an s3fs client cached by an earlier test in this process keeps that test's endpoint
+    storage.forget_s3_clients()
+    yield S3Server(endpoint_url=_moto_endpoint, _counter=_bucket_numbers)
+    storage.forget_s3_clients()
 
 
 @pytest.fixture(scope="session")

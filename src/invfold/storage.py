@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import sys
 import urllib.parse
 import zlib
 from collections.abc import Iterable, Iterator
@@ -314,7 +315,17 @@ def use_endpoint(endpoint: str | None) -> None:
         return
     if not endpoint.startswith(("http://", "https://")):
         raise ConfigError(f"storage_endpoint: expected an http(s) URL, got {endpoint!r}; {ENDPOINT_HINT}")
-    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    if os.environ.get("AWS_ENDPOINT_URL") != endpoint:
+        os.environ["AWS_ENDPOINT_URL"] = endpoint
+        forget_s3_clients()
+
+
+def forget_s3_clients() -> None:
+    """Drop this process's cached s3fs filesystems: fsspec reuses one per set of arguments, and its
+    client keeps the endpoint and keys it was made with, whatever AWS_* says now."""
+    s3fs = sys.modules.get("s3fs")
+    if s3fs is not None:
+        s3fs.S3FileSystem.clear_instance_cache()
 
 
 # On first import, for every process that touches a URI: log records and error messages are redacted.

@@ -107,7 +107,9 @@ def store_from_here(cluster):
         patch.setenv("AWS_ENDPOINT_URL", f"http://{ip}:8333")
         patch.setenv("AWS_ACCESS_KEY_ID", keys["accesskey"])
         patch.setenv("AWS_SECRET_ACCESS_KEY", keys["secretkey"])
+        storage.forget_s3_clients()
         yield
+    storage.forget_s3_clients()
 
 
 def lane_options(namespace: str, run: str, **settings) -> ClusterOptions:

@@ -82,6 +82,19 @@ def test_a_step_hands_the_endpoint_to_its_s3_client(monkeypatch):
         storage.use_endpoint("minio-service.kubeflow:9000")
 
 
+def test_a_new_endpoint_is_not_served_by_a_client_made_for_the_old_one(s3_server, monkeypatch):
+    """fsspec hands back one cached s3fs filesystem per set of arguments, and its client keeps the
+    endpoint it was made with: without use_endpoint dropping it, the read goes to the old store."""
+    uri = s3_server.put(s3_server.new_bucket(), "k", b"x")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens on discard
+    stale, _ = storage.filesystem(uri)
+    stale.connect()
+    storage.use_endpoint(s3_server.endpoint_url)
+    fs, path = storage.filesystem(uri)
+    assert fs is not stale
+    assert fs.cat(path) == b"x"
+
+
 def test_prep_reads_s3_data_through_the_endpoint_it_is_given(s3_server, monkeypatch, tmp_path):
     """The prep step with only the pod's keys and its storage_endpoint input (no AWS_ENDPOINT_URL
     in the pod's env, as KFP starts it) reads an s3:// protein set from a non-AWS store."""
@@ -96,7 +109,6 @@ def test_prep_reads_s3_data_through_the_endpoint_it_is_given(s3_server, monkeypa
     import fsspec
 
     fsspec.config.conf.clear()
-    fsspec.filesystem("s3").clear_instance_cache()
     storage.use_endpoint(s3_server.endpoint_url)
     digest = fingerprint([data, splits])
     meta = prep_step(
