@@ -1,7 +1,7 @@
 """Fixtures of the cluster lane (tests/cluster): the cluster of `make cluster-up` and the images on its node.
 
-`cluster` brings it up once per session, or reuses one already running (then leaves it running);
-one started here is stopped at the end. The first start on a machine builds Kubernetes, JobSet,
+`cluster` brings it up once for the lane, or reuses one already running (then leaves it running);
+one started here is stopped after the lane's last test. The first start on a machine builds Kubernetes, JobSet,
 Trainer and CoreDNS from their Go modules into the build cache (scripts/cluster/build.sh), which
 takes minutes; later starts take seconds. `node_images` loads the project's CPU images (built by
 the image tests' fixture) into the node's containerd: nothing can be pulled here."""
@@ -33,9 +33,10 @@ from tests.support.deploy_tools import CHART, REPO, run, tool
 from tests.support.docker_engine import DOCKER
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def cluster():
-    """The cluster of `make cluster-up` (reused if running; else started and, at the end, stopped)."""
+    """The cluster of `make cluster-up` (reused if running; else started, and stopped after the
+    last test under tests/cluster/: its control plane and pods would take CPU from the tests after)."""
     reused = running()
     env = {**os.environ, "KUBECTL": tool("kubectl"), "PYTHON": str(REPO / ".venv" / "bin" / "python")}
     if not Path(env["PYTHON"]).exists():
@@ -51,7 +52,7 @@ def cluster():
         subprocess.run(["bash", str(REPO / "scripts" / "cluster" / "down.sh")], env=env, timeout=600, check=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node_images(cluster, cpu_images):
     """Load the CPU images a test names into the node (`docker save | ctr images import`) once.
 
@@ -118,7 +119,7 @@ def prerequisites(cluster) -> None:
         )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def release(cluster, cpu_images, node_images):
     """The chart installed (or upgraded in place) into `kubeflow`, MLflow running."""
     node_images("mlflow")
