@@ -1,10 +1,11 @@
 """Fixtures of the cluster lane (tests/cluster): the cluster of `make cluster-up` and the images on its node.
 
 `cluster` brings it up once for the lane, or reuses one already running (then leaves it running);
-one started here is stopped after the lane's last test. The first start on a machine builds Kubernetes, JobSet,
-Trainer and CoreDNS from their Go modules into the build cache (scripts/cluster/build.sh), which
-takes minutes; later starts take seconds. `node_images` loads the project's CPU images (built by
-the image tests' fixture) into the node's containerd: nothing can be pulled here."""
+one started here is stopped after the lane's last test. The first start on a machine builds
+Kubernetes, JobSet, Trainer and CoreDNS from their Go modules into the build cache
+(scripts/cluster/build.sh), which takes minutes; later starts take seconds. `node_images` loads
+the project's CPU images (built by the image tests' fixture) into the node's containerd: nothing
+can be pulled here."""
 
 from __future__ import annotations
 
