@@ -714,7 +714,10 @@ def _judge_out(output: str) -> _OutFolder:
     if not stat.S_ISDIR(existing.st_mode):
         kind = "a file" if stat.S_ISREG(existing.st_mode) else "a device or other non-folder"
         raise ConfigError(f"{shown}: expected a folder (new, empty, or an earlier prep output), got {kind}")
-    names = set(os.listdir(path))
+    try:
+        names = set(os.listdir(path))
+    except OSError as err:
+        raise ConfigError(f"{shown}: expected a folder prep can read and write, got {err.strerror}") from None
     if not names:
         return _OutFolder(path, existing, False)
     ours = set(PREP_FILES)
