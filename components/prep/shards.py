@@ -396,8 +396,7 @@ def _cached_copy(uri: str, cache_dir: Path) -> Path:
     try:
         for name in [dataset_file(n) for n in index["datasets"]]:
             dest = _inside(staging, name, where)
-            if (target / name).is_file() and not (target / name).is_symlink():
-                os.link(target / name, dest)  # the same digest's data, verified again below
+            if _linked(target / name, dest):  # the same digest's data, verified again below
                 continue
             with storage.open_binary(f"{uri}/{name}") as src, open(dest, "xb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
@@ -413,6 +412,17 @@ def _cached_copy(uri: str, cache_dir: Path) -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _linked(cached: Path, dest: Path) -> bool:
+    """Hard-link a cached dataset file instead of downloading it again, where it exists."""
+    try:
+        if cached.is_file() and not cached.is_symlink():
+            os.link(cached, dest)
+            return True
+    except OSError:
+        pass
+    return False
 
 
 def _holds(folder: Path, meta: dict[str, bytes]) -> bool:
