@@ -80,6 +80,56 @@ def artifact_location(uri: str) -> str | None:
     return (Path(uri[len("sqlite:///") :]).parent / "artifacts").absolute().as_uri()
 
 
+# Where a SQLite store writes its artifact folder's absolute URI (MLflow resolves every local
+# artifact location to an absolute one when it stores it).
+LOCATION_COLUMNS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("logged_models", "artifact_location"),
+    ("model_versions", "source"),
+    ("model_versions", "storage_location"),
+)
+
+
+def relocate_artifacts(uri: str, old: str) -> int:
+    """Point a SQLite store whose folder was moved or copied at the artifact folder beside it:
+    every location under `old` (the folder the store was made in) is rewritten under the one
+    artifact_location gives now, so the copy writes and reads its own artifacts, never the
+    original's. Returns how many values changed."""
+    import sqlite3
+    from contextlib import closing
+
+    new = artifact_location(uri)
+    changed = 0
+    with closing(sqlite3.connect(uri[len("sqlite:///") :], timeout=30)) as db, db:
+        for table, column in LOCATION_COLUMNS:
+            if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                continue  # an MLflow schema without that table or column
+            changed += db.execute(
+                f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                (new, len(old) + 1, old, len(old) + 1, old + "/"),
+            ).rowcount
+    log.warning(
+        "MLflow store %s was made in another folder: %d artifact locations moved from %s to %s", uri, changed, old, new
+    )
+    return changed
+
+
+def _moved(uri: str, location: str | None) -> bool:
+    """Whether an experiment's artifact folder is an `artifacts` folder beside another SQLite
+    store's path: the store it is in was moved or copied since (a server's, or one chosen by
+    hand elsewhere, is left alone)."""
+    expected = artifact_location(uri)
+    return bool(
+        expected
+        and location
+        and location != expected
+        and location.startswith("file://")
+        and location.rstrip("/").rsplit("/", 1)[-1] == "artifacts"
+    )
+
+
 def reachable(uri: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> tuple[bool, str]:
     """(True, "") for local stores; for a server, whether /health answers within timeout_s."""
     if not uri.startswith(("http://", "https://")):
@@ -524,8 +574,8 @@ def finish_pipeline(ctx: RunContext, failed: bool, message: str = "") -> list[st
 
 
 def _experiment_id(client, name: str) -> str:
-    """The experiment's id, created (artifacts beside a SQLite store) or tagged as a
-    model-training experiment as needed."""
+    """The experiment's id, created (artifacts beside a SQLite store), moved with its store
+    (relocate_artifacts) or tagged as a model-training experiment as needed."""
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:
@@ -536,6 +586,8 @@ def _experiment_id(client, name: str) -> str:
             )
         except Exception:  # noqa: BLE001 - created meanwhile by another step
             experiment = client.get_experiment_by_name(name)
+    if _moved(client.tracking_uri, experiment.artifact_location):
+        relocate_artifacts(client.tracking_uri, experiment.artifact_location.rstrip("/"))
     if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
         client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
     return experiment.experiment_id

@@ -168,12 +168,14 @@ def read_bytes(uri: str | os.PathLike, limit: int | None = None, limit_name: str
 
 
 def too_large(uri: str | os.PathLike, line: int | None, limit: int, limit_name: str, what: str) -> InputError:
-    """An input over a size bound (src/invfold's readers and components/protein/limits.py)."""
+    """An input over a size bound (src/invfold's readers and components/protein/limits.py): a
+    lower-case `limit_name` is a prep option, named with its flag; an upper-case one a constant."""
+    flag = f"; prep: --{limit_name.replace('_', '-')}" if limit_name.islower() else ""
     return InputError(
         uri,
         line,
         None,
-        f"{what} of at most {limit:,} bytes (limit {limit_name}; prep: --{limit_name.replace('_', '-')})",
+        f"{what} of at most {limit:,} bytes (limit {limit_name}{flag})",
         f"more than {limit:,} bytes",
         reason="too_large" if line is None else "line_too_long",
     )
@@ -253,10 +255,14 @@ def too_deep(path: str | os.PathLike, line: int | None) -> InputError:
     )
 
 
-def load_json(path: str | os.PathLike, limit: int | None = None):
+def load_json(path: str | os.PathLike, limit: int | None = None, limit_name: str = "max_file_bytes"):
     """The whole file decoded (gzip detected, BOM tolerated); empty or invalid JSON raises, and so
     does a file over `limit` bytes (see read_bytes) or one whose decoding runs out of memory."""
-    data = read_bytes(path, limit)
+    return parse_json(read_bytes(path, limit, limit_name), path)
+
+
+def parse_json(data: bytes, path: str | os.PathLike):
+    """`data` (the content of `path`) decoded as load_json does."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     if not data.strip():
