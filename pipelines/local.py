@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from invfold.allocator import allocator_env
-from invfold.components.tracking import MODEL_TRAINING_VIEW, default_tracking_uri, reachable
+from invfold.components.tracking import default_tracking_uri, experiment_page, reachable
 from invfold.environ import restored_environ
 from invfold.errors import ConfigError, InvfoldError
 from invfold.pipelines import defaults
@@ -59,7 +59,7 @@ class LocalRun:
         """How to see the run: the UI command and the experiment's page in its model-training
         view (MLflow 3 otherwise opens on its GenAI overview)."""
 
-        page = f"#/experiments/{self.experiment_id}?{MODEL_TRAINING_VIEW}" if self.experiment_id else ""
+        page = experiment_page(self.experiment_id) if self.experiment_id else ""
         if self.tracking_uri.startswith("sqlite:"):
             return f"mlflow ui --backend-store-uri {self.tracking_uri}, then open http://127.0.0.1:5000/{page}"
         return f"open {self.tracking_uri.rstrip('/')}/{page}"

@@ -46,12 +46,33 @@ REACHABILITY_TIMEOUT_S = 3.0
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 MODEL_TRAINING_VIEW = "workflowType=machine_learning"
+# The run list MLflow shows by default has no metric columns (its column choice lives in each
+# browser's localStorage). A shared view is an experiment tag `mlflow.sharedViewState.<key>` whose
+# JSON the page applies when its URL carries `viewStateShareKey=<key>` (mlflow/mlflow,
+# mlflow/server/js/src/experiment-tracking/components/experiment-page/hooks/
+# useSharedExperimentViewState.ts); every experiment page we print or link opens that view: the
+# figures a model is judged on as columns, newest run first. A column is `<kind>.` + the name in
+# backquotes (MLflow's makeCanonicalSortKey).
+RUN_LIST_VIEW_KEY = "invfold"
+RUN_LIST_COLUMNS = (
+    "metrics.`validation/recovery`",
+    "metrics.`test/recovery`",
+    "metrics.`test/perplexity`",
+    "metrics.`test/constant_recovery`",
+    "params.`strategy`",
+    "params.`preset`",
+)
+RUN_LIST_VIEW = {"selectedColumns": list(RUN_LIST_COLUMNS), "orderByKey": "attributes.start_time", "orderByAsc": False}
+SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 # Metric names: `<group>/<figure>`, one name per figure in every run. MLflow's run page draws one
 # chart section per group, sections in alphabetical order (mlflow/server/js/src/experiment-tracking/
 # components/runs-charts/runs-charts.types.ts: getBaseChartAndSectionConfigs), so training opens
 # on `train/` (loss) and `validation/` (recovery); the trainer's `time` records, the timing
 # internals, go under a group that sorts after them.
 METRIC_GROUPS = {"train": "train", "validation": "validation", "time": "wallclock"}
+# The training records' progress counters (a staircase, a near-flat count, a throughput) are time
+# figures: under `wallclock/`, so the `train/` section holds the curves a run is judged by.
+PROGRESS_FIGURES = ("epoch", "residues", "residues_per_s")
 STEP_TAG = "invfold.step"
 
 
@@ -360,7 +381,8 @@ class Tracker:
                 stamp = int(float(record.get("time", time.time())) * 1000)
                 for key, value in record.items():
                     if key not in ("split", "step", "time") and _finite(value):
-                        points.append(Metric(f"{group}/{key}", float(value), stamp, step))
+                        where = METRIC_GROUPS["time"] if split == "train" and key in PROGRESS_FIGURES else group
+                        points.append(Metric(f"{where}/{key}", float(value), stamp, step))
 
         def do():
             for start in range(0, len(points), 900):  # the REST API takes 1000 per batch
@@ -573,23 +595,39 @@ def finish_pipeline(ctx: RunContext, failed: bool, message: str = "") -> list[st
     return closed
 
 
+def experiment_page(experiment_id: str) -> str:
+    """The UI route of an experiment's run list in the model-training view with invfold's
+    columns (RUN_LIST_VIEW), relative to the server's root."""
+    return f"#/experiments/{experiment_id}/runs?{MODEL_TRAINING_VIEW}&viewStateShareKey={RUN_LIST_VIEW_KEY}"
+
+
+def experiment_tags() -> dict[str, str]:
+    """What makes an experiment open as invfold's: the model-training kind and the run-list view."""
+    return {
+        EXPERIMENT_KIND_TAG: EXPERIMENT_KIND,
+        SHARED_VIEW_TAG_PREFIX + RUN_LIST_VIEW_KEY: json.dumps(RUN_LIST_VIEW, sort_keys=True),
+    }
+
+
 def _experiment_id(client, name: str) -> str:
     """The experiment's id, created (artifacts beside a SQLite store), moved with its store
-    (relocate_artifacts) or tagged as a model-training experiment as needed."""
+    (relocate_artifacts) or tagged as a model-training experiment with invfold's run-list view
+    as needed."""
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:
             return client.create_experiment(
                 name,
                 artifact_location=artifact_location(client.tracking_uri),
-                tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+                tags=experiment_tags(),
             )
         except Exception:  # noqa: BLE001 - created meanwhile by another step
             experiment = client.get_experiment_by_name(name)
     if _moved(client.tracking_uri, experiment.artifact_location):
         relocate_artifacts(client.tracking_uri, experiment.artifact_location.rstrip("/"))
-    if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
-        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    for key, value in experiment_tags().items():
+        if experiment.tags.get(key) != value:
+            client.set_experiment_tag(experiment.experiment_id, key, value)
     return experiment.experiment_id
 
 
