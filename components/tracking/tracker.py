@@ -366,7 +366,7 @@ class Tracker:
             name=name,
             digest=digest[:36],
             source_type="invfold-prepared",
-            source=json.dumps({"uri": source, "digest": digest}),
+            source=json.dumps({"uri": storage.display_uri(source), "digest": digest}),
             profile=json.dumps(profile or {}),
         )
         tags = [InputTag("mlflow.data.context", context)]
@@ -456,13 +456,13 @@ class Tracker:
                 model_name,
                 source=info.model_uri,
                 run_id=source_run,
-                tags={k: str(v) for k, v in tags.items()},
-                description=f"{description}\n\nRuns: {links}.".strip(),
+                tags={k: _param_value(str(v)) for k, v in tags.items()},
+                description=storage.redact(f"{description}\n\nRuns: {links}.".strip()),
                 model_id=info.model_id,
             ).version
             version = str(version)
             if description:
-                self.client.update_registered_model(model_name, description=description)
+                self.client.update_registered_model(model_name, description=storage.redact(description))
             link = f"[{model_name} version {version}](#/models/{model_name}/versions/{version})"
             self.client.set_tag(
                 self.parent_run_id,
@@ -479,7 +479,7 @@ class Tracker:
     def set_version_tags(self, model_name: str, version: str, tags: dict[str, Any]) -> None:
         def do():
             for key, value in tags.items():
-                self.client.set_model_version_tag(model_name, version, key, str(value))
+                self.client.set_model_version_tag(model_name, version, key, _param_value(str(value)))
 
         self._record(f"tags {sorted(tags)} of {model_name} v{version}", do)
 
@@ -517,7 +517,7 @@ def finish_pipeline(ctx: RunContext, failed: bool, message: str = "") -> list[st
         if run.info.status == "RUNNING" or (is_parent and failed):
             status = "FAILED" if failed else "FINISHED"
             if is_parent and message:
-                client.set_tag(run.info.run_id, "invfold.pipeline_status", message[:5000])
+                client.set_tag(run.info.run_id, "invfold.pipeline_status", _param_value(message)[:5000])
             client.set_terminated(run.info.run_id, status)
             closed.append(run.info.run_id)
     return closed

@@ -1,8 +1,9 @@
 """One base for every error the project raises on purpose.
 
 `invfold` catches `InvfoldError` once (src/invfold/cli.py), prints `invfold <cmd>: error: <message>`
-and exits with the error's `exit_code`; anything else is a bug and keeps its traceback. The errors
-under it live beside the code that raises them:
+and exits with the error's `exit_code`; anything else (a library's exception, or a bug) is one
+line naming its type, exit 1, and its traceback under -v. The errors under it live beside the
+code that raises them:
 
 - `ConfigError` (here): a config field or command-line option out of range (exit 2);
 - `InputError` (here): a problem with one input file, naming file, line, field, expectation (exit 2);
