@@ -14,6 +14,7 @@ from invfold.components.tracking.tracker import (
     finish_pipeline,
     in_cluster,
     reachable,
+    stop_pipeline_runs,
 )
 
 __all__ = [
@@ -30,4 +31,5 @@ __all__ = [
     "finish_pipeline",
     "in_cluster",
     "reachable",
+    "stop_pipeline_runs",
 ]

@@ -523,6 +523,42 @@ def finish_pipeline(ctx: RunContext, failed: bool, message: str = "") -> list[st
     return closed
 
 
+def stop_pipeline_runs(tracking_uri: str, experiment: str, since: float, reason: str) -> list[str]:
+    """A local pipeline run stopped by a signal (its exit handler never runs): the pipeline's
+    parent run (the one started in `experiment` at or after `since`, seconds) and every run of
+    that pipeline run still RUNNING end KILLED, the reason on the parent. Returns the run ids it
+    ended, the parent's first."""
+    from mlflow import MlflowClient
+
+    if not reachable(tracking_uri)[0]:
+        log.warning("MLflow unreachable: the stopped run's MLflow runs are left as they are")
+        return []
+    client = MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    started = client.search_runs(
+        [found.experiment_id],
+        filter_string=f"attributes.start_time >= {int(since * 1000)}",
+        order_by=["attributes.start_time ASC"],
+    )
+    parents = [r for r in started if PARENT_TAG not in r.data.tags and PIPELINE_RUN_TAG in r.data.tags]
+    if not parents:
+        return []
+    parent = parents[0]
+    runs = client.search_runs(
+        [found.experiment_id], filter_string=f"tags.`{PIPELINE_RUN_TAG}` = '{parent.data.tags[PIPELINE_RUN_TAG]}'"
+    )
+    ended = []
+    for run in sorted(runs, key=lambda r: r.info.run_id != parent.info.run_id):
+        if run.info.status == "RUNNING":
+            if run.info.run_id == parent.info.run_id:
+                client.set_tag(run.info.run_id, "invfold.pipeline_status", _param_value(reason))
+            client.set_terminated(run.info.run_id, "KILLED")
+            ended.append(run.info.run_id)
+    return ended
+
+
 def _experiment_id(client, name: str) -> str:
     """The experiment's id, created (artifacts beside a SQLite store) or tagged as a
     model-training experiment as needed."""

@@ -23,11 +23,12 @@ from __future__ import annotations
 # What `invfold` exits with (every --help ends with it; the README's table is this text)
 EXIT_STATUS = """exit status:
   0    done
-  1    a step failed: a training job, the ONNX parity gate, MLflow, the KFP API, a pipeline step
+  1    a step failed: a training job, the ONNX parity gate, MLflow, the KFP API, a pipeline step; an unexpected error
   2    a mistake in the command: an option, an input file, a model reference (one line says which)
   3    training stopped: a run of non-finite steps (nothing saved)
+  130  invfold run stopped by SIGINT (Ctrl-C): every process it started stopped, its MLflow runs KILLED
   141  the reader of its output went away (`invfold ... | head`), as for any tool killed by SIGPIPE
-  143  stopped by SIGTERM after writing a checkpoint (run it again to resume)"""
+  143  stopped by SIGTERM after writing a checkpoint (run it again to resume); invfold run: as for 130"""
 
 
 def redact_text(text: str) -> str:
