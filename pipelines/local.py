@@ -107,7 +107,7 @@ class _Session:
 
 
 @contextlib.contextmanager
-def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool, experiment: str):
+def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool, experiment: str = defaults.EXPERIMENT):
     """Set up KFP's local runner under `runs_dir` (the one place a local run's stores are chosen:
     see ARCHITECTURE.md's table) and restore the environment it changes when the run ends: TMPDIR
     (the runner leaves a temp folder per task there, removed here), the step-timings file and the
