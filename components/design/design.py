@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from invfold import storage
 from invfold.components.design import positions
 from invfold.components.design.config import DesignConfig
 from invfold.components.design.constraints import ConstraintFiles, load_constraints
@@ -471,10 +472,16 @@ def write_fasta(path: str | os.PathLike, designs: list[Design], temperature: flo
     Path(path).write_text("\n".join(lines) + "\n")
 
 
+def model_label(model: str | os.PathLike) -> str:
+    """The model as FASTA headers, rows and summaries name it: its file name, credentials and a
+    presigned query's values hidden (storage.display_uri)."""
+    return storage.basename(storage.display_uri(model))
+
+
 def write_designs(path: str | os.PathLike, record: ChainRecord, designs: list[Design], cfg: DesignConfig) -> None:
     """The FASTA of one record's designs in cfg.fasta_layout, and with cfg.save_probs their
     probabilities beside it (probs.probs_path)."""
-    model = os.path.basename(str(cfg.model))
+    model = model_label(cfg.model)
     if cfg.fasta_layout == "proteinmpnn":
         write_proteinmpnn_fasta(path, record, designs, model, cfg.seed)
     else:

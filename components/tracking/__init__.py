@@ -15,6 +15,7 @@ from invfold.components.tracking.tracker import (
     finish_pipeline,
     in_cluster,
     reachable,
+    stop_pipeline_runs,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "finish_pipeline",
     "in_cluster",
     "reachable",
+    "stop_pipeline_runs",
 ]

@@ -438,7 +438,7 @@ class Tracker:
             name=name,
             digest=digest[:36],
             source_type="invfold-prepared",
-            source=json.dumps({"uri": source, "digest": digest}),
+            source=json.dumps({"uri": storage.display_uri(source), "digest": digest}),
             profile=json.dumps(profile or {}),
         )
         tags = [InputTag("mlflow.data.context", context)]
@@ -528,13 +528,13 @@ class Tracker:
                 model_name,
                 source=info.model_uri,
                 run_id=source_run,
-                tags={k: str(v) for k, v in tags.items()},
-                description=f"{description}\n\nRuns: {links}.".strip(),
+                tags={k: _param_value(str(v)) for k, v in tags.items()},
+                description=storage.redact(f"{description}\n\nRuns: {links}.".strip()),
                 model_id=info.model_id,
             ).version
             version = str(version)
             if description:
-                self.client.update_registered_model(model_name, description=description)
+                self.client.update_registered_model(model_name, description=storage.redact(description))
             link = f"[{model_name} version {version}](#/models/{model_name}/versions/{version})"
             self.client.set_tag(
                 self.parent_run_id,
@@ -551,7 +551,7 @@ class Tracker:
     def set_version_tags(self, model_name: str, version: str, tags: dict[str, Any]) -> None:
         def do():
             for key, value in tags.items():
-                self.client.set_model_version_tag(model_name, version, key, str(value))
+                self.client.set_model_version_tag(model_name, version, key, _param_value(str(value)))
 
         self._record(f"tags {sorted(tags)} of {model_name} v{version}", do)
 
@@ -589,7 +589,7 @@ def finish_pipeline(ctx: RunContext, failed: bool, message: str = "") -> list[st
         if run.info.status == "RUNNING" or (is_parent and failed):
             status = "FAILED" if failed else "FINISHED"
             if is_parent and message:
-                client.set_tag(run.info.run_id, "invfold.pipeline_status", message[:5000])
+                client.set_tag(run.info.run_id, "invfold.pipeline_status", _param_value(message)[:5000])
             client.set_terminated(run.info.run_id, status)
             closed.append(run.info.run_id)
     return closed
@@ -607,6 +607,42 @@ def experiment_tags() -> dict[str, str]:
         EXPERIMENT_KIND_TAG: EXPERIMENT_KIND,
         SHARED_VIEW_TAG_PREFIX + RUN_LIST_VIEW_KEY: json.dumps(RUN_LIST_VIEW, sort_keys=True),
     }
+
+
+def stop_pipeline_runs(tracking_uri: str, experiment: str, since: float, reason: str) -> list[str]:
+    """A local pipeline run stopped by a signal (its exit handler never runs): the pipeline's
+    parent run (the one started in `experiment` at or after `since`, seconds) and every run of
+    that pipeline run still RUNNING end KILLED, the reason on the parent. Returns the run ids it
+    ended, the parent's first."""
+    from mlflow import MlflowClient
+
+    if not reachable(tracking_uri)[0]:
+        log.warning("MLflow unreachable: the stopped run's MLflow runs are left as they are")
+        return []
+    client = MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    started = client.search_runs(
+        [found.experiment_id],
+        filter_string=f"attributes.start_time >= {int(since * 1000)}",
+        order_by=["attributes.start_time ASC"],
+    )
+    parents = [r for r in started if PARENT_TAG not in r.data.tags and PIPELINE_RUN_TAG in r.data.tags]
+    if not parents:
+        return []
+    parent = parents[0]
+    runs = client.search_runs(
+        [found.experiment_id], filter_string=f"tags.`{PIPELINE_RUN_TAG}` = '{parent.data.tags[PIPELINE_RUN_TAG]}'"
+    )
+    ended = []
+    for run in sorted(runs, key=lambda r: r.info.run_id != parent.info.run_id):
+        if run.info.status == "RUNNING":
+            if run.info.run_id == parent.info.run_id:
+                client.set_tag(run.info.run_id, "invfold.pipeline_status", _param_value(reason))
+            client.set_terminated(run.info.run_id, "KILLED")
+            ended.append(run.info.run_id)
+    return ended
 
 
 def _experiment_id(client, name: str) -> str:
