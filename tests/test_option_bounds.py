@@ -11,6 +11,19 @@ import pytest
 from invfold.cli import build_parser, main
 
 
+@pytest.fixture(autouse=True)
+def nothing_starts(monkeypatch):
+    """A value the rules let through would start a pipeline run or a submission: fail instead."""
+    from invfold.pipelines import compile as compile_module
+    from invfold.pipelines import local
+
+    def started(*args, **kwargs):
+        raise AssertionError("the value was accepted: a run or a submission started")
+
+    for module, name in ((local, "run_local"), (local, "run_design_local"), (compile_module, "submit")):
+        monkeypatch.setattr(module, name, started)
+
+
 def _leaf_commands() -> list[tuple[tuple[str, ...], argparse.ArgumentParser]]:
     """(words, parser) of every subcommand that runs something ("design", "weights import")."""
     found = []
@@ -69,22 +82,22 @@ def test_every_float_option_refuses_what_is_not_a_finite_number(words, flag, cou
 @pytest.mark.parametrize(
     "line, expected",
     [
-        ("design m.pt s.pdb --out d.fasta -n 1000000000", "--num-sequences: expected a finite number in [1, 100,000]"),
+        ("design m.pt s.pdb --out d.fasta -n 1000000000", "--num-sequences: expected an integer in [1, 100,000]"),
         ("design m.pt s.pdb --out d.fasta -T inf", "--temperature: expected one or more temperatures in (0, 10]"),
         ("design m.pt s.pdb --out d.fasta -T 0.1,nan", "--temperature: expected one or more temperatures in (0, 10]"),
         ("design m.pt s.pdb --out d.fasta --backbone-noise 1e30", "--backbone-noise: expected a finite number in"),
         ("design m.pt s.pdb --out d.fasta --fixed-positions 1-100000000000000000000", "expected positions <= 10,000"),
-        ("design m.pt s.pdb --out d.fasta --max-length 10000000", "--max-length: expected a finite number in [1,"),
+        ("design m.pt s.pdb --out d.fasta --max-length 10000000", "--max-length: expected an integer in [1,"),
         ("score m.pt s.pdb --out s.csv --num-orders 100000000000", "--num-orders: expected"),
         ("evaluate m.pt --data d --out o --bootstrap-resamples 100000000000", "--bootstrap-resamples: expected"),
         ("evaluate m.pt --data d --out o --designs-per-protein 100000000", "--designs-per-protein: expected"),
         ("evaluate m.pt --data d --out o --tokens-per-batch 900000", "900,000 x 5 = 4,500,000 residues at once"),
-        ("prep in --out o --max-length 100000000000000000000", "--max-length: expected a finite number in [1,"),
+        ("prep in --out o --max-length 100000000000000000000", "--max-length: expected an integer in [1,"),
         ("prep in --out o --split-fractions nan nan nan", "--split-fractions: expected a finite number in [0.0, 1.0]"),
         ("train --data d --out o --max-steps 1 --lr 1e30", "--lr: expected a finite number <= 1.0"),
         ("run --lr nan", "--lr: expected a finite number"),
         ("run --registration-threshold nan", "--registration-threshold: expected a recovery in [0, 1]"),
-        ("run --pipeline design --num-sequences 1000000000", "--num-sequences: expected a finite number in [1,"),
+        ("run --pipeline design --num-sequences 1000000000", "--num-sequences: expected an integer in [1,"),
         ("run --pipeline design --temperatures inf", "--temperatures: expected one or more temperatures in (0, 10]"),
         ("submit --host http://127.0.0.1:9 --data s3://b/x --param lr=NaN", "--lr: expected a finite number"),
     ],

@@ -115,8 +115,8 @@ class Bounded:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"count": 0}, r"Bounded\.count: expected a finite number in \[1, 100\], got 0"),
-        ({"count": 10**20}, r"Bounded\.count: expected a finite number in \[1, 100\], got 100000000000000000000"),
+        ({"count": 0}, r"Bounded\.count: expected an integer in \[1, 100\], got 0"),
+        ({"count": 10**20}, r"Bounded\.count: expected an integer in \[1, 100\], got 100000000000000000000"),
         ({"rate": float("nan")}, r"Bounded\.rate: expected a finite number >= 0\.0, got nan"),
         ({"rate": float("inf")}, r"Bounded\.rate: expected a finite number >= 0\.0, got inf"),
         ({"free": float("-inf")}, r"Bounded\.free: expected a finite number, got -inf"),

@@ -271,6 +271,13 @@ class ScoreConfig:
         8, "random decoding orders averaged (ProteinMPNN: --num_seq_per_target with --score_only 1)", min=1, max=100_000
     )
     batch_size: int = option(8, "decoding orders per model run", min=1, max=1024)
+    batch_residues: int = option(
+        80_000,
+        "residues in one model run (orders x record length): a long record is scored in fewer orders per run "
+        "than batch_size (at least one), so memory follows this (the default: 8 orders at the default max_length)",
+        min=1,
+        max=1_000_000,
+    )
     seed: int = option(0, "order k is drawn from seed + k", min=0, max=2**63 - 100_001)
     max_length: int = option(
         10_000,

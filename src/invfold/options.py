@@ -238,9 +238,11 @@ def _numbers(value: Any) -> list:
     return [v for v in items if isinstance(v, (int, float)) and not isinstance(v, bool)]
 
 
-def _bounds_text(meta: Any) -> str:
+def _bounds_text(meta: Any, hint: Any) -> str:
     low, high = meta.get("min"), meta.get("max")
-    finite = "a finite number" if meta.get("finite", True) else "a number"
+    base = _strip_optional(hint)
+    kind = typing.get_args(base)[0] if typing.get_origin(base) in (tuple, list) and typing.get_args(base) else base
+    finite = "an integer" if kind is int else "a finite number" if meta.get("finite", True) else "a number"
     if low is not None and high is not None:
         return f"{finite} in [{low:,}, {high:,}]"
     if low is not None:
@@ -262,9 +264,13 @@ def check_value(cls, name: str, value: Any) -> None:
     low, high, finite = meta.get("min"), meta.get("max"), meta.get("finite", True)
     for number in _numbers(value):
         if finite and isinstance(number, float) and not math.isfinite(number):
-            raise ConfigError(f"{cls.__name__}.{name}: expected {_bounds_text(meta)}, got {value!r}")
+            raise ConfigError(
+                f"{cls.__name__}.{name}: expected {_bounds_text(meta, field_types(cls)[name])}, got {value!r}"
+            )
         if (low is not None and number < low) or (high is not None and number > high):
-            raise ConfigError(f"{cls.__name__}.{name}: expected {_bounds_text(meta)}, got {value!r}")
+            raise ConfigError(
+                f"{cls.__name__}.{name}: expected {_bounds_text(meta, field_types(cls)[name])}, got {value!r}"
+            )
 
 
 def check_values(config) -> None:

@@ -147,3 +147,16 @@ def test_the_runs_do_not_change_the_designs(inputs, real_chain, tmp_path):
         (d.index, d.seed, d.sequence, d.mean_nll) for d in one_by_one
     ]
     assert (tmp_path / "a.fasta").read_text() == (tmp_path / "b.fasta").read_text()
+
+
+def test_scoring_runs_follow_batch_residues(inputs, real_chain, tmp_path):
+    """batch_size 64 orders of 436 residues would decode 27,904 residues at once; with
+    batch_residues 1,000 each run holds two orders, and the scores are those of one run."""
+    from invfold.components.design.score import score
+
+    model, *_ = inputs
+    pdb = write_chains(tmp_path / "chain.pdb", [ChainSpec("A", real_chain)])
+    base = dict(model=str(model), structure=str(pdb), num_orders=6, batch_size=64)
+    whole = score(ScoreConfig(**base, out=str(tmp_path / "a.csv")))
+    runs = score(ScoreConfig(**base, out=str(tmp_path / "b.csv"), batch_residues=1000))
+    assert [s.mean_nll for s in whole] == pytest.approx([s.mean_nll for s in runs], rel=1e-6)
