@@ -29,7 +29,7 @@ from invfold.components.train.config import TrainConfig
 from invfold.components.train.memory import allocator_env, memory_warning
 from invfold.components.train.strategies import STRATEGIES, local_launchers, strategy_spec
 from invfold.errors import ConfigError
-from invfold.options import check_choices, option
+from invfold.options import check_values, option
 
 ENTRYPOINT = "invfold.components.train.rank_entry"
 CONFIG_FILE = "train_config.json"
@@ -47,7 +47,7 @@ class LocalProcesses:
     )
 
     def __post_init__(self) -> None:
-        check_choices(self)  # the count is checked by launch_local
+        check_values(self)  # the count is checked by launch_local
 
 
 def _horovodrun() -> str:

@@ -24,7 +24,7 @@ import numpy as np
 
 from invfold import storage
 from invfold.components.evaluate.step import scalar_metrics
-from invfold.errors import InputError
+from invfold.errors import ConfigError, InputError
 
 METRIC = "validation_recovery"  # median per-protein recovery on the validation split; higher is better
 ALPHA = 0.05  # one-sided: the chance of registering a candidate no better than the champion
@@ -141,7 +141,11 @@ def decide(
 ) -> Comparison:
     """`tracking_down`: why the tracking server cannot be used ("" when it can); a model that
     cannot be recorded is not registered. `starting_point`: for a fine-tuned candidate, the weights
-    it started from; it must beat them, or fine-tuning made nothing worth registering."""
+    it started from; it must beat them, or fine-tuning made nothing worth registering.
+    A threshold that is not a number in [0, 1] is refused: NaN compares false, so every candidate
+    would pass it."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+        raise ConfigError(f"registration_threshold: expected a recovery in [0, 1], got {threshold!r}")
     score = candidate.validation_recovery
     facts = dict(
         candidate=score,

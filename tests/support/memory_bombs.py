@@ -18,7 +18,6 @@ import os
 import resource
 import subprocess
 import sys
-import tempfile
 import zlib
 from pathlib import Path
 
@@ -50,30 +49,46 @@ def run_limited(args: list[str], limit: int, timeout: float = 300, module: bool 
     )
 
 
-# Runs one command and writes the peak resident set of its children (that command alone: this
-# wrapper is a fresh process) in KiB to the file named first, as Linux reports ru_maxrss.
-_PEAK_RSS = (
-    "import resource, subprocess, sys; code = subprocess.run(sys.argv[2:]).returncode; "
-    "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); sys.exit(code)"
-)
+_MEASURE = """
+import resource, subprocess, sys
+limit = int(sys.argv[1])
+def cap():
+    if limit:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+done = subprocess.run(sys.argv[2:], preexec_fn=cap, capture_output=True, text=True)
+sys.stdout.write(done.stdout)
+sys.stderr.write(done.stderr)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, file=sys.stderr)
+sys.exit(done.returncode)
+"""
 
 
-def run_measured(args: list[str], limit: int, timeout: float = 300) -> tuple[subprocess.CompletedProcess, int]:
-    """run_limited, and the command's peak resident memory in bytes: what a pod's memory limit
-    (a cgroup) counts, where the kernel kills the process instead of raising MemoryError."""
-    with tempfile.NamedTemporaryFile("r", suffix=".rss") as peak:
-        result = run_limited(
-            ["-c", _PEAK_RSS, peak.name, sys.executable, "-m", "invfold", *args], limit, timeout, module=False
-        )
-        return result, int(peak.read() or 0) * 1024
+def run_measured(args: list[str], limit: int = 0, timeout: float = 300) -> tuple[subprocess.CompletedProcess, int]:
+    """(result, peak RSS in bytes) of `python -m invfold ARGS`, optionally under RLIMIT_AS
+    `limit`: the resident memory a pod's cgroup limit counts (the kernel kills a pod past it, where
+    RLIMIT_AS would have raised MemoryError). Measured as RUSAGE_CHILDREN in a process of its own,
+    whose only child is the command, so no earlier command of the test session is counted."""
+    threads = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(limit), sys.executable, "-m", "invfold", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **threads},
+    )
+    *lines, peak = done.stderr.rstrip("\n").split("\n")
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout, "\n".join(lines)), int(peak)
 
 
-def _backbone(length: int) -> np.ndarray:
+def _backbone(length: int, row: int = 100) -> np.ndarray:
+    """A straight backbone folded back and forth in rows of `row` residues 10 A apart (a chain
+    break at each turn), so that every coordinate stays within what a PDB column holds."""
     coords = np.zeros((length, 4, 3))
-    x = 0.0
     for i in range(length):
-        coords[i] = [[x, 0, 0], [x + 1.46, 0.3, 0], [x + 2.5, 0, 0], [x + 2.5, 1.23, 0]]
-        x += 3.83
+        turn, along = divmod(i, row)
+        sign, x = (1, along * 3.83) if turn % 2 == 0 else (-1, (row - along) * 3.83)
+        y = 10.0 * turn
+        coords[i] = [[x, y, 0], [x + sign * 1.46, y + 0.3, 0], [x + sign * 2.5, y, 0], [x + sign * 2.5, y + 1.23, 0]]
     return coords
 
 
@@ -96,7 +111,7 @@ def huge_numbering_cif(path: Path, last_number: int = 10**9, residues: int = 5) 
 
 
 def long_chain_jsonl(path: Path, length: int = 30_000) -> Path:
-    """One chain-set line of a straight `length`-residue backbone (geometrically sound)."""
+    """One chain-set line of a `length`-residue backbone (sound within each row of `_backbone`)."""
     import json
 
     coords = _backbone(length).round(3)
