@@ -67,12 +67,12 @@ class DesignConfig:
         aliases=("--chain_id_jsonl",),
         metavar="FILE",
     )
-    num_sequences: int = option(4, "sequences to sample per temperature", aliases=("-n",))
+    num_sequences: int = option(4, "sequences to sample per temperature", aliases=("-n", "--num_seq_per_target"))
     temperature: str | float | list[float] = option(
         "0.1",
         "sampling temperature(s), e.g. 0.1 or 0.1,0.2 (num_sequences at each)",
         type=str,
-        aliases=("-T",),
+        aliases=("-T", "--sampling_temp"),
         metavar="T[,T...]",
     )
     seed: int = option(0, "sample i (at each temperature) uses seed + i")
@@ -178,8 +178,13 @@ class DesignConfig:
         10_000,
         "longest record designed, in residues (the neighbour search's memory grows with the square of the "
         "length); longer records are refused (a batch counts them as skipped: too_long)",
+        aliases=("--max_length",),
     )
     threads: int | None = option(None, "CPU threads")
+    model_reference: str | None = option(
+        None, "how outputs name the model: the reference as given (default: the file's name)", cli=False
+    )
+    model_version: str | None = option(None, "the registered version a models:/ reference resolved to", cli=False)
 
     def __post_init__(self):
         if self.max_length < 1:
@@ -252,11 +257,17 @@ class ScoreConfig:
         "", "chains whose residues are scored, e.g. A,B (default: all); the others are decoded first as context"
     )
     num_orders: int = option(
-        8, "random decoding orders averaged (ProteinMPNN: --num_seq_per_target with --score_only 1)"
+        8,
+        "random decoding orders averaged (ProteinMPNN: --num_seq_per_target with --score_only 1)",
+        aliases=("--num_seq_per_target",),
     )
-    batch_size: int = option(8, "decoding orders per model run")
+    batch_size: int = option(8, "decoding orders per model run", aliases=("--batch_size",))
     seed: int = option(0, "order k is drawn from seed + k")
-    max_length: int = option(10_000, "longest record scored, in residues (memory grows with the square of the length)")
+    max_length: int = option(
+        10_000,
+        "longest record scored, in residues (memory grows with the square of the length)",
+        aliases=("--max_length",),
+    )
     threads: int | None = option(None, "CPU threads")
     probs: str | None = option(
         None,

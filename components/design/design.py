@@ -452,10 +452,23 @@ def fasta_id(name: str) -> str:
     return re.sub(r"[\s\x00-\x1f\x7f>]", "_", name) or "record"
 
 
-def write_fasta(path: str | os.PathLike, designs: list[Design], temperature: float, model: str) -> None:
+def model_label(cfg: DesignConfig) -> str:
+    """How outputs name the model: the reference as given (a file by its name) and the registered
+    version it resolved to, `models:/NAME@champion (version 3)`."""
+    reference = cfg.model_reference or os.path.basename(str(cfg.model))
+    return f"{reference} (version {cfg.model_version})" if cfg.model_version else reference
+
+
+def write_fasta(
+    path: str | os.PathLike, designs: list[Design], temperature: float, model: str, model_version: str | None = None
+) -> None:
     """One header and sequence per design; a complex's chains separated by "/" (as ProteinMPNN
     writes them, though ProteinMPNN writes the designed chains only: here every chain, so the
-    file scores as is with `invfold score`), its header ending in designed_chains=... fixed_chains=..."""
+    file scores as is with `invfold score`), its header ending in designed_chains=... fixed_chains=...
+    `model` is the reference as given; a registered one adds model_version=N (one field each, so
+    the header still splits on spaces)."""
+    if model_version:
+        model += f" model_version={model_version}"
     lines = []
     for d in designs:
         chains = ""
@@ -474,11 +487,11 @@ def write_fasta(path: str | os.PathLike, designs: list[Design], temperature: flo
 def write_designs(path: str | os.PathLike, record: ChainRecord, designs: list[Design], cfg: DesignConfig) -> None:
     """The FASTA of one record's designs in cfg.fasta_layout, and with cfg.save_probs their
     probabilities beside it (probs.probs_path)."""
-    model = os.path.basename(str(cfg.model))
     if cfg.fasta_layout == "proteinmpnn":
-        write_proteinmpnn_fasta(path, record, designs, model, cfg.seed)
+        write_proteinmpnn_fasta(path, record, designs, model_label(cfg), cfg.seed)
     else:
-        write_fasta(path, designs, cfg.temperature[0], model)
+        reference = cfg.model_reference or os.path.basename(str(cfg.model))
+        write_fasta(path, designs, cfg.temperature[0], reference, cfg.model_version)
     if cfg.save_probs:
         from invfold.components.design import probs
 
