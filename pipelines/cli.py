@@ -235,7 +235,9 @@ def run_design_command(args: argparse.Namespace, opts: RunOptions) -> int:
 
     from invfold.data import SAMPLE_CHAIN_SET
     from invfold.pipelines import defaults
+    from invfold.pipelines.estimate import chain_set_size, design_estimate_line, design_step_seconds
     from invfold.pipelines.local import run_design_local
+    from invfold.pipelines.parameters import pipeline_parameters
 
     params = design_parameters(args, opts.model, opts.data or str(SAMPLE_CHAIN_SET))
     version = params.get("model_version", "champion")
@@ -247,6 +249,10 @@ def run_design_command(args: argparse.Namespace, opts: RunOptions) -> int:
         f"gather-designs, {reference} on {params['structures']} ({opts.runs_dir}/)",
         soft_wrap=True,
     )
+    size = chain_set_size(params["structures"])  # a chain set; a folder or a list: not counted
+    given = {k: spec.get("defaultValue") for k, spec in pipeline_parameters("design").items()} | params
+    designs = int(given["num_sequences"]) * len(str(given["temperatures"]).replace(",", " ").split())
+    console.print(design_estimate_line(size, designs), soft_wrap=True)
     result = run_design_local(
         params,
         runs_dir=opts.runs_dir,
@@ -269,6 +275,7 @@ def run_design_command(args: argparse.Namespace, opts: RunOptions) -> int:
     for line in lines:  # plain lines: no console width ever breaks a path
         print(line, flush=True)
     args.result = {"pipeline": "design", "run_folder": result.run_folder, "mlflow_run_id": result.mlflow_run_id}
+    args.result["estimate_s"] = round(sum(design_step_seconds(size, designs).values()), 1) if size else None
     args.result |= {"tracking_uri": result.tracking_uri, "experiment": result.experiment, "wall_s": result.wall_s}
     return 0
 

@@ -140,6 +140,7 @@ def test_the_run_shows_one_line_per_step_and_where_the_designs_are(design_run, s
     lines = printed.splitlines()
     assert "\x1b[" not in printed and "executor_output" not in printed, printed
     assert lines[0].startswith("invfold run --pipeline design: fetch-model") and f"models:/{MODEL}@champion" in lines[0]
+    assert lines[1].startswith("estimate: about ") and "4 chains" in lines[1]  # the broken record too
     steps = [line.split()[1] for line in lines if line.split()[:1] == ["ok"]]
     assert steps[0] == "fetch-model" and steps.count("design-shard") == 2 and "gather-designs" in steps, printed
     assert len(lines) < 25, printed
