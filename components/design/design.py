@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from invfold import storage
 from invfold.components.design import positions
 from invfold.components.design.config import DesignConfig
 from invfold.components.design.constraints import ConstraintFiles, load_constraints
@@ -452,10 +453,10 @@ def fasta_id(name: str) -> str:
     return re.sub(r"[\s\x00-\x1f\x7f>]", "_", name) or "record"
 
 
-def model_label(cfg: DesignConfig) -> str:
-    """How outputs name the model: the reference as given (a file by its name) and the registered
-    version it resolved to, `models:/NAME@champion (version 3)`."""
-    reference = cfg.model_reference or os.path.basename(str(cfg.model))
+def reference_label(cfg: DesignConfig) -> str:
+    """How outputs name the model: an MLflow reference as given with the registered version it
+    resolved to, `models:/NAME@champion (version 3)`; a file as model_label names it."""
+    reference = cfg.model_reference or model_label(cfg.model)
     return f"{reference} (version {cfg.model_version})" if cfg.model_version else reference
 
 
@@ -484,13 +485,19 @@ def write_fasta(
     Path(path).write_text("\n".join(lines) + "\n")
 
 
+def model_label(model: str | os.PathLike) -> str:
+    """The model as FASTA headers, rows and summaries name it: its file name, credentials and a
+    presigned query's values hidden (storage.display_uri)."""
+    return storage.basename(storage.display_uri(model))
+
+
 def write_designs(path: str | os.PathLike, record: ChainRecord, designs: list[Design], cfg: DesignConfig) -> None:
     """The FASTA of one record's designs in cfg.fasta_layout, and with cfg.save_probs their
     probabilities beside it (probs.probs_path)."""
     if cfg.fasta_layout == "proteinmpnn":
-        write_proteinmpnn_fasta(path, record, designs, model_label(cfg), cfg.seed)
+        write_proteinmpnn_fasta(path, record, designs, reference_label(cfg), cfg.seed)
     else:
-        reference = cfg.model_reference or os.path.basename(str(cfg.model))
+        reference = cfg.model_reference or model_label(cfg.model)
         write_fasta(path, designs, cfg.temperature[0], reference, cfg.model_version)
     if cfg.save_probs:
         from invfold.components.design import probs

@@ -108,6 +108,19 @@ def refuse_earlier_checkpoints(cfg: TrainConfig) -> None:
         )
 
 
+def check_resume_point(cfg: TrainConfig, nproc: int) -> None:
+    """The checkpoint this run would resume from: a damaged COMPLETE marker or another process
+    count is refused here in one line (exit 2) before any process starts; every rank checks the
+    same again (trainer.py), for jobs started elsewhere."""
+    if not cfg.resume or ("://" not in cfg.checkpoint_dir and not os.path.isdir(cfg.checkpoint_dir)):
+        return
+    from invfold.components.train import checkpoint as ckpt
+
+    latest = ckpt.latest_complete(cfg.checkpoint_dir)
+    if latest:
+        ckpt.check_world_size(latest, ckpt.read_marker(latest).get("world_size"), nproc)
+
+
 def launch_local(
     cfg: TrainConfig, nproc: int, launcher: str | None = None, extra_env: dict[str, str] | None = None
 ) -> int:
@@ -116,6 +129,7 @@ def launch_local(
     if nproc < 1:
         raise ConfigError(f"nproc: expected a positive number of processes, got {nproc}")
     refuse_earlier_checkpoints(cfg)
+    check_resume_point(cfg, nproc)
     initial = cfg.initial_model()
     warning = memory_warning(
         cfg.model_config(initial.cfg if initial is not None else None), cfg.tokens_per_batch, nproc

@@ -110,11 +110,14 @@ class ResolvedModel:
     a kept file says `models:/NAME@champion (version 3)`, not the downloaded `model.pt`."""
 
     path: str  # the local file (or published name) to load
-    reference: str  # as the user gave it; a file by its name
+    reference: str | None = None  # an MLflow reference as the user gave it (None: a file or a published name)
     version: str | None = None  # the registered version a models:/ reference resolved to
 
     @property
-    def label(self) -> str:
+    def label(self) -> str | None:
+        """`models:/NAME@champion (version 3)`; None for a file (outputs name it by its file name)."""
+        if self.reference is None:
+            return None
         return f"{self.reference} (version {self.version})" if self.version else self.reference
 
 
@@ -128,8 +131,7 @@ def resolve(text: str, tracking_uri: str | None = None, *, dst: str | None = Non
     """resolve_model's file with the reference as given and the registered version it names."""
     text = str(text)
     if not is_mlflow_uri(text):
-        is_file = not published.is_published_name(text)
-        return ResolvedModel(text, os.path.basename(text.rstrip("/")) if is_file else text)
+        return ResolvedModel(text)
     import tempfile
 
     from invfold.components.tracking import fetch_model_uri

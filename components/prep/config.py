@@ -47,8 +47,9 @@ class PrepConfig:
         memory is bounded by these (times the number of datasets), not by the input size.
     max_line_bytes/max_file_bytes/max_numbering_span: what one input may make the readers allocate
         (protein/limits.py, whose defaults these are): a longer chain-set line or a chain numbered
-        across a wider span is a counted skip (`line_too_long`, `numbering_span`); a file read whole
-        (structure, TS50 list, split file) larger once decompressed is an InputError (`too_large`).
+        across a wider span is a counted skip (`line_too_long`, `numbering_span`); a longer TS50
+        list entry, or a file (structure, TS50 list, split file) larger once decompressed, is an
+        InputError (`too_large`).
     """
 
     input: str = option(positional=True, help="protein set path or URI")
@@ -92,7 +93,8 @@ class PrepConfig:
     batch_bytes: int = option(32 * 2**20, "bytes per Arrow record batch (memory bound)")
     log_every: int = option(5000, "records between progress lines")
     max_line_bytes: int = option(
-        DEFAULT_LIMITS.max_line_bytes, "longest chain-set line read, in bytes (longer lines are skipped)"
+        DEFAULT_LIMITS.max_line_bytes,
+        "longest chain-set line (longer lines are skipped) or TS50 list entry (an error) read, in bytes",
     )
     max_file_bytes: int = option(
         DEFAULT_LIMITS.max_file_bytes,

@@ -20,9 +20,10 @@ MIB = 2**20
 @dataclass(frozen=True)
 class ReadLimits:
     """max_line_bytes: longest chain-set line (the longest line of the project's real 833-chain
-        set is 51 KB for 493 residues, at most 112 bytes per residue: 16 MiB holds about 150,000).
-    max_file_bytes: largest file read whole, counted after decompression (structure files, TS50
-        lists, split files); raise it for the very largest PDB entries.
+        set is 51 KB for 493 residues, at most 112 bytes per residue: 16 MiB holds about 150,000),
+        and longest entry of a TS50 list (decoded one entry at a time: ts50.py).
+    max_file_bytes: largest file read, counted after decompression (structure files and split
+        files, read whole; TS50 lists, read entry by entry); raise it for the very largest PDB entries.
     max_numbering_span: most residues a chain's numbering may span from its first to its last
         residue (gaps are filled with residues without coordinates; titin, the longest known
         chain, has about 35,000).

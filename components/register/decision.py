@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from invfold import storage
 from invfold.components.evaluate.step import scalar_metrics
 from invfold.errors import InputError
 
@@ -152,14 +153,15 @@ def decide(
     if champion is not None:
         facts.update(champion=champion.recovery, champion_version=champion.version, basis=champion.basis)
     if starting_point is not None:
-        facts.update(init_from=starting_point.init_from, starting_point=starting_point.recovery)
+        # as it may be shown: the comparison becomes MLflow tags, descriptions and the step's outputs
+        facts.update(init_from=storage.display_uri(starting_point.init_from), starting_point=starting_point.recovery)
     if tracking_down:
         return Comparison(**facts, register=False, decision=f"not registering: {tracking_down}")
     if score < threshold:
         return Comparison(**facts, register=False, decision=f"{METRIC} {score:.4f} below the threshold {threshold:.4f}")
     beaten = []
     if starting_point is not None:
-        start = f"the starting weights {starting_point.init_from} ({starting_point.recovery:.4f} on the same data)"
+        start = f"the starting weights {facts['init_from']} ({starting_point.recovery:.4f} on the same data)"
         if score <= starting_point.recovery:
             return Comparison(**facts, register=False, decision=f"{METRIC} {score:.4f} does not beat {start}")
         beaten.append(start)

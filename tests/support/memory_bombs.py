@@ -18,6 +18,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -29,23 +30,42 @@ TORCH_LIMIT = 4 * GIB
 ATOMS = ("N", "CA", "C", "O")
 
 
-def run_limited(args: list[str], limit: int, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m invfold ARGS` in a child whose address space is capped at `limit` bytes (set in
-    the child before exec, so the test process is untouched); one thread per math library, since
-    the address space each extra thread reserves is not what these tests measure."""
+def run_limited(args: list[str], limit: int, timeout: float = 300, module: bool = True) -> subprocess.CompletedProcess:
+    """`python -m invfold ARGS` (`python ARGS` with module=False) in a child whose address space
+    is capped at `limit` bytes (set in the child before exec, so the test process is untouched);
+    one thread per math library, since the address space each extra thread reserves is not what
+    these tests measure."""
 
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     threads = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "invfold", *args],
+        [sys.executable, *(["-m", "invfold"] if module else []), *args],
         preexec_fn=cap,
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, **threads},
     )
+
+
+# Runs one command and writes the peak resident set of its children (that command alone: this
+# wrapper is a fresh process) in KiB to the file named first, as Linux reports ru_maxrss.
+_PEAK_RSS = (
+    "import resource, subprocess, sys; code = subprocess.run(sys.argv[2:]).returncode; "
+    "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)); sys.exit(code)"
+)
+
+
+def run_measured(args: list[str], limit: int, timeout: float = 300) -> tuple[subprocess.CompletedProcess, int]:
+    """run_limited, and the command's peak resident memory in bytes: what a pod's memory limit
+    (a cgroup) counts, where the kernel kills the process instead of raising MemoryError."""
+    with tempfile.NamedTemporaryFile("r", suffix=".rss") as peak:
+        result = run_limited(
+            ["-c", _PEAK_RSS, peak.name, sys.executable, "-m", "invfold", *args], limit, timeout, module=False
+        )
+        return result, int(peak.read() or 0) * 1024
 
 
 def _backbone(length: int) -> np.ndarray:
@@ -98,6 +118,26 @@ def gzip_long_line(path: Path, line_bytes: int = 256 * 2**20, before: bytes = b"
         out.append(compressor.compress(chunk[: min(left, len(chunk))]))
         left -= len(chunk)
     out.append(compressor.compress(tail))
+    out.append(compressor.flush())
+    path.write_bytes(b"".join(out))
+    return path
+
+
+def gzip_ts50_list(path: Path, list_bytes: int = 250 * 2**20, residues: int = 2000) -> Path:
+    """A gzip (875 KB for the default 250 MiB) of one TS50 list of `list_bytes` bytes once
+    expanded, under max_file_bytes: entries whose `coords` hold `residues` all-zero residues as nested lists
+    (the costliest JSON to decode whole: each 8-byte `[0,0,0],` becomes a Python list of about
+    80 bytes) for a one-residue `seq`, so each entry is a counted skip and nothing is kept.
+    Compressed as it is made, never held whole here."""
+    residue = b"[" + b",".join([b"[0,0,0]"] * 4) + b"]"
+    entry = b'{"name": "bomb.A", "seq": "A", "coords": [' + b",".join([residue] * residues) + b"]}"
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    out, written, first = [compressor.compress(b"[")], 1, True
+    while written + len(entry) + 2 <= list_bytes:
+        piece = entry if first else b"," + entry
+        out.append(compressor.compress(piece))
+        written, first = written + len(piece), False
+    out.append(compressor.compress(b"]"))
     out.append(compressor.flush())
     path.write_bytes(b"".join(out))
     return path
