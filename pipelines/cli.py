@@ -206,6 +206,8 @@ def run_command(args: argparse.Namespace) -> int:
         verbose=opts.show_logs or args.verbose,
     )
     console.print(summary_table(result))
+    for line in next_steps(result):  # plain lines: no console width ever breaks a command or a URL
+        print(line, flush=True)
     keys = ("run_folder", "tracking_uri", "experiment", "mlflow_run_id", "registered_model", "registered_version")
     args.result = {"pipeline": "train", **{k: getattr(result, k) for k in keys}, "wall_s": result.wall_s}
     args.result["estimate_s"] = estimate["seconds"]
@@ -227,28 +229,68 @@ def run_estimate(params: dict) -> dict:
 
 
 def run_design_command(args: argparse.Namespace, opts: RunOptions) -> int:
+    """The design pipeline on this machine, shown as the training pipeline is: what runs, one line
+    per step (the runner's own output goes to the log file), then where the designs are."""
+    from rich.console import Console
+
     from invfold.data import SAMPLE_CHAIN_SET
+    from invfold.pipelines import defaults
+    from invfold.pipelines.estimate import chain_set_size, design_estimate_line, design_step_seconds
     from invfold.pipelines.local import run_design_local
+    from invfold.pipelines.parameters import pipeline_parameters
 
     params = design_parameters(args, opts.model, opts.data or str(SAMPLE_CHAIN_SET))
-    print(
-        f"invfold run --pipeline design: models:/{params.get('model_name', 'default')}@"
-        f"{params.get('model_version', 'champion')} on {params['structures']} ({opts.runs_dir}/)",
-        flush=True,
+    version = params.get("model_version", "champion")
+    reference = f"models:/{params.get('model_name', defaults.REGISTERED_MODEL)}"
+    reference += f"/{version}" if str(version).isdigit() else f"@{version}"
+    console = Console(file=sys.stdout, highlight=False)
+    console.print(
+        f"invfold run --pipeline design: fetch-model -> plan-shards -> design-shard (each shard) -> "
+        f"gather-designs, {reference} on {params['structures']} ({opts.runs_dir}/)",
+        soft_wrap=True,
     )
-    result = run_design_local(params, runs_dir=opts.runs_dir, tracking_uri=opts.tracking_uri)
-    print(f"designs: {result.run_folder}")
+    size = chain_set_size(params["structures"])  # a chain set; a folder or a list: not counted
+    given = {k: spec.get("defaultValue") for k, spec in pipeline_parameters("design").items()} | params
+    designs = int(given["num_sequences"]) * len(str(given["temperatures"]).replace(",", " ").split())
+    console.print(design_estimate_line(size, designs), soft_wrap=True)
+    result = run_design_local(
+        params,
+        runs_dir=opts.runs_dir,
+        tracking_uri=opts.tracking_uri,
+        console=console,
+        verbose=opts.show_logs or args.verbose,
+    )
+    gathered = result.gathered()
+    model = gathered.get("model", {})
     run_id = result.mlflow_run_id or "not recorded"
-    print(f"MLflow run {run_id} (experiment {result.experiment!r}) at {result.tracking_uri}")
-    print(f"finished in {result.wall_s:.0f} s")
+    lines = [
+        f"design pipeline finished in {result.wall_s:.0f} s: {gathered.get('designs', '?')} designs of "
+        f"{gathered.get('structures_designed', '?')} structures, {len(gathered.get('skipped', []))} skipped",
+        f"  model:      {reference} (version {model.get('version', '?')})",
+        f"  designs:    {_gathered_file(result, 'designs.jsonl')}",
+        f"  report:     {_gathered_file(result, 'report')}",
+        f"  MLflow run: {run_id} (experiment {result.experiment!r}) at {result.tracking_uri}",
+        f"  full log:   {result.log_file}",
+    ]
+    for line in lines:  # plain lines: no console width ever breaks a path
+        print(line, flush=True)
     args.result = {"pipeline": "design", "run_folder": result.run_folder, "mlflow_run_id": result.mlflow_run_id}
+    args.result["estimate_s"] = round(sum(design_step_seconds(size, designs).values()), 1) if size else None
     args.result |= {"tracking_uri": result.tracking_uri, "experiment": result.experiment, "wall_s": result.wall_s}
     return 0
 
 
+def _gathered_file(result, name: str) -> str:
+    """The gather step's output `name` under the run folder (the folder when not found)."""
+    from pathlib import Path
+
+    found = sorted(Path(result.run_folder).glob(f"gather-designs*/**/{name}")) if result.run_folder else []
+    return str(found[-1]) if found else str(result.run_folder)
+
+
 def summary_table(result) -> object:
-    """The run in one table: test figures against the constant predictor, the champion
-    decision, where to look."""
+    """The run's figures in one table: test figures against the constant predictor, the
+    champion decision (what to type next follows it: next_steps)."""
     from rich.table import Table
 
     def fmt(value) -> str:
@@ -256,7 +298,8 @@ def summary_table(result) -> object:
 
     evaluation, compare = result.figures("evaluate"), result.figures("compare")
     compute = sum(t["compute_s"] for t in result.timings)
-    table = Table(title=f"invfold run finished in {result.wall_s:.0f} s ({compute:.0f} s the steps' own compute)")
+    title = f"invfold run finished in {result.wall_s:.0f} s ({compute:.0f} s the steps' own compute)"
+    table = Table(title=title, show_header=False)
     table.add_column("", style="bold")
     table.add_column("", overflow="fold")
     table.add_row(
@@ -272,10 +315,71 @@ def summary_table(result) -> object:
         else f"{result.registered_model}: not registered this run",
     )
     table.add_row("MLflow run", f"{result.mlflow_run_id or 'not recorded'} (experiment {result.experiment!r})")
-    table.add_row("MLflow UI", result.ui_command())
-    table.add_row("artifacts", str(result.run_folder or result.pipeline_root))
-    table.add_row("full log", str(result.log_file))
     return table
+
+
+def tool(name: str) -> str:
+    """How to type this venv's command `name`: bare when the venv's bin folder is on PATH, else
+    its path (relative when under the current folder: `.venv/bin/invfold`)."""
+    import os
+    from pathlib import Path
+
+    bin_dir = Path(sys.prefix) / "bin"
+    on_path = [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    if any(p.exists() and p.resolve() == bin_dir.resolve() for p in on_path):
+        return name
+    return shlex_path(bin_dir / name)
+
+
+def shlex_path(path) -> str:
+    """A path as typed in a shell: relative to the current folder when under it, quoted if needed."""
+    import shlex
+    from pathlib import Path
+
+    path = Path(path).absolute()
+    try:
+        text = str(path.relative_to(Path.cwd()))
+    except ValueError:
+        text = str(path)
+    return shlex.quote(text)
+
+
+def next_steps(result) -> list[str]:
+    """What to type after a run, as plain lines to copy: activating the venv when its commands are
+    not on PATH, the MLflow UI and its page, designing with the champion (a bundled test chain, so
+    the command runs as printed), where the artifacts and the log are."""
+    import json
+    import shlex
+
+    from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
+
+    lines = ["", "next:"]
+    if tool("invfold") != "invfold":
+        lines.append(f"  # the venv is not active: its commands as below, or first: source {tool('activate')}")
+    command, _, url = result.ui_command().partition(", then open ")
+    if url:
+        ui = f"  {tool('mlflow')} {command.removeprefix('mlflow ')}"
+        lines += [f"  # the run in MLflow's UI (then open {url})", ui]
+    else:
+        lines.append(f"  # the run in MLflow's UI: {command.removeprefix('open ')}")
+    champion = getattr(result, "champion_version", None)
+    if champion:
+        with open(SAMPLE_SPLITS) as fh:
+            chain = json.load(fh)["test"][0]
+        model = f"models:/{result.registered_model}@champion"
+        design = [tool("invfold"), "design", model, shlex_path(SAMPLE_CHAIN_SET), "--name", chain, "-n", "4"]
+        design += ["--out", "designs.fasta", "--tracking-uri", shlex.quote(result.tracking_uri)]
+        lines += [
+            f"  # design with the champion (version {champion}) on the bundled test chain {chain}",
+            "  " + " ".join(design),
+        ]
+    else:
+        lines.append(f"  # no champion of {result.registered_model} yet: nothing to design with")
+    lines += [
+        f"  # artifacts: {result.run_folder or result.pipeline_root}",
+        f"  # the whole run's output: {result.log_file}",
+    ]
+    return lines
 
 
 def compile_command(args: argparse.Namespace) -> int:

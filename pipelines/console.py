@@ -76,6 +76,7 @@ class StepConsole:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.log: TextIO = open(self.log_path, "w", buffering=1)  # noqa: SIM115 - closed in __exit__
         self.console, self.verbose, self.train = console, verbose, train or TrainLimit()
+        # running tasks by a key of their own: a ParallelFor runs tasks of one name side by side
         self.running: dict[str, _Task] = {}
         self.finished: dict[str, str] = {}  # step -> status (SUCCESS, FAILURE, CACHED)
         self.failed_output: list[str] = []
@@ -145,17 +146,25 @@ class StepConsole:
         elif m := TASK_CACHED.search(line):
             self.finished[step_name(m.group(1))] = "CACHED"
             self._say(Text.assemble(("  = ", "cyan"), f"{step_name(m.group(1)):<16} cached (same inputs as before)"))
-        elif "train-op" in self.running:
+        elif any(t.name == "train-op" for t in self.running.values()):
             self._read_metrics()
 
     def _start(self, task: str) -> None:
-        self.running[task] = _Task(task, time.monotonic())
+        key = task
+        while key in self.running:  # another task of this name is running (a ParallelFor)
+            key += "+"
+        self.running[key] = _Task(task, time.monotonic())
         self._say(Text.assemble(("  > ", "bold"), f"{step_name(task):<16} started"))
         if task == "train-op" and self.console.is_terminal and not self.verbose:
             self._start_bar()
 
     def _end(self, task: str, status: str) -> None:
-        started = self.running.pop(task, None)
+        # the earliest started task of this name ends first; an end with none running is KFP's
+        # banner logged again (a ParallelFor's last task): said once already
+        key = next((k for k, t in self.running.items() if t.name == task), None)
+        if key is None and step_name(task) in self.finished:
+            return
+        started = self.running.pop(key) if key is not None else None
         seconds = time.monotonic() - started.start if started else 0.0
         step = step_name(task)
         self.finished[step] = status

@@ -3,10 +3,10 @@ in -> the set split into shards, one design-and-score step per shard (dsl.Parall
 shards gathered into designs + scores (Dataset), a report (Markdown) and metrics, recorded in one
 MLflow run; inside an exit handler that closes the MLflow runs.
 
-Runs locally through KFP's local runner (pipelines/local.py: run_design_local; no CLI command yet)
-and on Kubeflow (`invfold compile --pipeline design` -> pipelines/design_pipeline.yaml, which the
-chart's hook uploads as `<pipelineName>-design` with the install's tracking URI and store as
-defaults; `invfold submit` sends the training pipeline only)."""
+Runs locally through KFP's local runner (`invfold run --pipeline design`; pipelines/local.py:
+run_design_local) and on Kubeflow (`invfold compile --pipeline design` ->
+pipelines/design_pipeline.yaml, which the chart's hook uploads as `<pipelineName>-design` with the
+install's tracking URI and store as defaults; `invfold submit --pipeline design`)."""
 
 from kfp import dsl
 

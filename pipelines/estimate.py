@@ -117,3 +117,40 @@ def estimate_line(size: DataSize | None, time_budget_s: float, max_steps: int = 
     )
     parts = [train if k == "train" else f"{k} {'?' if v is None else _duration(v)}" for k, v in seconds.items()]
     return f"estimate: {total} ({data}): " + ", ".join(parts)
+
+
+# The design pipeline (`invfold run --pipeline design`): each step's seconds, and the shards'
+# (2 run side by side) as a fixed part plus seconds per designed residue (residues x sequences x
+# temperatures, each design scored over the default 4 orders). From two runs with a `small`
+# model (what `invfold run` trains; one-shot), the pipeline's defaults (4 shards, T 0.1, 4
+# sequences) on the first 10 and 40 chains of the bundled sample (2,049 and 9,197 residues) on
+# our 2-core machine at load 8-11 (2026-11-28): fetch-model 23.7, 22.4 s; plan-shards 10.2,
+# 6.0 s; the shards 61, 111 s; gather-designs 23.9, 23.3 s; finish-tracking 19.0, 13.1 s; wall
+# 139, 176 s. A quiet machine is faster; an autoregressive model (proteinmpnn) designs slower.
+DESIGN_STEP_SECONDS = {
+    "start-up": 3.0,
+    "fetch-model": 23.0,
+    "plan-shards": 8.0,
+    "design-shard": None,  # DESIGN_SHARD_RATE
+    "gather-designs": 24.0,
+    "finish-tracking": 16.0,
+}
+DESIGN_SHARD_RATE = (46.7, 1.75e-3)  # all shards: fixed seconds, seconds per designed residue
+
+
+def design_step_seconds(size: DataSize | None, designs_per_residue: int) -> dict[str, float | None]:
+    """The design pipeline's steps' expected seconds; the shards' None without a data size."""
+    fixed, rate = DESIGN_SHARD_RATE
+    shards = fixed + rate * size.residues * designs_per_residue if size else None
+    return {step: shards if step == "design-shard" else s for step, s in DESIGN_STEP_SECONDS.items()}
+
+
+def design_estimate_line(size: DataSize | None, designs_per_residue: int) -> str:
+    """One line: the design pipeline's expected time and each step's (`designs_per_residue`:
+    sequences x temperatures)."""
+    seconds = design_step_seconds(size, designs_per_residue)
+    known = sum(v for v in seconds.values() if v is not None)
+    data = f"{size.chains:,} chains, {size.residues:,} residues" if size else "data size unknown"
+    total = f"about {_duration(known)}" + ("" if size else " plus design-shard")
+    parts = [f"{k} {'?' if v is None else _duration(v)}" for k, v in seconds.items()]
+    return f"estimate: {total} ({data}): " + ", ".join(parts)

@@ -60,6 +60,7 @@ class LocalRun:
     timings: list[dict] = field(default_factory=list)
     log_file: str | None = None
     experiment_id: str | None = None
+    champion_version: str | None = None  # the registered model's champion after the run (None: none)
 
     def figures(self, step: str) -> dict:
         """The key figures a step recorded this run ({} when it did not run, e.g. cached)."""
@@ -199,6 +200,7 @@ def run_local(
             f"the pipeline failed: {error} (MLflow run {run_id or 'not recorded'} marked "
             f"FAILED; the step's output above, the whole run's in {log_file}; artifacts in {run_folder})"
         ) from error
+    champion = _champion_version(uri, model_name)
     return LocalRun(
         str(runs),
         str(runs / "pipeline_root"),
@@ -212,7 +214,25 @@ def run_local(
         timings,
         str(log_file),
         experiment_id,
+        champion,
     )
+
+
+def _champion_version(uri: str, model_name: str) -> str | None:
+    """The version the champion alias names after the run (this run's or an earlier one's)."""
+    if not reachable(uri)[0]:
+        return None
+    try:
+        from mlflow import MlflowClient
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return str(MlflowClient(uri).get_model_version_by_alias(model_name, "champion").version)
+        except MlflowException:  # no such model or alias
+            return None
+    except Exception as err:  # noqa: BLE001 - only the summary depends on it
+        log.warning("could not read the champion back from MLflow: %s", err)
+        return None
 
 
 def _coerce(pipeline, params: dict) -> dict:
@@ -291,22 +311,49 @@ class LocalDesignRun:
     mlflow_run_id: str | None
     wall_s: float
     timings: list[dict] = field(default_factory=list)
+    log_file: str | None = None
+
+    def gathered(self) -> dict:
+        """The gather step's summary.json (designs, skips, the model it read); {} when absent."""
+        found = sorted(Path(self.run_folder).glob("gather-designs*/**/summary.json")) if self.run_folder else []
+        return json.loads(found[-1].read_text()) if found else {}
 
 
-def run_design_local(params: dict, runs_dir: str = "runs", tracking_uri: str | None = None) -> LocalDesignRun:
+def run_design_local(
+    params: dict, runs_dir: str = "runs", tracking_uri: str | None = None, console=None, verbose: bool = True
+) -> LocalDesignRun:
     """Run the design pipeline (pipelines/design_pipeline.py) with KFP's local runner: steps as
     subprocesses of this Python, MLflow in the runs folder's SQLite file unless a tracking URI is
-    given (the registered model is read from there). Raises PipelineFailed when a step fails."""
+    given (the registered model is read from there). As run_local: everything the runner prints
+    goes to runs/logs/design-<time>.log, `console` shows one line per step (`verbose`: the whole
+    output live). Raises PipelineFailed when a step fails."""
+    from rich.console import Console
+
     params = _coerce(design_pipeline, params)
     experiment = params.get("mlflow_experiment") or _pipeline_default("mlflow_experiment")
+    error = None
     with _local_runner(runs_dir, tracking_uri or params.get("mlflow_tracking_uri"), False, experiment) as session:
         uri = session.tracking_uri
-        try:
-            design_pipeline(**{**params, "mlflow_tracking_uri": uri})
-        except Exception as err:  # noqa: BLE001 - the local runner raises RuntimeError naming the failed task
-            run_id, _, _ = _mlflow_outcome(uri, experiment, session.start)
-            raise PipelineFailed(f"the design pipeline failed: {err} (MLflow run {run_id or 'not recorded'})") from err
+        log_file = session.runs / "logs" / f"design-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        display = StepConsole(log_file, console or Console(file=sys.stdout), verbose, timings_file=session.timings_file)
+        with display:
+            try:
+                design_pipeline(**{**params, "mlflow_tracking_uri": uri})
+            except Exception as err:  # noqa: BLE001 - the local runner raises RuntimeError naming the failed task
+                error = err
+                display.fail_running(err)
     run_id, _, _ = _mlflow_outcome(uri, experiment, session.start)
+    if error is not None:
+        raise PipelineFailed(
+            f"the design pipeline failed: {error} (MLflow run {run_id or 'not recorded'}; the step's output "
+            f"above, the whole run's in {log_file})"
+        ) from error
     return LocalDesignRun(
-        session.run_folder(), uri, experiment, run_id, time.time() - session.start, read_timings(session.timings_file)
+        session.run_folder(),
+        uri,
+        experiment,
+        run_id,
+        time.time() - session.start,
+        read_timings(session.timings_file),
+        str(log_file),
     )

@@ -36,6 +36,9 @@ FLAG_ALIASES = {
     "registration_threshold": ("--threshold",),
     "mlflow_experiment": ("--experiment",),
     "registered_model_name": ("--model-name",),
+    # the design pipeline's, as `invfold design` spells them
+    "temperatures": ("-T", "--temperature"),
+    "num_sequences": ("-n",),
 }
 # parameters the commands take under an option of their own (--data; run's --tracking-uri)
 OWN_OPTIONS = {"run": ("data_uri", "mlflow_tracking_uri"), "submit": ("data_uri",)}

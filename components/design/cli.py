@@ -26,6 +26,33 @@ EXAMPLES = {
 }
 
 
+# exit codes `invfold design` can return (its --help lists these): no training, so no 3 or 143
+EXIT_CODES = {"design": (0, 1, 2, 141)}
+
+# protein_mpnn_run.py's flags that have no alias here, and what to type instead (the others are
+# aliases on DesignConfig's fields: --num_seq_per_target, --sampling_temp, --omit_AAs, ...)
+PROTEINMPNN_SCORING = "use `invfold score MODEL STRUCTURE --fasta designs.fasta --out scores.csv`"
+FOREIGN_FLAGS = {
+    "design": {
+        "--out_folder": "use --out FOLDER (one FASTA per structure; --fasta-layout proteinmpnn for its "
+        "seqs/*.fa layout) or --out designs.fasta",
+        "--pdb_path": "give the structure as the second argument: invfold design MODEL STRUCTURE --out ...",
+        "--jsonl_path": "give the chain set as the second argument: invfold design MODEL chain_set.jsonl --out ...",
+        "--pdb_path_chains": "use --design-chains A,B (comma-separated)",
+        "--model_name": "give the model as the first argument, e.g. invfold design proteinmpnn:v_48_020 ...",
+        "--path_to_model_weights": "give the model as the first argument (a .pt file or proteinmpnn:v_48_020)",
+        "--save_probs": "use --save-probs (a switch: no value)",
+        "--ca_only": "import the CA-only weights (invfold weights import proteinmpnn-ca:v_48_020 --out ca.pt) "
+        "and design with ca.pt",
+        "--use_soluble_model": "give proteinmpnn-soluble:v_48_020 as the model",
+        "--score_only": PROTEINMPNN_SCORING,
+        "--conditional_probs_only": "use invfold score --probs conditional",
+        "--unconditional_probs_only": "use invfold score --probs unconditional",
+        "--batch_size": "invfold design has no batch size (-n/--num-sequences: sequences per temperature)",
+    },
+}
+
+
 def add_parser(subparsers) -> None:
     from invfold.components.design.config import DesignConfig
     from invfold.components.tracking.tracker import CommandTracking
@@ -50,7 +77,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from invfold import storage
     from invfold.components.design.config import DesignConfig
-    from invfold.components.model.reference import check_model, resolve_model
+    from invfold.components.model.reference import check_model, resolve
     from invfold.components.tracking.tracker import CommandTracking
     from invfold.errors import ConfigError
     from invfold.options import from_args
@@ -58,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     # every input judged before torch is imported: a mistake costs a fraction of a second
     cfg = from_args(DesignConfig, args)
     tracking = from_args(CommandTracking, args)
-    context = tracking.context()  # --experiment with nowhere to record: refused first
+    context = tracking.context(cfg.model)  # --experiment with nowhere to record: refused first
     check_model(cfg.model)
     storage.require_local(cfg.structure, "an existing structure file or folder")
     constraints = (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa_jsonl,
@@ -90,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
             f"--out-structure {cfg.out_structure}: structures are written for one record (--out x.fasta with one "
             "structure), not in batch mode"
         )
-    cfg.model = resolve_model(cfg.model, tracking.tracking_uri)
+    resolved = resolve(cfg.model, tracking.tracking_uri)  # what the FASTA headers name, and the file
+    cfg.model, cfg.model_reference, cfg.model_version = resolved.path, resolved.reference, resolved.version
     if context is None:
         return _design(cfg, args, to_stdout, report)
     from invfold.components.tracking import Tracker

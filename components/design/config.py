@@ -76,12 +76,14 @@ class DesignConfig:
         aliases=("--chain_id_jsonl",),
         metavar="FILE",
     )
-    num_sequences: int = option(4, "sequences to sample per temperature", aliases=("-n",), min=1, max=100_000)
+    num_sequences: int = option(
+        4, "sequences to sample per temperature", aliases=("-n", "--num_seq_per_target"), min=1, max=100_000
+    )
     temperature: str | float | list[float] = option(
         "0.1",
         "sampling temperature(s), e.g. 0.1 or 0.1,0.2 (num_sequences at each)",
         type=str,
-        aliases=("-T",),
+        aliases=("-T", "--sampling_temp"),
         metavar="T[,T...]",
     )
     seed: int = option(0, "sample i (at each temperature) uses seed + i", min=0, max=2**63 - 100_001)
@@ -193,6 +195,7 @@ class DesignConfig:
         10_000,
         "longest record designed, in residues (the neighbour search's memory grows with the square of the "
         "length); longer records are refused (a batch counts them as skipped: too_long)",
+        aliases=("--max_length",),
         min=1,
         max=MAX_RECORD_LENGTH,
     )
@@ -205,6 +208,10 @@ class DesignConfig:
         max=1_000_000,
     )
     threads: int | None = option(None, "CPU threads", min=1, max=1024)
+    model_reference: str | None = option(
+        None, "how outputs name the model: the reference as given (default: the file's name)", cli=False
+    )
+    model_version: str | None = option(None, "the registered version a models:/ reference resolved to", cli=False)
 
     def __post_init__(self):
         check_values(self)
@@ -268,9 +275,13 @@ class ScoreConfig:
         "", "chains whose residues are scored, e.g. A,B (default: all); the others are decoded first as context"
     )
     num_orders: int = option(
-        8, "random decoding orders averaged (ProteinMPNN: --num_seq_per_target with --score_only 1)", min=1, max=100_000
+        8,
+        "random decoding orders averaged (ProteinMPNN: --num_seq_per_target with --score_only 1)",
+        aliases=("--num_seq_per_target",),
+        min=1,
+        max=100_000,
     )
-    batch_size: int = option(8, "decoding orders per model run", min=1, max=1024)
+    batch_size: int = option(8, "decoding orders per model run", aliases=("--batch_size",), min=1, max=1024)
     batch_residues: int = option(
         80_000,
         "residues in one model run (orders x record length): a long record is scored in fewer orders per run "
@@ -282,6 +293,7 @@ class ScoreConfig:
     max_length: int = option(
         10_000,
         "longest record scored, in residues (memory grows with the square of the length)",
+        aliases=("--max_length",),
         min=1,
         max=MAX_RECORD_LENGTH,
     )

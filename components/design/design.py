@@ -479,10 +479,23 @@ def fasta_id(name: str) -> str:
     return re.sub(r"[\s\x00-\x1f\x7f>]", "_", name) or "record"
 
 
-def write_fasta(path: str | os.PathLike, designs: list[Design], temperature: float, model: str) -> None:
+def reference_label(cfg: DesignConfig) -> str:
+    """How outputs name the model: an MLflow reference as given with the registered version it
+    resolved to, `models:/NAME@champion (version 3)`; a file as model_label names it."""
+    reference = cfg.model_reference or model_label(cfg.model)
+    return f"{reference} (version {cfg.model_version})" if cfg.model_version else reference
+
+
+def write_fasta(
+    path: str | os.PathLike, designs: list[Design], temperature: float, model: str, model_version: str | None = None
+) -> None:
     """One header and sequence per design; a complex's chains separated by "/" (as ProteinMPNN
     writes them, though ProteinMPNN writes the designed chains only: here every chain, so the
-    file scores as is with `invfold score`), its header ending in designed_chains=... fixed_chains=..."""
+    file scores as is with `invfold score`), its header ending in designed_chains=... fixed_chains=...
+    `model` is the reference as given; a registered one adds model_version=N (one field each, so
+    the header still splits on spaces)."""
+    if model_version:
+        model += f" model_version={model_version}"
     lines = []
     for d in designs:
         chains = ""
@@ -507,11 +520,11 @@ def model_label(model: str | os.PathLike) -> str:
 def write_designs(path: str | os.PathLike, record: ChainRecord, designs: list[Design], cfg: DesignConfig) -> None:
     """The FASTA of one record's designs in cfg.fasta_layout, and with cfg.save_probs their
     probabilities beside it (probs.probs_path)."""
-    model = model_label(cfg.model)
     if cfg.fasta_layout == "proteinmpnn":
-        write_proteinmpnn_fasta(path, record, designs, model, cfg.seed)
+        write_proteinmpnn_fasta(path, record, designs, reference_label(cfg), cfg.seed)
     else:
-        write_fasta(path, designs, cfg.temperature[0], model)
+        reference = cfg.model_reference or model_label(cfg.model)
+        write_fasta(path, designs, cfg.temperature[0], reference, cfg.model_version)
     if cfg.save_probs:
         from invfold.components.design import probs
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -59,4 +60,20 @@ def read_fasta(path: str | os.PathLike) -> list[FastaEntry]:
     close()
     if not entries:
         raise InputError(path, None, None, "at least one FASTA record", "none", reason="empty_file")
-    return entries
+    return numbered(entries)
+
+
+def numbered(entries: list[FastaEntry]) -> list[FastaEntry]:
+    """A name that heads several records (a design FASTA: every sample of a target is `>7cth.A
+    sample=I ...`) becomes NAME_1, NAME_2, ... in file order, so each score row says which it is."""
+    counts: dict[str, int] = {}
+    for entry in entries:
+        counts[entry.name] = counts.get(entry.name, 0) + 1
+    seen: dict[str, int] = {}
+    out = []
+    for entry in entries:
+        if counts[entry.name] > 1:
+            seen[entry.name] = seen.get(entry.name, 0) + 1
+            entry = dataclasses.replace(entry, name=f"{entry.name}_{seen[entry.name]}")
+        out.append(entry)
+    return out

@@ -18,6 +18,26 @@ EXAMPLES = {
 }
 
 
+# exit codes `invfold score` can return (its --help lists these): no training, so no 3 or 143
+EXIT_CODES = {"score": (0, 1, 2, 141)}
+
+# protein_mpnn_run.py's flags that have no alias here, and what to type instead
+FOREIGN_FLAGS = {
+    "score": {
+        "--score_only": "invfold score is its --score_only 1 (drop the flag)",
+        "--pdb_path": "give the structure as the second argument: invfold score MODEL STRUCTURE --out scores.csv",
+        "--model_name": "give the model as the first argument, e.g. invfold score proteinmpnn:v_48_020 ...",
+        "--path_to_model_weights": "give the model as the first argument (a .pt file or proteinmpnn:v_48_020)",
+        "--out_folder": "use --out scores.csv",
+        "--pdb_path_chains": "use --score-chains A,B (comma-separated)",
+        "--path_to_fasta": "use --fasta FILE",
+        "--conditional_probs_only": "use --probs conditional",
+        "--unconditional_probs_only": "use --probs unconditional",
+        "--conditional_probs_only_backbone": "use --probs conditional-backbone",
+    },
+}
+
+
 def add_parser(subparsers) -> None:
     from invfold.components.design.config import ScoreConfig
     from invfold.components.model.reference import ModelSource

@@ -24,17 +24,33 @@ from invfold.components.tracking import RunContext, Tracker, fetch_registered_fi
 from invfold.runtime import record_timing
 
 MODEL_PT = "model_pt/model.pt"  # where the version's source run holds the checkpoint (train/record.py)
+MODEL_JSON = "model.json"  # beside the fetched model.pt: the reference it was fetched by and its version
 
 
 def fetch_model_step(*, model_name: str, model_version: str, tracking_uri: str, out_dir: str) -> dict:
-    """model.pt of a registered version (number) or alias (e.g. "champion") into out_dir."""
+    """model.pt of a registered version (number) or alias (e.g. "champion") into out_dir, and
+    beside it model.json: the reference (models:/NAME@ALIAS or /VERSION) and the version it
+    resolved to, which the designs' headers name (a kept FASTA says which model wrote it)."""
 
     os.makedirs(out_dir, exist_ok=True)
-    found = fetch_registered_file(tracking_uri, model_name, model_version or "champion", MODEL_PT, out_dir)
+    version = model_version or "champion"
+    found = fetch_registered_file(tracking_uri, model_name, version, MODEL_PT, out_dir)
     if os.path.abspath(found["path"]) != os.path.abspath(os.path.join(out_dir, "model.pt")):
         shutil.move(found["path"], os.path.join(out_dir, "model.pt"))
         shutil.rmtree(os.path.join(out_dir, os.path.dirname(MODEL_PT)), ignore_errors=True)
+    reference = f"models:/{model_name}{'/' if version.isdigit() else '@'}{version}"
+    with open(os.path.join(out_dir, MODEL_JSON), "w") as fh:
+        json.dump({"reference": reference, "version": found["version"]}, fh)
     return {"registered_model": model_name, "version": found["version"], "run_id": found["run_id"]}
+
+
+def fetched_model(model_path: str) -> dict:
+    """{"reference", "version"} that fetch_model_step wrote beside model_path ({} when absent)."""
+    path = os.path.join(os.path.dirname(model_path), MODEL_JSON)
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as fh:
+        return json.load(fh)
 
 
 def plan_shards(structures: str, shards: int, design_chains: str = "") -> list[str]:
@@ -69,6 +85,7 @@ def design_shard_step(
     record): structures are read as complexes, the other chains kept as fixed context."""
 
     k, _, n = shard.partition("/")
+    fetched = fetched_model(model_path)
     cfg = DesignConfig(
         model=model_path,
         structure=structures,
@@ -78,6 +95,8 @@ def design_shard_step(
         seed=seed,
         threads=threads or None,
         design_chains=design_chains,
+        model_reference=fetched.get("reference"),
+        model_version=fetched.get("version"),
     )
     summary = design_batch(cfg, progress=False, shard=(int(k), int(n)), score_orders=score_orders)
     record_timing("design", summary.seconds, shard=shard, designs=summary.designs, skipped=len(summary.skipped))

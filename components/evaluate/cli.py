@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
+import shlex
 import sys
 
 # the subcommands this module adds, with their line in `invfold --help` (listed without building them)
@@ -20,6 +20,10 @@ EXAMPLES = {
         "invfold evaluate models:/invfold-inverse-folding@champion --data prepared/ --out eval/ --tracking-uri http://mlflow:5000",
     ),
 }
+
+
+# exit codes `invfold evaluate` can return (its --help lists these): no training, so no 3 or 143
+EXIT_CODES = {"evaluate": (0, 1, 2, 141)}
 
 
 def add_parser(subparsers) -> None:
@@ -46,16 +50,19 @@ def run(args: argparse.Namespace) -> int:
     from invfold import storage
     from invfold.allocator import reexec_under_jemalloc
     from invfold.components.evaluate.config import EvaluateConfig
-    from invfold.components.model.reference import check_model, resolve_model
+    from invfold.components.model.reference import check_model, resolve
     from invfold.components.tracking.tracker import CommandTracking
     from invfold.options import from_args
+    from invfold.storage import redact
 
     cfg = from_args(EvaluateConfig, args)  # inputs judged before torch is imported
     tracking = from_args(CommandTracking, args)
-    context = tracking.context()  # --experiment with nowhere to record: refused first
+    context = tracking.context(cfg.model_path)  # --experiment with nowhere to record: refused first
     check_model(cfg.model_path, onnx=False)
     storage.require_local(cfg.data, "an existing prepared folder (invfold prep --out)")
-    cfg.model_path = resolve_model(cfg.model_path, tracking.tracking_uri)
+    cfg.command = redact(shlex.join(getattr(args, "command_line", ["invfold", "evaluate"])))  # for the report
+    resolved = resolve(cfg.model_path, tracking.tracking_uri)
+    cfg.model_path, cfg.model_label = resolved.path, resolved.label  # the report names the reference
     check_model(cfg.model_path, onnx=False)  # a registered model without its checkpoint is ONNX only
     reexec_under_jemalloc()  # eager PyTorch without page faults on every large tensor (allocator.py)
     from invfold.components.evaluate.evaluate import evaluate
@@ -74,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
         name: {k: v for k, v in m.items() if k in ("perplexity", "recovery", "proteins")}
         for name, m in metrics["datasets"].items()
     }
-    print(json.dumps(figures, indent=2))
+    for name, figure in figures.items():  # the whole record is --json's (and metrics.json)
+        shown = (f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in figure.items())
+        print(f"{name}: " + ", ".join(shown))
     print(f"wrote {cfg.out} (report.html)")
     args.result = {"out": cfg.out, "datasets": figures}
     return 0

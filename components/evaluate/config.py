@@ -52,6 +52,8 @@ class EvaluateConfig:
     bootstrap_resamples: int = option(
         1000, "bootstrap resamples for the 95% interval of the median recovery", min=0, max=100_000
     )
+    model_label: str | None = option(None, "how the report names the model (default: the file's name)", cli=False)
+    command: str | None = option(None, "the command line that asked for the report (credentials hidden)", cli=False)
 
     def __post_init__(self) -> None:
         self.model_path, self.data, self.out = str(self.model_path), str(self.data), str(self.out)

@@ -14,6 +14,7 @@ Kubeflow UI and MLflow).
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ from collections import Counter
 import numpy as np
 import torch
 
+from invfold import __version__
 from invfold.components.evaluate.config import EvaluateConfig
 from invfold.components.evaluate.metrics import DatasetScores, order_seed, score_dataset
 from invfold.components.evaluate.report import (
@@ -109,6 +111,8 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         torch.set_num_threads(cfg.threads)
     os.makedirs(cfg.out, exist_ok=True)
     model = load_model_or_published(cfg.model_path)
+    # a one-shot model's argmax does not depend on a decoding order: one design, not cfg.orders copies
+    orders = cfg.orders if model.cfg.autoregressive else 1
     data = open_prepared(cfg.data)
     if "test" not in data.datasets:
         raise InputError(cfg.data, None, None, "a 'test' dataset", f"datasets {data.datasets}", reason="no_test_set")
@@ -132,7 +136,7 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         designs=cfg.designs_per_protein,
         temperature=cfg.diversity_temperature,
         label="evaluate test",
-        orders=cfg.orders,
+        orders=orders,
     )
     records = [test[i] for i in test_rows]
     name_to_row = {r.name: i for i, r in enumerate(records)}
@@ -157,7 +161,7 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         else:
             rows = list(range(len(dataset)))
             own = score_dataset(
-                model, dataset, rows, cfg.tokens_per_batch, cfg.seed, label=f"evaluate {name}", orders=cfg.orders
+                model, dataset, rows, cfg.tokens_per_batch, cfg.seed, label=f"evaluate {name}", orders=orders
             )
             subsets[name] = (dataset, rows, own)
 
@@ -204,7 +208,11 @@ def evaluate(cfg: EvaluateConfig) -> dict:
     diversity = _diversity(scores.samples, test, test_rows, cfg) if cfg.designs_per_protein else None
 
     metrics = {
+        "written": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "invfold_version": __version__,
+        "command": cfg.command,
         "model": cfg.model_path,
+        "model_label": cfg.model_label or os.path.basename(cfg.model_path),
         "model_config": model.cfg.to_dict(),
         "data": cfg.data,
         "data_digest": data.digest,
@@ -212,7 +220,7 @@ def evaluate(cfg: EvaluateConfig) -> dict:
         "decoding": f"greedy autoregressive, {cfg.orders} seeded random orders (per-chain mean)"
         if model.cfg.autoregressive
         else "one-shot argmax",
-        "orders": {"count": cfg.orders, "seeds": [order_seed(cfg.seed, k) for k in range(cfg.orders)]},
+        "orders": {"count": orders, "seeds": [order_seed(cfg.seed, k) for k in range(orders)]},
         "bootstrap": {"resamples": cfg.bootstrap_resamples, "seed": cfg.seed, "interval": "95% percentile, median"},
         "sampled": {"temperature": cfg.diversity_temperature, "designs_per_protein": cfg.designs_per_protein}
         if cfg.designs_per_protein

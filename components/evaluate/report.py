@@ -146,6 +146,13 @@ def _table(head: list[str], rows: list[list]) -> list[str]:
     ]
 
 
+def _without_empty_columns(head: list[str], rows: list[list]) -> tuple[list[str], list[list]]:
+    """The columns with a value in some row: a one-shot model has no 'across orders' column, a run
+    without sampling no 'sampled recovery' (a column of dashes only widens the table)."""
+    keep = [j for j in range(len(head)) if any(row[j] is not None for row in rows)]
+    return [head[j] for j in keep], [[row[j] for j in keep] for row in rows]
+
+
 def _interval(figures: dict) -> str | None:
     if "recovery_ci_low" not in figures:
         return None
@@ -159,13 +166,22 @@ def _across_orders(figures: dict) -> str | None:
 
 
 def _statistics_note(metrics: dict) -> str:
-    """How the figures' noise was measured: orders and their seeds, the bootstrap, the sampling."""
+    """How the figures' noise was measured: orders and their seeds (none for a one-shot model,
+    whose argmax no order changes), the bootstrap, the sampling."""
     orders = metrics.get("orders") or {"count": 1, "seeds": [metrics["seed"]]}
     boot = metrics.get("bootstrap") or {"resamples": 0}
     sampled = metrics.get("sampled")
+    if metrics["model_config"].get("decoding") == "one_shot":
+        designs = "One-shot argmax: one design per protein, independent of any decoding order. "
+    elif orders["count"] == 1:
+        designs = f"Greedy recovery per protein from one decoding order (seed {orders['seeds'][0]}). "
+    else:
+        designs = (
+            f"Greedy recovery per protein is the mean over {orders['count']} decoding orders (seeds "
+            f"{', '.join(map(str, orders['seeds']))}); 'across orders' is the mean and sd of each order's median. "
+        )
     return (
-        f"Greedy recovery per protein is the mean over {orders['count']} decoding order(s) (seeds "
-        f"{', '.join(map(str, orders['seeds']))}); 'across orders' is the mean and sd of each order's median. "
+        designs
         + (
             f"95% interval: percentile bootstrap of the median over proteins ({boot['resamples']} resamples, "
             f"seed {boot['seed']}). "
@@ -188,10 +204,21 @@ def report_markdown(metrics: dict, rows: list[ProteinRow]) -> str:
         if baseline["letter"]
         else f"Constant predictor: unavailable ({baseline.get('unavailable', 'no train split')})."
     )
+    written = ", ".join(
+        part
+        for part in (
+            metrics.get("written") and f"written {metrics['written']}",
+            metrics.get("invfold_version") and f"invfold {metrics['invfold_version']}",
+            metrics.get("command") and f"by `{metrics['command']}`",
+        )
+        if part
+    )
     lines = [
         "# Evaluation report",
         "",
-        f"Model `{os.path.basename(metrics['model'])}` ({metrics['model_config']['decoding']}), "
+        *([f"{written[:1].upper()}{written[1:]}.", ""] if written else []),
+        f"Model `{metrics.get('model_label') or os.path.basename(metrics['model'])}` "
+        f"({metrics['model_config']['decoding']}), "
         f"data digest `{metrics['data_digest']}`; designs: {metrics['decoding']}; seed {metrics['seed']}. "
         "Recovery: the fraction of a protein's residues whose designed letter is the native one, "
         "median over proteins; perplexity: teacher-forced, pooled over residues.",
@@ -202,22 +229,24 @@ def report_markdown(metrics: dict, rows: list[ProteinRow]) -> str:
         "",
     ]
     lines += _table(
-        [
-            "dataset",
-            "proteins",
-            "residues",
-            "perplexity",
-            "median recovery",
-            "95% interval",
-            "across orders (mean +- sd)",
-            "sampled recovery",
-            "constant predictor",
-        ],
-        [
-            [name, m.get("proteins", 0), m.get("residues", 0), m.get("perplexity"), m.get("recovery")]
-            + [_interval(m), _across_orders(m), m.get("sampled_recovery"), baseline["recovery"].get(name)]
-            for name, m in metrics["datasets"].items()
-        ],
+        *_without_empty_columns(
+            [
+                "dataset",
+                "proteins",
+                "residues",
+                "perplexity",
+                "median recovery",
+                "95% interval",
+                "across orders (mean +- sd)",
+                "sampled recovery",
+                "constant predictor",
+            ],
+            [
+                [name, m.get("proteins", 0), m.get("residues", 0), m.get("perplexity"), m.get("recovery")]
+                + [_interval(m), _across_orders(m), m.get("sampled_recovery"), baseline["recovery"].get(name)]
+                for name, m in metrics["datasets"].items()
+            ],
+        )
     )
     lines += ["", "![per-protein recovery](recovery_distribution.png)", ""]
     lines += ["## Recovery by length (test)", ""]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 # the subcommands this module adds, with their line in `invfold --help` (listed without building them)
 COMMANDS = {
@@ -18,6 +17,10 @@ EXAMPLES = {
         "invfold export train/model.pt --format proteinmpnn --out weights/my_model.pt",
     ),
 }
+
+
+# exit codes `invfold export` can return (its --help lists these): no training, so no 3 or 143
+EXIT_CODES = {"export": (0, 1, 2, 141)}
 
 
 def add_parser(subparsers) -> None:
@@ -64,5 +67,9 @@ def run(args: argparse.Namespace) -> int:
         result = export_onnx(cfg)  # a ParityError exits 1 with its message (src/invfold/cli.py)
         keys = ("onnx", "opset", "max_abs_diff", "tolerance", "size_bytes", "report_path")
         args.result = {k: getattr(result, k) for k in keys}
-    print(json.dumps(args.result, indent=2))
+    print(f"wrote {cfg.out} ({args.result['size_bytes'] / 1e6:.1f} MB)")
+    print(
+        f"parity: max |logit difference| {args.result['max_abs_diff']:.2e} <= tolerance "
+        f"{args.result['tolerance']:.0e} (report: {args.result['report_path']})"
+    )
     return 0

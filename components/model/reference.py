@@ -28,6 +28,7 @@ from invfold.options import option
 # models:/NAME@ALIAS, models:/NAME/VERSION, runs:/RUN_ID/PATH (MLflow's own URI forms)
 _MODELS_URI = re.compile(r"^models:/(?P<name>[^/@]+)(?:@(?P<alias>[^/@]+)|/(?P<version>\d+))$")
 _RUNS_URI = re.compile(r"^runs:/(?P<run_id>[0-9A-Za-z_-]+)/(?P<path>.+)$")
+_UPSTREAM_NAME = re.compile(r"^v_\d+_\d+$")  # ProteinMPNN's --model_name (v_48_020)
 MLFLOW_FORMS = "models:/NAME@ALIAS, models:/NAME/VERSION or runs:/RUN_ID/PATH"
 REGISTERED_CHECKPOINT = "model_pt/model.pt"  # where the register step logs the PyTorch checkpoint
 ZIP_MAGIC, GZIP_MAGIC = b"PK\x03\x04", b"\x1f\x8b"  # torch.save's zip archive (stored as is, or gzipped)
@@ -61,6 +62,11 @@ def check_model(text: str, what: str = "MODEL", *, onnx: bool = True, published_
         if not published_names:
             raise ConfigError(f"{what} {text!r}: published weights are not accepted here; expected a model file")
         return
+    if _UPSTREAM_NAME.match(text) and not os.path.exists(text):  # ProteinMPNN's --model_name
+        raise ConfigError(
+            f"{what} {text!r}: no such file; the published weights of that name are proteinmpnn:{text} "
+            f"(or proteinmpnn-soluble:{text}, proteinmpnn-ca:{text})"
+        )
     family, sep, rest = text.partition(":")
     if sep and not rest.startswith("//") and not os.path.exists(text):
         raise ConfigError(
@@ -98,12 +104,34 @@ def check_model_file(path: str, *, onnx: bool = True) -> None:
         )
 
 
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model reference and what it resolved to: what outputs name (FASTA headers, reports), so
+    a kept file says `models:/NAME@champion (version 3)`, not the downloaded `model.pt`."""
+
+    path: str  # the local file (or published name) to load
+    reference: str | None = None  # an MLflow reference as the user gave it (None: a file or a published name)
+    version: str | None = None  # the registered version a models:/ reference resolved to
+
+    @property
+    def label(self) -> str | None:
+        """`models:/NAME@champion (version 3)`; None for a file (outputs name it by its file name)."""
+        if self.reference is None:
+            return None
+        return f"{self.reference} (version {self.version})" if self.version else self.reference
+
+
 def resolve_model(text: str, tracking_uri: str | None = None, *, dst: str | None = None) -> str:
     """The local file (or published name) `text` names: an MLflow URI is downloaded into `dst`
     (default: a folder under the system's temp dir, kept for the process's life)."""
+    return resolve(text, tracking_uri, dst=dst).path
+
+
+def resolve(text: str, tracking_uri: str | None = None, *, dst: str | None = None) -> ResolvedModel:
+    """resolve_model's file with the reference as given and the registered version it names."""
     text = str(text)
     if not is_mlflow_uri(text):
-        return text
+        return ResolvedModel(text)
     import tempfile
 
     from invfold.components.tracking import fetch_model_uri
@@ -112,7 +140,7 @@ def resolve_model(text: str, tracking_uri: str | None = None, *, dst: str | None
     dst = dst or tempfile.mkdtemp(prefix="invfold-model-")
     models, runs = _MODELS_URI.match(text), _RUNS_URI.match(text)
     if models:
-        found = fetch_model_uri(
+        found, version = fetch_model_uri(
             uri,
             dst,
             model_name=models["name"],
@@ -120,10 +148,10 @@ def resolve_model(text: str, tracking_uri: str | None = None, *, dst: str | None
             checkpoint=REGISTERED_CHECKPOINT,
         )
     elif runs:
-        found = fetch_model_uri(uri, dst, run_id=runs["run_id"], artifact_path=runs["path"])
+        found, version = fetch_model_uri(uri, dst, run_id=runs["run_id"], artifact_path=runs["path"])
     else:
         raise ConfigError(f"{text!r}: expected an MLflow model URI {MLFLOW_FORMS}")
-    return found
+    return ResolvedModel(found, text, version)
 
 
 def registered_model(text: str, what: str = "MODEL") -> tuple[str, str]:

@@ -200,16 +200,21 @@ class CommandTracking:
         None,
         "MLflow at URI (a server, or sqlite:///FILE such as invfold run's runs/mlflow.db): where a "
         "models:/ or runs:/ MODEL is read from (default MLFLOW_TRACKING_URI), and where this command "
-        "records a run of its own when given (with only --experiment: at MLFLOW_TRACKING_URI)",
+        "records a run of its own: when given with a model file, or with --experiment (with only "
+        "--experiment: at MLFLOW_TRACKING_URI); reading a models:/ or runs:/ MODEL records nothing",
         metavar="URI",
     )
     experiment: str | None = option(
         None, f"MLflow experiment of the run (default {DEFAULT_EXPERIMENT!r}, the pipeline's)", metavar="NAME"
     )
 
-    def context(self) -> RunContext | None:
-        """Where the command records its run; None: nothing asked for, nothing recorded."""
+    def context(self, model: str | None = None) -> RunContext | None:
+        """Where the command records its run; None: nothing asked for, nothing recorded. A
+        --tracking-uri that is there to read a models:/ or runs:/ `model` asks for no run of its
+        own: --experiment does."""
         if self.tracking_uri is None and self.experiment is None:
+            return None
+        if self.experiment is None and str(model).startswith(("models:/", "runs:/")):
             return None
         uri = self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
         if not uri:
@@ -745,12 +750,13 @@ def fetch_model_uri(
     checkpoint: str | None = None,
     run_id: str | None = None,
     artifact_path: str | None = None,
-) -> str:
-    """The local model file an MLflow model URI names (components/model/reference.py parses it):
-    a registered version (number or alias) -> its run's `checkpoint` artifact when the run logged
-    one, else the version's own (ONNX) model; a run's artifact -> that file, or model.pt /
-    model.onnx inside that folder. A name, alias or run that does not exist is an InputError
-    (exit 2); a server that does not answer is a TrackingError."""
+) -> tuple[str, str | None]:
+    """(the local model file an MLflow model URI names, the registered version it resolved to:
+    None for a run's artifact); components/model/reference.py parses the URI. A registered
+    version (number or alias) -> its run's `checkpoint` artifact when the run logged one, else
+    the version's own (ONNX) model; a run's artifact -> that file, or model.pt / model.onnx
+    inside that folder. A name, alias or run that does not exist is an InputError (exit 2); a
+    server that does not answer is a TrackingError."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
@@ -780,20 +786,20 @@ def fetch_model_uri(
             raise InputError(where, None, None, "a registered model version", err.message.splitlines()[0]) from None
         if checkpoint:
             try:
-                return client.download_artifacts(found.run_id, checkpoint, dst)
+                return client.download_artifacts(found.run_id, checkpoint, dst), str(found.version)
             except (MlflowException, OSError):
                 pass  # no checkpoint beside the registered model: the registered model itself
         import mlflow.artifacts
 
         source = client.get_model_version_download_uri(model_name, found.version)
         local = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=dst, tracking_uri=tracking_uri)
-        return _model_file_in(local, where)
+        return _model_file_in(local, where), str(found.version)
     try:
         local = client.download_artifacts(run_id, artifact_path, dst)
     except (MlflowException, OSError) as err:
         message = err.message.splitlines()[0] if isinstance(err, MlflowException) else str(err)
         raise InputError(where, None, None, "an artifact of an existing run", message) from None
-    return _model_file_in(local, where)
+    return _model_file_in(local, where), None
 
 
 def _model_file_in(local: str, where: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import json
 import logging
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from invfold import __version__
 from invfold.config_file import ConfigFile, add_config_options, apply_config, name_file_in, print_config
-from invfold.errors import EXIT_STATUS, InvfoldError
+from invfold.errors import EXIT_STATUS, InvfoldError, exit_status
 from invfold.options import add_command, from_args, option
 from invfold.storage import redact, remember_secrets
 
@@ -55,10 +56,43 @@ class CompletionOptions:
 
 class CommandLineParser(argparse.ArgumentParser):
     """A mistake on the command line in two lines, `invfold <cmd>: error: <message>` and where to
-    read more, instead of the whole usage (every subcommand's parser is one of these)."""
+    read more, instead of the whole usage (every subcommand's parser is one of these); with
+    --json also `{"error", "exit_code"}` on stdout, as for every other mistake."""
+
+    json_errors = False  # set by parse() when the command line has --json
+    foreign_flags: dict[str, str] = {}  # another tool's flag -> what to type here (a module's FOREIGN_FLAGS)
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {redact(message)}\n  (see `{self.prog} --help`)\n")
+        message = redact(with_suggestion(message))
+        if self.json_errors:
+            print(json.dumps({"error": message, "exit_code": 2}))
+        self.exit(2, f"{self.prog}: error: {message}\n  (see `{self.prog} --help`)\n")
+
+
+def with_suggestion(message: str) -> str:
+    """argparse's "invalid choice: 'desing' (choose from ...)" with the closest choice named."""
+    found = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)$", message)
+    if found:
+        close = difflib.get_close_matches(found[1], re.findall(r"'([^']*)'", found[2]), n=1)
+        if close:
+            message += f"; did you mean {close[0]!r}?"
+    return message
+
+
+def unrecognized(extras: list[str], command: argparse.ArgumentParser) -> str:
+    """The message for arguments `command` does not take: another tool's flag (ProteinMPNN's
+    `--sampling_temp`) answered with ours, an unknown one with the closest flags it has."""
+    flags = [word.split("=", 1)[0] for word in extras if word.startswith("-")]
+    for word in flags:
+        if word in command.foreign_flags:
+            return f"{word} is ProteinMPNN's; {command.foreign_flags[word]}"
+    known = [s for action in command._actions for s in action.option_strings if s.startswith("--")]
+    close = []
+    for word in flags:
+        spelled = "--" + word.lstrip("-").replace("_", "-")
+        close += [c for c in difflib.get_close_matches(spelled, known, n=2, cutoff=0.7) if c not in close]
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return f"unrecognized arguments: {' '.join(extras)}{hint}"
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -92,15 +126,21 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         description="Print a tab-completion script for invfold's subcommands, options and choices, "
         "written from the parser itself (shtab): the shell reads it; invfold does not run on TAB.",
     )
-    examples = dict(EXAMPLES)
+    examples, exit_codes, foreign = dict(EXAMPLES), {"completion": (0, 2, 141)}, {}
     for name in SUBCOMMAND_MODULES:
-        examples.update(getattr(importlib.import_module(name), "EXAMPLES", {}))
+        module = importlib.import_module(name)
+        examples.update(getattr(module, "EXAMPLES", {}))
+        exit_codes.update(getattr(module, "EXIT_CODES", {}))
+        foreign.update(getattr(module, "FOREIGN_FLAGS", {}))
     for sub in _leaf_parsers(parser):
         if sub is not completion and any(a.dest != "help" for a in sub._actions):
             add_config_options(sub, sub.prog.removeprefix("invfold "))
         add_logging_flags(sub, default=argparse.SUPPRESS)  # absent after the command: the global value
-        lines = examples.get(sub.prog.removeprefix("invfold "), ())
-        sub.epilog = ("examples:\n" + "".join(f"  {line}\n" for line in lines) + "\n" if lines else "") + EXIT_STATUS
+        name = sub.prog.removeprefix("invfold ")
+        lines = examples.get(name, ())
+        status = exit_status(exit_codes.get(name))
+        sub.epilog = ("examples:\n" + "".join(f"  {line}\n" for line in lines) + "\n" if lines else "") + status
+        sub.foreign_flags = foreign.get(name, {})
         sub.formatter_class = ExamplesFormatter
     parser.epilog, parser.formatter_class = EXIT_STATUS, ExamplesFormatter
     return parser
@@ -242,9 +282,13 @@ def parse(argv: list[str]) -> CommandLine:
     """Parse `argv`, a --config file's values under the flags given (SystemExit as argparse does:
     --help, a mistake on the command line; InvfoldError: a mistake in the file)."""
     parser = build_parser(command_of(argv))
+    for each in (parser, *_all_parsers(parser)):
+        each.json_errors = "--json" in argv
     line = CommandLine(parser, subcommand_parser(parser, argv))
     line.config = apply_config(line.command, argv)  # --config FILE: its values become the defaults
-    line.args = parser.parse_args(argv)
+    line.args, extras = parser.parse_known_args(argv)
+    if extras:  # named by the subcommand that does not take them, not by `invfold`
+        line.command.error(unrecognized(extras, line.command))
     if line.config is not None:
         line.config.finish(line.args)
     return line
@@ -262,10 +306,17 @@ def main(argv: list[str] | None = None) -> int:
         return report(err, subcommand_parser(parser, argv), None, "--json" in argv)
     parser, command, args, config = line.parser, line.command, line.args, line.config
     remember_secrets(vars(args).values())  # a --config file's URIs too
+    args.command_line = ["invfold", *argv]  # what a report says it was written by
+    # invfold's own lines at INFO; other libraries' at WARNING (`invfold export` of a `small` model
+    # printed 387 lines, 376 of them onnxscript's and onnx_ir's INFO); -v: everything at DEBUG,
+    # -q: warnings and errors only
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
+        level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
+    )
+    logging.getLogger("invfold").setLevel(
+        logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
     )
     if not getattr(args, "func", None):
         parser.print_help()

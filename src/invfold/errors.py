@@ -31,6 +31,15 @@ EXIT_STATUS = """exit status:
   143  stopped by SIGTERM after writing a checkpoint (run it again to resume); invfold run: as for 130"""
 
 
+def exit_status(codes: tuple[int, ...] | None = None) -> str:
+    """EXIT_STATUS with only the lines of `codes` (None: every line): a command's --help lists
+    the codes it can return (`invfold design` trains nothing, so never exits 3 or 143)."""
+    if codes is None:
+        return EXIT_STATUS
+    head, *lines = EXIT_STATUS.splitlines()
+    return "\n".join([head, *(line for line in lines if int(line.split()[0]) in codes)])
+
+
 def redact_text(text: str) -> str:
     """Replaced by invfold.storage.redact when storage is imported (it sits above this module):
     every InputError message then shows URIs through storage.display_uri, credentials hidden."""

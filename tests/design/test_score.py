@@ -108,3 +108,19 @@ def test_cli(tmp_path, models, capsys):
     assert "mean NLL" in capsys.readouterr().out and out.exists() and (tmp_path / "cli.json").exists()
     with pytest.raises(Exception, match="chains \\['Z'\\] are not in the structure"):
         score(_cfg(models[0], out, score_chains="Z"))
+
+
+def test_samples_of_one_target_are_numbered_in_the_scores(tmp_path, models, record):
+    """A design FASTA heads every sample of a target with the target's name: the score rows number
+    them in file order (`1BD2.B_1`, `1BD2.B_2`, ...); a name heading one record keeps it."""
+    from invfold.cli import main
+
+    fasta = tmp_path / "designs.fasta"
+    samples = "".join(f">{NAME} sample={i} T=0.1\n{record.seq}\n" for i in range(3))
+    fasta.write_text(samples + f">native\n{record.seq}\n")
+    out = tmp_path / "scores.csv"
+    argv = ["score", str(models[0]), SAMPLE, "--name", NAME, "--fasta", str(fasta), "--out", str(out)]
+    assert main([*argv, "--num-orders", "1"]) == 0
+    with out.open() as fh:
+        names = [row["sequence_name"] for row in csv.DictReader(fh)]
+    assert names == [f"{NAME}_1", f"{NAME}_2", f"{NAME}_3", "native"]

@@ -307,17 +307,20 @@ def test_report_gives_interval_orders_spread_and_sampled_recovery(prepared, mode
     cfg = EvaluateConfig(model_path=model_path, data=prepared, out=str(tmp_path), orders=2, bootstrap_resamples=200)
     metrics = evaluate(cfg)
     test = metrics["datasets"]["test"]
+    autoregressive = metrics["model_config"]["decoding"] == "autoregressive"
     assert test["recovery_ci_low"] <= test["recovery"] <= test["recovery_ci_high"]
-    assert 0.0 <= test["sampled_recovery"] <= 1.0 and "recovery_orders_sd" in test
+    assert 0.0 <= test["sampled_recovery"] <= 1.0 and ("recovery_orders_sd" in test) == autoregressive
     assert metrics["datasets"]["validation"]["recovery_ci_low"] <= metrics["datasets"]["validation"]["recovery"]
-    assert metrics["orders"] == {"count": 2, "seeds": [0, 104729]}
+    # a one-shot model's argmax depends on no order: one design, no spread across orders
+    assert metrics["orders"] == ({"count": 2, "seeds": [0, 104729]} if autoregressive else {"count": 1, "seeds": [0]})
     assert metrics["bootstrap"]["resamples"] == 200 and metrics["sampled"]["temperature"] == 0.1
     flat = scalar_metrics(metrics, "/")  # what MLflow records
-    assert {"test/recovery_ci_low", "test/recovery_ci_high", "test/sampled_recovery", "test/recovery_orders_sd"} <= set(
-        flat
-    )
+    assert {"test/recovery_ci_low", "test/recovery_ci_high", "test/sampled_recovery"} <= set(flat)
+    assert ("test/recovery_orders_sd" in flat) == autoregressive
     report = (tmp_path / "report.md").read_text()
-    assert "95% interval" in report and "seeds 0, 104729" in report and "T = 0.1" in report
+    assert "95% interval" in report and "T = 0.1" in report
+    assert ("seeds 0, 104729" in report) == autoregressive and ("across orders" in report) == autoregressive
+    assert ("One-shot argmax: one design per protein" in report) != autoregressive
     assert f"{test['recovery_ci_low']:.3f} - {test['recovery_ci_high']:.3f}" in report
     again = evaluate(
         EvaluateConfig(
@@ -339,3 +342,27 @@ def test_the_bootstrap_drawn_in_blocks_is_the_one_draw_of_all_resamples():
     rng = np.random.default_rng(3)
     medians = np.median(values[rng.integers(0, len(values), (2000, len(values)))], axis=1)
     assert bootstrap_median(values, 2000, seed=3) == tuple(float(p) for p in np.percentile(medians, [2.5, 97.5]))
+
+
+def test_the_report_says_when_by_which_command_and_which_model_and_the_cli_prints_no_json(
+    prepared, model_path, tmp_path, capsys
+):
+    """What a person keeps names its date, the invfold version and the command line; the command
+    prints a short summary (the whole record is --json's and metrics.json's); the headline table
+    of the HTML page sits in a box that scrolls sideways instead of overflowing the page."""
+    from invfold import __version__
+    from invfold.cli import main
+
+    out = tmp_path / "eval"
+    argv = ["evaluate", model_path, "--data", prepared, "--out", str(out), "--dataset", "test"]
+    assert main([*argv, "--designs-per-protein", "0", "--bootstrap-resamples", "0"]) == 0
+    printed = capsys.readouterr().out
+    assert "{" not in printed and printed.startswith("test: ") and "recovery" in printed.splitlines()[0]
+    report = (out / "report.md").read_text()
+    assert f"invfold {__version__}" in report and "Written 20" in report
+    assert f"by `invfold evaluate {model_path} --data {prepared}" in report
+    assert f"Model `{model_path.rsplit('/', 1)[-1]}`" in report
+    headline = report.split("| dataset |", 1)[1].splitlines()[0]
+    assert "sampled recovery" not in headline and "95% interval" not in headline  # no column of dashes
+    page = (out / "report.html").read_text()
+    assert page.index('<div class="table-scroll') < page.index("<th>dataset</th>")

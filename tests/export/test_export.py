@@ -158,3 +158,21 @@ def test_ca_only_model_exports_with_parity_and_designs_alike(tmp_path, chain_set
         assert main([*args, "--out", str(out)]) == 0
         designs[suffix] = [line for line in out.read_text().splitlines() if not line.startswith(">")]
     assert designs[".pt"] == designs[".onnx"] and len(designs[".pt"]) == 2
+
+
+def test_export_prints_a_short_summary_without_the_libraries_info_lines(tmp_path, chain_set):
+    """A real `invfold export`: invfold's own lines at INFO, onnxscript's and onnx_ir's (hundreds of
+    INFO lines per export) left at WARNING; the result in two lines (the JSON is --json's)."""
+    import subprocess
+    import sys
+
+    _, path = make_model(tmp_path, "one_shot")
+    out = tmp_path / "model.onnx"
+    argv = [str(path), "--out", str(out), "--data", chain_set, "--chains", "2"]
+    proc = subprocess.run([sys.executable, "-m", "invfold", "export", *argv], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert not [line for line in lines if "INFO onnx" in line or "torchvision" in line], lines[:20]
+    assert len(lines) < 15, lines
+    assert proc.stdout.splitlines()[0].startswith(f"wrote {out} (") and "{" not in proc.stdout
+    assert "parity: max |logit difference|" in proc.stdout

@@ -128,3 +128,47 @@ def test_json_design_result_matches_the_fasta(registry, tmp_path, capsys):
     result = json.loads(capsys.readouterr().out)
     assert code == 0 and result["exit_code"] == 0 and result["out"] == str(tmp_path / "d.fasta")
     assert [d["sequence"] for d in result["designs"]] == sequences
+
+
+def _all_runs(uri: str) -> set[str]:
+    client = MlflowClient(uri)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    return {r.info.run_id for r in client.search_runs(ids, max_results=10_000)}
+
+
+def test_what_a_user_keeps_names_the_reference_given_and_the_version_it_resolved_to(
+    registry, tmp_path, sample_prepared
+):
+    """FASTA headers (both layouts), a batch's rows and the evaluation report say
+    `models:/NAME@champion` and version 1, not the downloaded `model.pt`."""
+    name, uri = registry["name"], registry["uri"]
+    code, _ = _design(registry, f"models:/{name}@champion", tmp_path / "a.fasta")
+    assert code == 0
+    headers = [line for line in (tmp_path / "a.fasta").read_text().splitlines() if line.startswith(">")]
+    assert all(h.endswith(f" model=models:/{name}@champion model_version=1") for h in headers), headers
+    code, _ = _design(registry, f"models:/{name}/1", tmp_path / "b.fasta", "--fasta-layout", "proteinmpnn")
+    assert code == 0 and f"model_name=models:/{name}/1 (version 1)," in (tmp_path / "b.fasta").read_text()
+    code, _ = _design(registry, str(registry["root"] / "model.pt"), tmp_path / "file.fasta")
+    assert code == 0 and " model=model.pt\n" in (tmp_path / "file.fasta").read_text()
+
+    argv = ["design", f"models:/{name}@champion", str(SAMPLE_CHAIN_SET), "--name", registry["record"]]
+    assert main([*argv, "--out", str(tmp_path / "d.jsonl"), "-n", "1", "--tracking-uri", uri]) == 0
+    row = json.loads((tmp_path / "d.jsonl").read_text().splitlines()[0])
+    assert row["model"] == f"models:/{name}@champion (version 1)"
+
+    argv = ["evaluate", f"models:/{name}@champion", "--data", sample_prepared, "--out", str(tmp_path / "eval")]
+    argv += ["--dataset", "test", "--designs-per-protein", "0", "--bootstrap-resamples", "0", "--orders", "1"]
+    assert main([*argv, "--tracking-uri", uri]) == 0
+    assert f"Model `models:/{name}@champion (version 1)`" in (tmp_path / "eval" / "report.md").read_text()
+
+
+def test_reading_a_registered_model_records_no_run_unless_an_experiment_is_given(registry, tmp_path):
+    """--tracking-uri is where a models:/ MODEL is read; --experiment asks for a run of the command."""
+    name, uri = registry["name"], registry["uri"]
+    before = _all_runs(uri)
+    assert _design(registry, f"models:/{name}@champion", tmp_path / "a.fasta")[0] == 0
+    assert _all_runs(uri) == before
+    experiment = f"asked-{secrets.token_hex(3)}"
+    assert _design(registry, f"models:/{name}@champion", tmp_path / "b.fasta", "--experiment", experiment)[0] == 0
+    (new,) = _all_runs(uri) - before
+    assert MlflowClient(uri).get_run(new).data.tags["invfold.step"] == "design"

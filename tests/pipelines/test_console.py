@@ -113,3 +113,24 @@ def test_training_shows_a_progress_bar_from_the_trainers_metrics_records_on_a_te
         bar.refresh()
     shown = out.getvalue()
     assert "step 7" in shown and "loss 2.5000" in shown and "val recovery 0.210" in shown
+
+
+def test_tasks_of_one_name_side_by_side_each_get_their_line_and_time(tmp_path, monkeypatch):
+    """A ParallelFor's tasks share a name and run side by side; KFP's local runner logs the last
+    one's end twice. One line per task start and end, each end timed from a start of that name."""
+    import invfold.pipelines.console as console_module
+
+    clock = iter([0.0, 1.0, 5.0, 6.0, 10.0, 12.0])
+    monkeypatch.setattr(console_module.time, "monotonic", lambda: next(clock))
+    console, out = _console()
+    with StepConsole(tmp_path / "run.log", console):
+        kfp = logging.getLogger("kfp")
+        kfp.info("Executing task 'design-shard-op'")  # 0.0
+        kfp.info("Executing task 'design-shard-op'")  # 1.0
+        kfp.info("Task 'design-shard-op' finished with status SUCCESS")  # 5.0: the first started
+        kfp.info("Executing task 'design-shard-op'")  # 6.0
+        kfp.info("Task 'design-shard-op' finished with status SUCCESS")  # 10.0: the second
+        kfp.info("Task 'design-shard-op' finished with status SUCCESS")  # 12.0: the third
+        logging.getLogger().info("Task 'design-shard-op' finished with status SUCCESS")  # the banner again
+    ends = [line.split() for line in out.getvalue().splitlines() if line.split()[:1] == ["ok"]]
+    assert [(e[1], e[2]) for e in ends] == [("design-shard", "5.0"), ("design-shard", "9.0"), ("design-shard", "6.0")]

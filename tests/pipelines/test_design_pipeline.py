@@ -5,7 +5,9 @@ MLflow run with the artifacts, and the skipped record counted."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 from pathlib import Path
 from unittest import mock
@@ -78,10 +80,13 @@ def design_run(setup):
         calls.append((args, kwargs, run_design_local(*args, **kwargs)))
         return calls[-1][2]
 
-    with mock.patch("invfold.pipelines.local.run_design_local", runner):
+    printed = io.StringIO()
+    with mock.patch("invfold.pipelines.local.run_design_local", runner), contextlib.redirect_stdout(printed):
         assert main(argv) == 0
     ((args, kwargs, run),) = calls
-    assert args == (params,) and kwargs == {"runs_dir": setup["runs"], "tracking_uri": setup["uri"]}
+    assert args == (params,) and kwargs.pop("console") is not None and kwargs.pop("verbose") is False
+    assert kwargs == {"runs_dir": setup["runs"], "tracking_uri": setup["uri"]}
+    run.printed = printed.getvalue()
     return run
 
 
@@ -102,6 +107,7 @@ def test_designs_scores_report_and_skips_are_gathered(design_run, setup):
     assert summary["shards"] == 2 and summary["structures_designed"] == 3
     assert summary["skip_counts"] and sum(summary["skip_counts"].values()) == 1
     assert summary["model"]["version"] == "1"
+    assert {r["model"] for r in rows} == {f"models:/{MODEL}@champion (version 1)"}  # the reference, not model.pt
     report = _output(design_run, "gather-designs", "report").read_text()
     assert "# Designs" in report and "## Skipped" in report and "score_nll" in report
     shard_outputs = sorted(Path(design_run.run_folder).glob("**/design-shard*/**/designs.jsonl"))
@@ -125,3 +131,22 @@ def test_an_unknown_alias_fails_naming_it(setup, tmp_path):
     params = {"structures": setup["structures"], "model_name": MODEL, "model_version": "no-such-alias"}
     with pytest.raises(PipelineFailed, match="design pipeline failed"):
         run_design_local(params, runs_dir=str(tmp_path / "runs"), tracking_uri=setup["uri"])
+
+
+def test_the_run_shows_one_line_per_step_and_where_the_designs_are(design_run, setup):
+    """`invfold run --pipeline design` off a terminal: the steps and the summary, not the runner's
+    own output (that is in the log file), and no colour codes."""
+    printed = design_run.printed
+    lines = printed.splitlines()
+    assert "\x1b[" not in printed and "executor_output" not in printed, printed
+    assert lines[0].startswith("invfold run --pipeline design: fetch-model") and f"models:/{MODEL}@champion" in lines[0]
+    assert lines[1].startswith("estimate: about ") and "4 chains" in lines[1]  # the broken record too
+    steps = [line.split()[1] for line in lines if line.split()[:1] == ["ok"]]
+    assert steps[0] == "fetch-model" and steps.count("design-shard") == 2 and "gather-designs" in steps, printed
+    assert len(lines) < 25, printed
+    assert f"model:      models:/{MODEL}@champion (version 1)" in printed
+    (designs,) = [line for line in lines if line.strip().startswith("designs:")]
+    assert designs.split()[-1].endswith("designs.jsonl") and Path(designs.split()[-1]).is_file()
+    assert "12 designs of 3 structures, 1 skipped" in printed
+    log = Path(next(line for line in lines if "full log:" in line).split()[-1])
+    assert "Executing task" in log.read_text()

@@ -136,3 +136,20 @@ def test_the_json_result_carries_the_estimate(monkeypatch, capsys, tmp_path):
     expected = run_estimate(params)
     assert json.loads(captured.out)["estimate_s"] == expected["seconds"] > 60.0
     assert expected["line"] in captured.err.replace("\n", "")
+
+
+def test_the_design_pipeline_estimate_counts_the_designed_residues():
+    """The shards' time grows with residues x sequences x temperatures; the other steps are fixed;
+    a set that cannot be counted leaves the shards out and says so."""
+    size = chain_set_size(str(SAMPLE_CHAIN_SET))
+    one, four = estimate.design_step_seconds(size, 1), estimate.design_step_seconds(size, 4)
+    fixed, rate = estimate.DESIGN_SHARD_RATE
+    assert four["design-shard"] - one["design-shard"] == pytest.approx(rate * size.residues * 3)
+    assert {k: v for k, v in one.items() if k != "design-shard"} == {
+        k: v for k, v in estimate.DESIGN_STEP_SECONDS.items() if k != "design-shard"
+    }
+    line = estimate.design_estimate_line(size, 4)
+    assert line.startswith("estimate: about ") and f"{size.chains:,} chains, {size.residues:,} residues" in line
+    assert "fetch-model 23 s" in line and "design-shard ?" not in line
+    unknown = estimate.design_estimate_line(None, 4)
+    assert "data size unknown" in unknown and "plus design-shard" in unknown and "design-shard ?" in unknown

@@ -82,7 +82,7 @@ def test_pipeline_parameters_named_like_train_options_are_them():
 
 def test_flag_aliases_and_own_options_name_real_parameters():
     parameters = pipeline_parameters()
-    assert set(FLAG_ALIASES) <= set(parameters)
+    assert set(FLAG_ALIASES) <= set(parameters) | set(pipeline_parameters("design"))
     assert {p for names in OWN_OPTIONS.values() for p in names} <= set(parameters)
     assert set(RENAMED) <= set(parameters)
 
