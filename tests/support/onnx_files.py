@@ -55,3 +55,19 @@ def onnx_file(model, out_path: str | os.PathLike, opset: int | None = None) -> P
         os.replace(partial, cached)
     shutil.copyfile(cached, out_path)
     return out_path
+
+
+def identity_onnx(path) -> dict:
+    """A one-node ONNX graph (y = x) and an input for it: enough for the registry's records."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        "identity",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
+    return {"x": np.ones((1, 3), dtype=np.float32)}

@@ -12,7 +12,7 @@ from pathlib import Path
 from mlflow import MlflowClient
 
 from invfold.components.tracking import RunContext, Tracker, default_tracking_uri
-from tests.tracking.test_tracker import _identity_onnx
+from tests.support.onnx_files import identity_onnx
 
 
 def _context(uri: str) -> RunContext:
@@ -31,7 +31,7 @@ def _record(uri: str, tmp_path: Path, tag: str) -> tuple[str, str]:
     with Tracker(ctx, "train") as train:
         train.log_artifact(note, "notes")
     with Tracker(ctx, "register") as register:
-        example = _identity_onnx(tmp_path / f"model-{tag}.onnx")
+        example = identity_onnx(tmp_path / f"model-{tag}.onnx")
         version = register.log_onnx_model(str(tmp_path / f"model-{tag}.onnx"), "moved-model", example, {})
     assert version and not train.skipped and not register.skipped, (train.skipped, register.skipped)
     return train.run_id, register.run_id

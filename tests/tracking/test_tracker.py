@@ -12,6 +12,7 @@ from mlflow import MlflowClient
 
 from invfold.components.tracking import RunContext, Tracker, finish_pipeline
 from invfold.components.tracking.tracker import PARENT_TAG, PIPELINE_RUN_TAG
+from tests.support.onnx_files import identity_onnx
 
 
 def context(uri: str, **kw) -> RunContext:
@@ -124,28 +125,12 @@ def test_default_tracking_uri_is_a_sqlite_file_under_the_runs_folder(tmp_path):
     assert default_tracking_uri(tmp_path / "runs") == f"sqlite:///{tmp_path}/runs/mlflow.db"
 
 
-def _identity_onnx(path) -> dict:
-    """A one-node ONNX graph (y = x) and an input for it: enough for the registry's records."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [helper.make_node("Identity", ["x"], ["y"])],
-        "identity",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 3])],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
-    return {"x": np.ones((1, 3), dtype=np.float32)}
-
-
 def test_a_registered_version_names_the_training_run_as_its_source_and_links_both(mlflow_server, tmp_path):
     ctx = context(mlflow_server)
     with Tracker(ctx, "train") as train:
         pass
     name = f"tracker-model-{uuid.uuid4().hex[:6]}"
-    example = _identity_onnx(tmp_path / "model.onnx")
+    example = identity_onnx(tmp_path / "model.onnx")
     with Tracker(ctx, "register") as register:
         assert register.step_run_id("train") == train.run_id
         assert register.step_run_id("evaluate") is None
