@@ -7,7 +7,7 @@ reads, from two `invfold run`s of the default recipe (`small` preset, 2 ddp proc
 2-core machine: `make run` on the bundled sample (300 chains, 61,760 residues; validation 4,536,
 test 6,075; 180 s budget, quiet machine, 2026-11-26 at 8a6fb92, README "Using it"), and `invfold
 run --time-budget-s 60` on the real shared set (833 chains, 166,878 residues; validation 17,049,
-test 13,387; issue 25, `/usr/bin/time -v`). Step times (sample, real): fingerprint 4.0, 5.4 s;
+test 13,387; `/usr/bin/time -v`). Step times (sample, real): fingerprint 4.0, 5.4 s;
 prep 1.0, 2.1 s; evaluate 9.8, 13.1 s; compare 4.7, 5.1 s; export-and-register 24.5, 27.4 s;
 finish-tracking 2.8, 3.1 s; before the first step (the CLI, KFP's local runner) about 4 s. A
 larger preset or a fine-tuned ProteinMPNN evaluates more slowly than this says.

@@ -62,7 +62,7 @@ INTERNAL_GUARDS = {
 
 def test_every_deliberate_error_is_an_invfold_error():
     """No built-in exception raised on purpose outside the named internal guards: a user's mistake
-    raised as ValueError would print a traceback instead of one line (issue 20)."""
+    raised as ValueError would print a traceback instead of one line."""
     found = {}
     for folder in ("components", "pipelines", "src"):
         for path in sorted((REPO / folder).rglob("*.py")):
@@ -203,7 +203,7 @@ def test_a_user_mistake_is_one_error_line_and_an_exit_code(line, expected, tmp_p
     assert "Config." not in first and "Options." not in first, f"a dataclass field instead of a flag: {first}"
 
 
-# What the CLI must not import to print help or reject a mistake (issue 25: torch alone took 1.6-8 s
+# What the CLI must not import to print help or reject a mistake (torch alone took 1.6-8 s
 # and 343 MB on every `--help`); bench/cli_startup.py measures the time and memory this buys.
 HEAVY = ("torch", "numpy", "mlflow", "kfp", "onnx", "onnxruntime", "pyarrow", "gemmi", "matplotlib", "scipy")
 _PROBE = """

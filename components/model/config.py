@@ -20,7 +20,7 @@ BACKBONES = {"full": ("N", "CA", "C", "O"), "ca": ("CA",)}
 class ModelLimits:
     """The largest network a config may describe: a model file carries its config, and a 1.7 KB file
     declaring hidden=65536 would otherwise have the loader allocate 17 GB per weight matrix
-    before its weights are looked at (issue 23). Each bound is far above every preset and every
+    before its weights are looked at. Each bound is far above every preset and every
     published architecture (hidden 128, 10 layers, k 48, 16 RBFs, relative positions 32, 3-linear
     messages); the loader also checks the file's tensors against the config on PyTorch's meta
     device before anything is allocated (components/model/io.py)."""

@@ -45,7 +45,7 @@ def check_finite(state: dict[str, torch.Tensor], source: str) -> None:
 def check_state_matches(cfg: ModelConfig, state, source: str) -> None:
     """The file's tensors are exactly what its config's network holds (names and shapes), judged on
     PyTorch's meta device (no memory): a config that asks for more than the file carries is
-    refused before the network is built (issue 23: 1.7 KB declaring hidden=65536)."""
+    refused before the network is built (a 1.7 KB file declaring hidden=65536)."""
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise InputError(source, None, "state_dict", "a mapping of names to tensors", type(state).__name__,
                          reason="invalid_model")  # fmt: skip

@@ -1,5 +1,5 @@
 """How much one input may make a reader allocate: a few bytes of input must never ask for
-gigabytes (issue 23: a residue numbered 10^9, a 0.2 MB gzip holding one 256 MB line).
+gigabytes (a residue numbered 10^9, a 0.2 MB gzip holding one 256 MB line).
 
 Each bound is a field of prep's config (`PrepConfig.max_line_bytes`, `max_file_bytes`,
 `max_numbering_span`, `max_numbering_gap`: `invfold prep --max-line-bytes ...`) whose default is

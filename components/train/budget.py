@@ -28,14 +28,14 @@ from invfold.environ import restored_environ
 BUDGET_START_ENV = "INVFOLD_BUDGET_START"  # seconds since the epoch when the budget's clock started
 AFTER_JOB_ENV = "INVFOLD_BUDGET_AFTER_JOB_S"  # seconds the caller needs after the ranks exit
 
-# From summary.json written to `invfold train`'s exit, 2 ddp ranks (issue 25, /usr/bin/time -v):
+# From summary.json written to `invfold train`'s exit, 2 ddp ranks (/usr/bin/time -v):
 # 2.7 s (real shared set, `small`, load 1-4), 4.0 s (bundled sample, `tiny`, load 5), 5.2 s (real
 # set, `small`, load 7). Most of it is the ranks' interpreter shutting down after teardown (2.3 s
 # of 3.6 under strace: atexit to exit_group), then torchrun's and the CLI's exits.
 EXIT_S = 5.0
 # What a caller does after a recorded job (record_result into MLflow; in the pipeline also KFP's
 # output file and the step's exit): 1.6 s in `invfold run` on the real shared set with a 60 s
-# budget (issue 25: the ranks' last line to the task's end, 4.6 s, less about 3 s of model.pt
+# budget (the ranks' last line to the task's end, 4.6 s, less about 3 s of model.pt
 # and the ranks' exit).
 RECORDING_S = 2.0
 # Validation (forward only, one decoding order) costs 0.5-0.6x a training step per residue: on

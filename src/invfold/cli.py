@@ -98,7 +98,7 @@ def unrecognized(extras: list[str], command: argparse.ArgumentParser) -> str:
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; given `command`, only the module that adds it builds its options (the
     others are listed by name and help line), so `invfold X` imports X's config alone and
-    `invfold --help` none: help and mistakes answer without importing torch (issue 25). Without
+    `invfold --help` none: help and mistakes answer without importing torch. Without
     `command`, every subcommand's options (what a completion script is written from)."""
     parser = CommandLineParser(
         prog="invfold",

@@ -257,7 +257,7 @@ def test_the_compute_quota_admits_and_counts_every_trainer_pod(cluster, jobsets,
 
 @pytest.mark.parametrize("name", QUOTA_RENDERINGS)
 def test_the_compute_quota_does_not_count_kfp_step_pods_or_notebooks(cluster, quota_namespace, name):
-    """Issue 22.12: a quota on the whole profile namespace capped its notebooks. A KFP step pod
+    """A quota on the whole profile namespace capped its notebooks. A KFP step pod
     (no resources, no limits.memory) and a notebook are created beside the quota and its used
     stays as it was (zero)."""
     namespace = quota_namespace(name)

@@ -15,7 +15,7 @@ QUOTA_RENDERINGS = ("chart-default", "chart-gpu", "k8s-gpu-prod")
 
 @pytest.mark.parametrize("name", RENDERINGS)
 def test_no_rendering_ships_a_limit_range(rendered, name):
-    """Issue 22.12: a LimitRange gives every container of a shared profile namespace (notebooks
+    """A LimitRange gives every container of a shared profile namespace (notebooks
     too) invfold's defaults; its old default CPU limit of 2 also sat under a GPU trainer's request
     of 8, which the API server refuses (tests/cluster/test_admission.py shows both)."""
     assert not [o for o in documents(rendered[name]) if o["kind"] == "LimitRange"], name

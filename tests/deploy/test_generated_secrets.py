@@ -1,4 +1,4 @@
-"""Generated credentials (issue 23.11): the PostgreSQL password reaches MLflow through env and a
+"""Generated credentials: the PostgreSQL password reaches MLflow through env and a
 Secret, never its command line; `helm template` renders the same manifests every time (nothing
 random is rendered: a pre-install/pre-upgrade hook Job creates missing Secrets in the cluster,
 once); `postgresql.existingSecret` is used instead when given.

@@ -1,4 +1,4 @@
-"""Who may reach MLflow (issue 23.3): the NetworkPolicy admits the install's own namespace, KFP's
+"""Who may reach MLflow: the NetworkPolicy admits the install's own namespace, KFP's
 and the namespaces the values name (evaluated by tests/support/network_policy.py); multi-user installs
 run basic-auth by default with a generated admin account, and an Ingress without auth is refused;
 the real MLflow server started with the chart's generated auth settings answers 401 without

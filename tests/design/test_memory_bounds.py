@@ -1,6 +1,6 @@
 """`invfold design` on a 30,000-residue chain: the k-NN step asked for 10.8 GB and the raw
-RuntimeError ended the whole design (a batch: the whole shard) with a traceback (issue 23, item
-4). Now a record longer than DesignConfig.max_length is refused before the model runs (one line,
+RuntimeError ended the whole design (a batch: the whole shard) with a traceback. Now a record
+longer than DesignConfig.max_length is refused before the model runs (one line,
 exit 2; a batch counts it as skipped), and running out of memory on one record is that record's
 `out_of_memory` error or skip. Run under an address-space limit of 4 GiB: importing PyPI's torch
 alone takes 3.1 GiB of it (tests/support/memory_bombs.py)."""

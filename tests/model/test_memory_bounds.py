@@ -1,5 +1,5 @@
 """A 1.7 KB model file declaring hidden=65536 had the loader build a network whose first weight is
-17 GB before looking at the file's weights (issue 23, item 4): a RuntimeError traceback, exit 1.
+17 GB before looking at the file's weights: a RuntimeError traceback, exit 1.
 Now the config's fields are bounded (ModelLimits) and the file's tensors are checked against the
 config's network on PyTorch's meta device before anything is allocated."""
 

@@ -1,4 +1,4 @@
-"""Tiny inputs that asked prep for unbounded memory (issue 23, item 4), each run as `invfold prep`
+"""Tiny inputs that asked prep for unbounded memory, each run as `invfold prep`
 under an address-space limit of 1 GiB (tests/support/memory_bombs.py: prep's imports need under
 512 MiB): before the bounds, the 2 KB mmCIF whose last residue is numbered 10^9 asked numpy for
 3.7 GiB and the 0.25 MB gzip holding one 256 MB line ended in a MemoryError, both with a

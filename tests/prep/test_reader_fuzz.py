@@ -1,4 +1,4 @@
-"""Property-based fuzzing of prep's reader (issue 23, "Beyond the list"): `open_prepared` and the
+"""Property-based fuzzing of prep's reader: `open_prepared` and the
 datasets it opens, on a real prepared folder (the shortest chains of the bundled sample, prepared
 once), with its index.json, card.json or an Arrow file mutated (truncation, byte flips, nesting,
 huge numbers, replaced values; tests/support/fuzz.py). The only allowed outcomes: records, or one

@@ -1,4 +1,4 @@
-"""The readers' bounds (protein/limits.py, issue 23 item 4), in process and at small sizes: a line,
+"""The readers' bounds (protein/limits.py), in process and at small sizes: a line,
 a file or a numbering span over its bound is a counted skip or a one-line InputError naming the
 bound, and a MemoryError while reading one record or one file is that record's or file's counted
 `out_of_memory` skip. The full-size inputs run under an address-space limit in tests/prep,

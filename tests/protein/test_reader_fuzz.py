@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every reader of components/protein (issue 23, "Beyond the list"):
+"""Property-based fuzzing of every reader of components/protein:
 chain-set lines (CATH and ProteinMPNN's multi-chain form, plain and gzipped, single chains and
 complexes, default and strict), TS50 lists, split files, PDB and mmCIF files, each seeded with
 real records of the bundled sample (tests/support/fuzz.py) and mutated by truncation, byte

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the readers (issue 23, "Beyond the list"): real records, mutated the
+"""Property-based fuzzing of the readers: real records, mutated the
 ways files break or are crafted (truncation, byte flips, deep nesting, huge numbers, spliced or
 replaced values), and the one rule every reader keeps: each outcome is a record, a counted skip,
 or a one-line InputError.

@@ -1,4 +1,4 @@
-"""Tiny inputs that ask for unbounded memory (issue 23, item 4), and a runner that starts a
+"""Tiny inputs that ask for unbounded memory, and a runner that starts a
 command under an address-space limit so that such an input fails the way it would on a small pod.
 
 Address-space limits (RLIMIT_AS) and this project's imports, measured with
