@@ -77,6 +77,7 @@ def design_shard_step(
         seed=seed,
         threads=threads or None,
         design_chains=design_chains,
+        overwrite=True,  # the step's own output folder: a retried step writes it again
     )
     summary = design_batch(cfg, progress=False, shard=(int(k), int(n)), score_orders=score_orders)
     record_timing("design", summary.seconds, shard=shard, designs=summary.designs, skipped=len(summary.skipped))
