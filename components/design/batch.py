@@ -171,17 +171,24 @@ def output_names(names: list[str]) -> list[str]:
 
 def check_out(cfg: DesignConfig) -> None:
     """Refuse to overwrite what an earlier run left (unless cfg.overwrite): a non-empty output
-    folder, whose files would mix with this run's, or an existing .jsonl or summary."""
-    if cfg.overwrite:
-        return
+    folder, whose files would mix with this run's, or an existing .jsonl or summary; and refuse an
+    output the system cannot make (an existing file as the folder, a name too long)."""
     out = Path(cfg.out)
-    if cfg.out.lower().endswith(".jsonl"):
-        found = [p for p in (out, summary_path(cfg.out)) if p.exists()]
-    else:
-        found = sorted(out.iterdir()) if out.is_dir() else []
+    to_jsonl = cfg.out.lower().endswith(".jsonl")
+    try:
+        if not to_jsonl and out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {cfg.out}: a batch writes a folder (or a .jsonl); this is an existing file")
+        if cfg.overwrite:
+            return
+        if to_jsonl:
+            found = [p for p in (out, summary_path(cfg.out)) if p.exists()]
+        else:
+            found = sorted(out.iterdir()) if out.is_dir() else []
+    except OSError as err:
+        raise ConfigError(f"--out {cfg.out}: cannot be written ({err.strerror or type(err).__name__})") from None
     if found:
         listed = ", ".join(p.name for p in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-        where = "holds" if not cfg.out.lower().endswith(".jsonl") else "exists:"
+        where = "exists:" if to_jsonl else "holds"
         raise ConfigError(
             f"--out {cfg.out}: {where} {listed} from an earlier run; give an empty or new --out, or --overwrite "
             "to replace those files"
@@ -227,7 +234,10 @@ def design_batch(
     unique = output_names(names)
     to_jsonl = cfg.out.lower().endswith(".jsonl")
     out = Path(cfg.out)
-    (out.parent if to_jsonl else out).mkdir(parents=True, exist_ok=True)
+    try:
+        (out.parent if to_jsonl else out).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"--out {cfg.out}: cannot be written ({err.strerror or type(err).__name__})") from None
     lines: list[str] = []
     with _progress(len(records), progress) as advance:
         for place, record in records:

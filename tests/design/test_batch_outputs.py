@@ -131,3 +131,17 @@ def test_output_names_are_unique_in_any_letter_case_and_keep_plain_names():
 
     assert output_names(["a", "A", "a", "a-2", "b"]) == ["a", "A-2", "a-3", "a-2-2", "b"]
     assert output_names(["x/y", "x/y"])[1] == output_names(["x/y"])[0] + "-2"
+
+
+EXISTING = "this is an existing file"
+
+
+def test_an_existing_file_as_the_output_folder_is_one_line(tmp_path, structures, model, capsys):
+    _, _, pdbs = structures
+    taken = tmp_path / "designs"
+    taken.write_text("a file\n")
+    for extra in ([], ["--overwrite"]):
+        assert main(["design", str(model[0]), str(pdbs), "--out", str(taken), *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"invfold design: error: --out {taken}: a batch writes a folder (or a .jsonl); {EXISTING}"
+    assert taken.read_text() == "a file\n"

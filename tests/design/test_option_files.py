@@ -146,3 +146,11 @@ def test_a_nested_or_binary_config_file_is_one_line(tmp_path, capsys, content, e
     code = main(["design", "m.pt", "s.pdb", "--config", path])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and path in err and expected in err, err
+
+
+def test_an_unopenable_name_is_one_line(tmp_path, structures, model, capsys):
+    """A name the system refuses to open (longer than a file name may be) is the file's error."""
+    _, _, pdbs = structures
+    name = str(tmp_path / ("x" * 5000 + ".json"))
+    code = main(["design", str(model[0]), str(pdbs), "--out", str(tmp_path / "o"), "--bias-aa", name])
+    assert "expected a readable file, got File name too long" in one_line_error(capsys, code, name[:60])
