@@ -116,6 +116,7 @@ def gather_step(
         "designs": len(rows),
         "skipped": skipped,
         "skip_counts": dict(Counter(s["reason"] for s in skipped)),
+        "renamed": {name: record for s in summaries for name, record in s.get("renamed", {}).items()},
         "design_seconds": round(sum(s["seconds"] for s in summaries), 3),
     }
     with open(os.path.join(out_dir, "designs.jsonl"), "w") as fh:
