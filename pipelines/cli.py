@@ -11,7 +11,7 @@ import sys
 from dataclasses import dataclass
 
 from invfold.options import add_command, from_args, option
-from invfold.pipelines.parameters import add_pipeline_options, given_parameters
+from invfold.pipelines.parameters import add_pipeline_options, check_parameters, given_parameters
 
 # the subcommands this module adds, with their line in `invfold --help` (listed without building them)
 COMMANDS = {
@@ -316,6 +316,7 @@ def submit_command(args: argparse.Namespace) -> int:
             params[name] = value
         except RecursionError:
             raise ConfigError(f"--param {name}: VALUE nested deeper than the JSON parser's limit") from None
+    check_parameters(params, opts.pipeline)  # --param values follow the same rules as the flags
     result = submit(
         opts.host,
         params,

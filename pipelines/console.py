@@ -23,6 +23,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
+from invfold.storage import redact
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 TASK_START = re.compile(r"Executing task '([\w-]+)'")
 TASK_END = re.compile(r"Task '([\w-]+)' finished with status (\w+)")
@@ -126,11 +128,11 @@ class StepConsole:
         for task in list(self.running.values()):
             self._end(task.name, "FAILURE")
         if not self.failed_output:
-            self.console.print(f"[red]the pipeline failed before any step ran: {error}[/red]")
+            self.console.print(f"[red]the pipeline failed before any step ran: {redact(str(error))}[/red]")
 
     # -- parsing -----------------------------------------------------------------------------
     def _line(self, raw: str) -> None:
-        line = ANSI.sub("", raw).rstrip()
+        line = redact(ANSI.sub("", raw).rstrip())  # the steps' output: the command's secrets hidden
         self.log.write(line + "\n")
         for task in self.running.values():
             task.lines.append(line)

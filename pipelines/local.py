@@ -11,19 +11,21 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from invfold.allocator import allocator_env
-from invfold.components.tracking import MODEL_TRAINING_VIEW, default_tracking_uri, reachable
+from invfold.components.tracking import default_tracking_uri, experiment_page, reachable, stop_pipeline_runs
 from invfold.environ import restored_environ
 from invfold.errors import ConfigError, InvfoldError
 from invfold.pipelines import defaults
 from invfold.pipelines.console import StepConsole, TrainLimit
 from invfold.pipelines.design_pipeline import design_pipeline
 from invfold.pipelines.pipeline import invfold_pipeline
+from invfold.pipelines.stopping import Signalled, stop_on_signal
 from invfold.runtime import TIMINGS_ENV
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,15 @@ log = logging.getLogger(__name__)
 
 class PipelineFailed(InvfoldError, RuntimeError):
     """A step failed; the message names it and its error."""
+
+
+class PipelineStopped(InvfoldError):
+    """SIGTERM or SIGINT stopped the run: its processes were stopped and its MLflow runs marked
+    KILLED; the exit status is the signal's (143, 130), as for a process the signal ended."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + signum
 
 
 @dataclass
@@ -59,7 +70,7 @@ class LocalRun:
         """How to see the run: the UI command and the experiment's page in its model-training
         view (MLflow 3 otherwise opens on its GenAI overview)."""
 
-        page = f"#/experiments/{self.experiment_id}?{MODEL_TRAINING_VIEW}" if self.experiment_id else ""
+        page = experiment_page(self.experiment_id) if self.experiment_id else ""
         if self.tracking_uri.startswith("sqlite:"):
             return f"mlflow ui --backend-store-uri {self.tracking_uri}, then open http://127.0.0.1:5000/{page}"
         return f"open {self.tracking_uri.rstrip('/')}/{page}"
@@ -96,11 +107,13 @@ class _Session:
 
 
 @contextlib.contextmanager
-def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool):
+def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool, experiment: str = defaults.EXPERIMENT):
     """Set up KFP's local runner under `runs_dir` (the one place a local run's stores are chosen:
     see ARCHITECTURE.md's table) and restore the environment it changes when the run ends: TMPDIR
     (the runner leaves a temp folder per task there, removed here), the step-timings file and the
-    allocator the steps' processes run under (jemalloc when the machine has it)."""
+    allocator the steps' processes run under (jemalloc when the machine has it). SIGTERM/SIGINT
+    meanwhile stop every process the run started (pipelines/stopping.py) and mark its MLflow runs
+    in `experiment` KILLED: PipelineStopped."""
     from kfp import local
 
     runs = Path(runs_dir).absolute()
@@ -126,7 +139,16 @@ def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool):
                 enable_caching=cache,
                 raise_on_error=True,
             )
-            yield session
+            with stop_on_signal():
+                yield session
+    except Signalled as stop:
+        name = signal.Signals(stop.signum).name
+        ended = stop_pipeline_runs(session.tracking_uri, experiment, session.start, f"stopped by {name}")
+        recorded = f"MLflow runs {', '.join(ended)} marked KILLED" if ended else "no MLflow run left open"
+        where = session.run_folder() or runs / "pipeline_root"
+        raise PipelineStopped(
+            f"stopped by {name}: every process of the run ended; {recorded}; artifacts so far in {where}", stop.signum
+        ) from None
     finally:
         _remove_task_temp_folders(runs / "tmp", session.start)
 
@@ -148,7 +170,8 @@ def run_local(
 
     params = _coerce(invfold_pipeline, params)
     error = None
-    with _local_runner(runs_dir, tracking_uri or params.get("mlflow_tracking_uri"), cache) as session:
+    experiment = params.get("mlflow_experiment") or _pipeline_default("mlflow_experiment")
+    with _local_runner(runs_dir, tracking_uri or params.get("mlflow_tracking_uri"), cache, experiment) as session:
         runs, uri = session.runs, session.tracking_uri
         params = {**params, "mlflow_tracking_uri": uri}
         params.setdefault("checkpoint_root", str(runs / "checkpoints"))
@@ -169,7 +192,6 @@ def run_local(
     wall = time.time() - session.start
     run_folder = session.run_folder()
     timings = read_timings(session.timings_file)
-    experiment = params.get("mlflow_experiment") or _pipeline_default("mlflow_experiment")
     model_name = params.get("registered_model_name") or _pipeline_default("registered_model_name")
     run_id, version, experiment_id = _mlflow_outcome(uri, experiment, session.start)
     if error is not None:
@@ -277,7 +299,7 @@ def run_design_local(params: dict, runs_dir: str = "runs", tracking_uri: str | N
     given (the registered model is read from there). Raises PipelineFailed when a step fails."""
     params = _coerce(design_pipeline, params)
     experiment = params.get("mlflow_experiment") or _pipeline_default("mlflow_experiment")
-    with _local_runner(runs_dir, tracking_uri or params.get("mlflow_tracking_uri"), cache=False) as session:
+    with _local_runner(runs_dir, tracking_uri or params.get("mlflow_tracking_uri"), False, experiment) as session:
         uri = session.tracking_uri
         try:
             design_pipeline(**{**params, "mlflow_tracking_uri": uri})

@@ -14,6 +14,8 @@ import json
 import re
 from functools import cache
 
+from invfold.errors import ConfigError
+
 # The imports inside functions below keep `invfold --help` fast: pipelines/cli.py imports this
 # module to build its parser.
 
@@ -117,6 +119,37 @@ def _add_parameter(group, name: str, spec: dict) -> None:
     group.add_argument("--" + name.replace("_", "-"), *FLAG_ALIASES.get(name, ()), **kwargs)
 
 
+def check_parameters(params: dict, pipeline: str = "train") -> None:
+    """Refuse (ConfigError naming the field, which the CLI shows as its flag) a parameter value
+    the config field it sets would refuse: a pipeline parameter follows its field's option() rules
+    (bounds, finite floats, choices), checked here before a run is started rather than in the
+    step that builds the config. The training pipeline's parameters named as TrainConfig fields;
+    the design pipeline's num_sequences, seed and temperatures (DesignConfig)."""
+    from invfold.components.design.config import DesignConfig, parse_temperatures
+    from invfold.components.train.config import TrainConfig
+    from invfold.options import check_value
+
+    if pipeline == "train":
+        fields = {f.name for f in dataclasses.fields(TrainConfig)}
+        for name, value in params.items():
+            if name in fields:
+                check_value(TrainConfig, name, value)
+        threshold = params.get("registration_threshold")
+        if threshold is not None and not (
+            isinstance(threshold, (int, float)) and 0 <= threshold <= 1
+        ):  # NaN too: every candidate would pass it
+            raise ConfigError(f"--registration-threshold: expected a recovery in [0, 1], got {threshold!r}")
+        return
+    for name in ("num_sequences", "seed"):
+        if name in params:
+            check_value(DesignConfig, name, params[name])
+    if "temperatures" in params:  # the parameter's name is not the field's
+        try:
+            parse_temperatures(params["temperatures"])
+        except ConfigError as err:
+            raise ConfigError(str(err).replace("DesignConfig.temperature", "--temperatures")) from None
+
+
 def given_parameters(args: argparse.Namespace, pipeline: str = "train") -> dict:
     """The parameters of `pipeline` set on the command line. Training: on top of `--recipe`
     where it is not the pipeline's own (its fields that are pipeline parameters; None -> 0 or "", the
@@ -126,6 +159,7 @@ def given_parameters(args: argparse.Namespace, pipeline: str = "train") -> dict:
 
     names = pipeline_parameters(pipeline)
     params = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    check_parameters(params, pipeline)
     if pipeline != "train":
         return params
     name = getattr(args, "recipe", None) or recipes.DEFAULT

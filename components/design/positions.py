@@ -29,9 +29,11 @@ RESIDUE_ID = re.compile(r"([A-Za-z][A-Za-z0-9]*?)(-?\d+)([A-Za-z]?)")
 AUTHOR_NUMBER = re.compile(r"(-?\d+)([A-Za-z]?)")
 
 
-def parse_positions(text: str) -> list[int | str]:
+def parse_positions(text: str, max_position: int | None = None) -> list[int | str]:
     """ "1-3,7" -> [1, 2, 3, 7] (1-based, sorted); "A23 A24 B42C" -> ["A23", "A24", "B42C"]
-    (residue IDs, in the order given); both kinds may be mixed, separated by commas or spaces."""
+    (residue IDs, in the order given); both kinds may be mixed, separated by commas or spaces.
+    max_position: the highest position any record can have (the caller's max_length): a range
+    past it is refused before it is expanded ("1-10000000000000000000" would fill memory)."""
     numbers: list[int] = []
     ids: list[str] = []
     for part in text.replace(",", " ").split():
@@ -48,6 +50,11 @@ def parse_positions(text: str) -> list[int | str]:
             ) from None
         if start < 1 or end < start:
             raise ConfigError(f"fixed positions: {part!r}: expected 1-based positions, start <= end")
+        if max_position is not None and end > max_position:
+            raise ConfigError(
+                f"fixed positions: {part!r}: expected positions <= {max_position:,} (records longer than "
+                "DesignConfig.max_length are not designed)"
+            )
         numbers.extend(range(start, end + 1))
     return [*sorted(set(numbers)), *ids]
 

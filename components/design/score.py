@@ -137,8 +137,9 @@ def score_sequence(backend, record: ChainRecord, sequence: str, in_scored, order
     unknown = (one.structure_mask[0] > 0) & ~known
     nll_sum = torch.zeros(len(record))
     per_order = []
-    for start in range(0, orders, cfg.batch_size):
-        count = min(cfg.batch_size, orders - start)
+    per_run = max(1, min(cfg.batch_size, cfg.batch_residues // len(record)))  # memory follows batch_residues
+    for start in range(0, orders, per_run):
+        count = min(per_run, orders - start)
         b = collate([rec] * count)
         order = None
         if backend.cfg.autoregressive:

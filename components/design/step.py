@@ -17,6 +17,7 @@ import statistics
 import time
 from collections import Counter
 
+from invfold import storage
 from invfold.components.design.batch import design_batch, read_structures
 from invfold.components.design.design import DesignConfig
 from invfold.components.tracking import RunContext, Tracker, fetch_registered_file
@@ -145,10 +146,10 @@ def gather_step(
 
 
 def _cell(text: object) -> str:
-    """Text from the input (record names, messages) as one Markdown table cell: HTML and
-    Markdown's own characters escaped, line breaks flattened, so a name can neither end the
-    row nor inject a tag or a link when the report is rendered."""
-    out = re.sub(r"([\\`*_\[\]()#!|~])", r"\\\1", str(text))
+    """Text from the input (record names, messages) as one Markdown table cell: URIs' credentials
+    hidden, HTML and Markdown's own characters escaped, line breaks flattened, so a name can
+    neither end the row nor inject a tag or a link when the report is rendered."""
+    out = re.sub(r"([\\`*_\[\]()#!|~])", r"\\\1", storage.redact(str(text)))
     out = html.escape(out, quote=False)
     return re.sub(r"[\r\n\t\x00-\x1f\x7f]+", " ", out)
 

@@ -6,7 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from invfold.errors import ConfigError
-from invfold.options import option
+from invfold.options import check_values, option
+
+# Residues one scoring run decodes at most: tokens_per_batch x (orders + designs_per_protein) (every
+# order and every sampled design of a batch is decoded at once; at the defaults 6,000 x 5 = 30,000).
+# Memory follows it, so it is refused before anything is allocated.
+MAX_DECODED_RESIDUES = 1_000_000
 
 
 @dataclass
@@ -18,7 +23,9 @@ class EvaluateConfig:
     per test protein at `diversity_temperature` for the diversity figure and the sampled recovery beside
     greedy (0: neither). orders: greedy designs per chain, one per decoding order (seeds seed,
     seed + 104729, ...; recovery is their per-chain mean, the report gives the spread across orders).
-    bootstrap_resamples: resamples of the chains for the 95% interval of the median (seeded by seed)."""
+    bootstrap_resamples: resamples of the chains for the 95% interval of the median (seeded by seed).
+    tokens_per_batch x (orders + designs_per_protein) is what one scoring run decodes, bounded by
+    MAX_DECODED_RESIDUES."""
 
     model_path: str = option(
         positional=True,
@@ -33,35 +40,41 @@ class EvaluateConfig:
         aliases=("--dataset",),
         metavar="DATASET",
     )
-    seed: int = option(0, "seed of autoregressive decoding orders")
-    tokens_per_batch: int = option(6000, "residue budget of one scoring batch")
-    short_max_length: int = option(100, "longest chain of the 'short' subset")
-    threads: int | None = option(None, "torch threads (default: torch's)")
-    designs_per_protein: int = option(2, "sequences sampled per test protein for the diversity figure (0: none)")
-    diversity_temperature: float = option(0.1, "sampling temperature for diversity and sampled recovery")
-    orders: int = option(3, "decoding orders per chain (greedy recovery is their mean)")
-    bootstrap_resamples: int = option(1000, "bootstrap resamples for the 95% interval of the median recovery")
+    seed: int = option(0, "seed of autoregressive decoding orders", min=0, max=2**62)
+    tokens_per_batch: int = option(6000, "residue budget of one scoring batch", min=1, max=MAX_DECODED_RESIDUES)
+    short_max_length: int = option(100, "longest chain of the 'short' subset", min=1)
+    threads: int | None = option(None, "torch threads (default: torch's)", min=1, max=1024)
+    designs_per_protein: int = option(
+        2, "sequences sampled per test protein for the diversity figure (0: none)", min=0, max=100
+    )
+    diversity_temperature: float = option(0.1, "sampling temperature for diversity and sampled recovery", max=10.0)
+    orders: int = option(3, "decoding orders per chain (greedy recovery is their mean)", min=1, max=100)
+    bootstrap_resamples: int = option(
+        1000, "bootstrap resamples for the 95% interval of the median recovery", min=0, max=100_000
+    )
 
     def __post_init__(self) -> None:
         self.model_path, self.data, self.out = str(self.model_path), str(self.data), str(self.out)
         if not self.model_path or not self.data or not self.out:
             raise ConfigError("EvaluateConfig: model_path, data and out must be given")
-        if self.tokens_per_batch < 1 or self.short_max_length < 1:
-            raise ConfigError("EvaluateConfig: tokens_per_batch and short_max_length must be positive")
-        if self.designs_per_protein < 0 or self.designs_per_protein == 1:
+        check_values(self)
+        if self.designs_per_protein == 1:
             raise ConfigError(
                 f"EvaluateConfig.designs_per_protein: expected 0 or at least 2, got {self.designs_per_protein}"
             )
-        if not 0 < self.diversity_temperature <= 10:
+        if not 0 < self.diversity_temperature:
             raise ConfigError(
                 f"EvaluateConfig.diversity_temperature: expected in (0, 10], got {self.diversity_temperature}"
             )
-        if self.orders < 1:
-            raise ConfigError(f"EvaluateConfig.orders: expected a positive int, got {self.orders}")
-        if self.bootstrap_resamples < 0 or 0 < self.bootstrap_resamples < 100:
+        if 0 < self.bootstrap_resamples < 100:
             raise ConfigError(
                 f"EvaluateConfig.bootstrap_resamples: expected 0 (no interval) or at least 100, "
                 f"got {self.bootstrap_resamples}"
             )
-        if self.threads is not None and self.threads < 1:
-            raise ConfigError(f"EvaluateConfig.threads: expected a positive int, got {self.threads!r}")
+        decoded = self.tokens_per_batch * (self.orders + self.designs_per_protein)
+        if decoded > MAX_DECODED_RESIDUES:
+            raise ConfigError(
+                f"EvaluateConfig.tokens_per_batch: one scoring run would decode tokens_per_batch x (orders + "
+                f"designs_per_protein) = {self.tokens_per_batch:,} x {self.orders + self.designs_per_protein} = "
+                f"{decoded:,} residues at once; expected at most {MAX_DECODED_RESIDUES:,} (lower one of them)"
+            )

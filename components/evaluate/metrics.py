@@ -154,7 +154,15 @@ def bootstrap_median(values: np.ndarray, resamples: int, seed: int) -> tuple[flo
     if not len(values) or not np.isfinite(values).all():
         raise ValueError(f"bootstrap_median: expected finite values, got {len(values)} with non-finite ones")
     rng = np.random.default_rng(seed)
-    medians = np.median(values[rng.integers(0, len(values), (resamples, len(values)))], axis=1)
+    # drawn in blocks of about 2**22 indices (32 MiB): the same stream as one draw of all, in memory
+    # that does not grow with resamples x chains
+    block = max(1, 2**22 // len(values))
+    medians = np.concatenate(
+        [
+            np.median(values[rng.integers(0, len(values), (min(block, resamples - start), len(values)))], axis=1)
+            for start in range(0, resamples, block)
+        ]
+    )
     low, high = np.percentile(medians, [2.5, 97.5])
     return float(low), float(high)
 

@@ -32,18 +32,28 @@ def scalar_metrics(metrics: dict, sep: str = "_") -> dict[str, float]:
     return flat
 
 
-# the pipeline's run shows the figures of the splits (subsets stay on the evaluate run)
-PARENT_DATASETS = ("test/", "validation/")
+# The figures a model is judged by, on the pipeline's run (the row of MLflow's run list) and on the
+# registered model: recovery with its interval, perplexity and the constant predictor, on the
+# test and validation splits. Every other figure (subsets, counts, sampled and per-order recovery)
+# is the evaluate run's alone.
+HEADLINE_DATASETS = ("test", "validation")
+HEADLINE_FIGURES = ("recovery", "recovery_ci_low", "recovery_ci_high", "perplexity", "constant_recovery")
+
+
+def headline(named: dict[str, float]) -> dict[str, float]:
+    """The headline figures among MLflow-named ones (`test/recovery`, ...)."""
+    keys = {f"{d}/{f}" for d in HEADLINE_DATASETS for f in HEADLINE_FIGURES}
+    return {k: v for k, v in named.items() if k in keys}
 
 
 def record_evaluation(tracker, metrics: dict, prepared: str, out: str) -> None:
     """What an evaluation records in MLflow, from the pipeline's step and from `invfold evaluate
-    --tracking-uri`: every figure as `<dataset>/<figure>`, the test and validation ones, the report
+    --tracking-uri`: every figure as `<dataset>/<figure>`, the headline ones, the report
     and the per-protein table on the pipeline's run too, the test set as a dataset input, the output
     folder as artifacts."""
     named = scalar_metrics(metrics, "/")
     tracker.log_metrics(named)
-    tracker.log_metrics({k: v for k, v in named.items() if k.startswith(PARENT_DATASETS)}, parent=True)
+    tracker.log_metrics(headline(named), parent=True)
     for parent in (False, True):
         tracker.log_dataset("test", metrics["data_digest"], prepared, "testing", parent=parent)
     tracker.log_artifacts(out, "evaluation")

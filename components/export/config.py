@@ -3,12 +3,11 @@ and rejects bad values from it before any model code is imported."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from invfold.errors import ConfigError
-from invfold.options import option
+from invfold.options import check_values, option
 
 if TYPE_CHECKING:
     from invfold.components.protein.record import ChainRecord
@@ -36,7 +35,10 @@ class ExportConfig:
         choices=FORMATS,
     )
     noise_level: float = option(
-        0.0, "--format proteinmpnn: the training backbone noise (Angstrom) the checkpoint records as noise_level"
+        0.0,
+        "--format proteinmpnn: the training backbone noise (Angstrom) the checkpoint records as noise_level",
+        min=0.0,
+        max=10.0,
     )
     parity_records: list[ChainRecord] | None = option(None, "proteins to check parity on (Python only)", cli=False)
     parity_data: str | None = option(
@@ -46,12 +48,13 @@ class ExportConfig:
         aliases=("--data",),
     )
     tolerance: float = option(1e-4, "largest allowed |logit difference|")
-    parity_chains: int = option(4, "parity chains of different lengths", aliases=("--chains",))
-    max_length: int = option(500, "longest parity chain, in residues")
+    parity_chains: int = option(4, "parity chains of different lengths", aliases=("--chains",), min=1, max=1000)
+    max_length: int = option(500, "longest parity chain, in residues", min=1, max=100_000)
     seed: int = option(0, "seed of the decoding order of the parity check")
     opset: int | None = option(None, "ONNX opset (default: the exporter's)")
 
     def __post_init__(self):
+        check_values(self)
         suffix = FORMATS[self.format] if self.format in FORMATS else None
         if suffix is None:
             raise ConfigError(f"ExportConfig.format: expected one of {tuple(FORMATS)}, got {self.format!r}")
@@ -59,13 +62,9 @@ class ExportConfig:
             raise ConfigError(
                 f"ExportConfig.out: expected a path ending in {suffix} (format {self.format}), got {self.out!r}"
             )
-        if not (
-            isinstance(self.noise_level, int | float) and math.isfinite(self.noise_level) and self.noise_level >= 0
-        ):
+        if isinstance(self.noise_level, bool) or not isinstance(self.noise_level, int | float):
             raise ConfigError(f"ExportConfig.noise_level: expected a finite number >= 0, got {self.noise_level!r}")
         if not self.tolerance > 0:
             raise ConfigError(f"ExportConfig.tolerance: expected > 0, got {self.tolerance!r}")
-        if self.parity_chains < 1:
-            raise ConfigError(f"ExportConfig.parity_chains: expected >= 1, got {self.parity_chains!r}")
         if self.parity_records is not None and not self.parity_records:
             raise ConfigError("ExportConfig.parity_records: expected at least one record, got an empty list")

@@ -29,7 +29,7 @@ from invfold.components.train.config import TrainConfig
 from invfold.components.train.memory import allocator_env, memory_warning
 from invfold.components.train.strategies import STRATEGIES, local_launchers, strategy_spec
 from invfold.errors import ConfigError
-from invfold.options import check_choices, option
+from invfold.options import check_values, option
 
 ENTRYPOINT = "invfold.components.train.rank_entry"
 CONFIG_FILE = "train_config.json"
@@ -47,7 +47,7 @@ class LocalProcesses:
     )
 
     def __post_init__(self) -> None:
-        check_choices(self)  # the count is checked by launch_local
+        check_values(self)  # the count is checked by launch_local
 
 
 def _horovodrun() -> str:
@@ -108,6 +108,19 @@ def refuse_earlier_checkpoints(cfg: TrainConfig) -> None:
         )
 
 
+def check_resume_point(cfg: TrainConfig, nproc: int) -> None:
+    """The checkpoint this run would resume from: a damaged COMPLETE marker or another process
+    count is refused here in one line (exit 2) before any process starts; every rank checks the
+    same again (trainer.py), for jobs started elsewhere."""
+    if not cfg.resume or ("://" not in cfg.checkpoint_dir and not os.path.isdir(cfg.checkpoint_dir)):
+        return
+    from invfold.components.train import checkpoint as ckpt
+
+    latest = ckpt.latest_complete(cfg.checkpoint_dir)
+    if latest:
+        ckpt.check_world_size(latest, ckpt.read_marker(latest).get("world_size"), nproc)
+
+
 def launch_local(
     cfg: TrainConfig, nproc: int, launcher: str | None = None, extra_env: dict[str, str] | None = None
 ) -> int:
@@ -116,6 +129,7 @@ def launch_local(
     if nproc < 1:
         raise ConfigError(f"nproc: expected a positive number of processes, got {nproc}")
     refuse_earlier_checkpoints(cfg)
+    check_resume_point(cfg, nproc)
     initial = cfg.initial_model()
     warning = memory_warning(
         cfg.model_config(initial.cfg if initial is not None else None), cfg.tokens_per_batch, nproc

@@ -9,7 +9,11 @@ from invfold import storage
 from invfold.components.protein.alphabet import ALPHABET
 from invfold.components.protein.limits import DEFAULT_LIMITS, ReadLimits
 from invfold.errors import ConfigError
-from invfold.options import check_choices, option
+from invfold.options import check_values, option
+
+# The longest chain prep may be told to keep (max_length's own bound; the card's length histogram
+# is sized by it): titin, the longest known chain, has about 35,000 residues.
+MAX_CHAIN_LENGTH = 100_000
 
 
 @dataclass
@@ -45,10 +49,12 @@ class PrepConfig:
         Without complexes, prep's own split still keeps the chains of one entry in one split.
     batch_rows/batch_bytes: rows per Arrow record batch are flushed at whichever comes first;
         memory is bounded by these (times the number of datasets), not by the input size.
-    max_line_bytes/max_file_bytes/max_numbering_span: what one input may make the readers allocate
-        (protein/limits.py, whose defaults these are): a longer chain-set line or a chain numbered
-        across a wider span is a counted skip (`line_too_long`, `numbering_span`); a file read whole
-        (structure, TS50 list, split file) larger once decompressed is an InputError (`too_large`).
+    max_line_bytes/max_file_bytes/max_numbering_span/max_numbering_gap: what one input may make the
+        readers allocate (protein/limits.py, whose defaults these are): a longer chain-set line or a
+        chain numbered across a wider span is a counted skip (`line_too_long`, `numbering_span`); a
+        longer TS50 list entry, or a file (structure, TS50 list, split file) larger once
+        decompressed, is an InputError (`too_large`); a wider jump in a structure chain's author
+        numbering is filled with nothing.
     """
 
     input: str = option(positional=True, help="protein set path or URI")
@@ -64,9 +70,11 @@ class PrepConfig:
         metavar="FILE",
         help="subset file with a 'test' list (e.g. test_split_L100.json); repeatable",
     )
-    max_length: int = option(500, "longest chain kept, in residues")
-    min_length: int = option(30, "shortest chain kept, in residues")
-    min_observed_fraction: float = option(0.5, "least fraction of a chain's backbone that must be observed")
+    max_length: int = option(500, "longest chain kept, in residues", min=1, max=MAX_CHAIN_LENGTH)
+    min_length: int = option(30, "shortest chain kept, in residues", min=1, max=MAX_CHAIN_LENGTH)
+    min_observed_fraction: float = option(
+        0.5, "least fraction of a chain's backbone that must be observed", min=0.0, max=1.0
+    )
     alphabet: str = option(ALPHABET, "letters kept (chains with others are dropped)")
     strict: bool = option(False, "input defects are errors instead of counted skips")
     complexes: bool = option(
@@ -77,6 +85,8 @@ class PrepConfig:
         (0.8, 0.1, 0.1),
         "train, validation and test fractions of a split prep makes",
         metavar=("TRAIN", "VALIDATION", "TEST"),
+        min=0.0,
+        max=1.0,
     )
     split_by: Literal["auto", "cath", "cluster", "identity"] = option("auto", "what keeps related chains together")
     identity_tool: Literal["auto", "mmseqs", "kmer"] = option("auto", "sequence-identity search of a split by identity")
@@ -88,11 +98,12 @@ class PrepConfig:
         "training data of the model an external benchmark list will evaluate",
         metavar="PREPARED",
     )
-    batch_rows: int = option(1024, "rows per Arrow record batch (memory bound)")
-    batch_bytes: int = option(32 * 2**20, "bytes per Arrow record batch (memory bound)")
-    log_every: int = option(5000, "records between progress lines")
+    batch_rows: int = option(1024, "rows per Arrow record batch (memory bound)", min=1, max=2**20)
+    batch_bytes: int = option(32 * 2**20, "bytes per Arrow record batch (memory bound)", min=1, max=2**31)
+    log_every: int = option(5000, "records between progress lines", min=1)
     max_line_bytes: int = option(
-        DEFAULT_LIMITS.max_line_bytes, "longest chain-set line read, in bytes (longer lines are skipped)"
+        DEFAULT_LIMITS.max_line_bytes,
+        "longest chain-set line (longer lines are skipped) or TS50 list entry (an error) read, in bytes",
     )
     max_file_bytes: int = option(
         DEFAULT_LIMITS.max_file_bytes,
@@ -101,6 +112,12 @@ class PrepConfig:
     max_numbering_span: int = option(
         DEFAULT_LIMITS.max_numbering_span,
         "most residues a structure chain's numbering may span, gaps included (wider chains are skipped)",
+    )
+    max_numbering_gap: int = option(
+        DEFAULT_LIMITS.max_numbering_gap,
+        "most residues filled into one gap of a structure chain's author numbering (without a deposited "
+        "sequence); a wider jump, e.g. fusion-style 100 -> 1001, is renumbering and filled with nothing",
+        min=0,
     )
 
     def __post_init__(self):
@@ -112,12 +129,11 @@ class PrepConfig:
         self.split_fractions = tuple(float(f) for f in self.split_fractions)
         if not self.input or not self.out:
             raise ConfigError("PrepConfig: input and out must be given")
-        if not 1 <= self.min_length <= self.max_length:
+        check_values(self)
+        if not self.min_length <= self.max_length:
             raise ConfigError(
                 f"need 1 <= min_length <= max_length, got min_length={self.min_length}, max_length={self.max_length}"
             )
-        if not 0.0 <= self.min_observed_fraction <= 1.0:
-            raise ConfigError(f"min_observed_fraction must be in [0, 1], got {self.min_observed_fraction}")
         if (
             not self.alphabet
             or not set(self.alphabet) <= set(ALPHABET)
@@ -133,16 +149,13 @@ class PrepConfig:
             raise ConfigError(
                 f"split_fractions must be 3 non-negative numbers (train > 0) summing to 1, got {self.split_fractions}"
             )
-        check_choices(self)
         if not 0.0 < self.identity_threshold < 1.0:
             raise ConfigError(f"identity_threshold must be in (0, 1), got {self.identity_threshold}")
-        if self.batch_rows < 1 or self.batch_bytes < 1 or self.log_every < 1:
-            raise ConfigError("batch_rows, batch_bytes and log_every must be positive")
         self.read_limits()  # each bound judged here, before anything is read
 
     def read_limits(self) -> ReadLimits:
         """The readers' bounds (protein/limits.py) these options set."""
-        return ReadLimits(self.max_line_bytes, self.max_file_bytes, self.max_numbering_span)
+        return ReadLimits(self.max_line_bytes, self.max_file_bytes, self.max_numbering_span, self.max_numbering_gap)
 
     def options(self) -> dict:
         """The options as written into the card (JSON-ready)."""

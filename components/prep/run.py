@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -54,9 +55,12 @@ from invfold.components.prep.shards import (
     DATASET_NAME,
     FORMAT,
     INDEX_FILE,
+    MAX_CARD_BYTES,
     DatasetWriter,
+    check_card,
     content_digest,
     dataset_file,
+    load_index,
     open_prepared,
 )
 from invfold.components.protein.alphabet import UNKNOWN
@@ -391,20 +395,26 @@ def run_prep(cfg: PrepConfig) -> PrepResult:
     """Prepare `cfg.input` into `cfg.out`; raises InputError on bad input (see module policy)."""
     start = time.monotonic()
     reference = _open_reference(cfg) if cfg.check_against else None  # fail before the first pass
-    plan = _plan_split(cfg)
     remote = storage.is_remote(cfg.out)
-    out_dir = Path(cfg.out.removeprefix("file://")).absolute()
-    if remote:
+    out = None if remote else _judge_out(cfg.out)  # fail before the first pass
+    plan = _plan_split(cfg)
+    if out is None:
         staging = Path(tempfile.mkdtemp(prefix=".prep-"))
     else:
-        out_dir.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_staging(out_dir)
-        staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir), dir=out_dir.parent))
+        try:
+            out.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ConfigError(f"--out {cfg.out}: cannot make its parent folder ({err.strerror})") from None
+        _remove_stale_staging(out.path)
+        staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out.path), dir=out.path.parent))
     try:
         written = _write_shards(cfg, plan, staging, collect_external=reference is not None)
         _check_split(cfg, plan, written, reference)
         card = _write_card(cfg, plan, written, staging)
-        _publish(staging, cfg.out, remote, out_dir)
+        if out is None:  # uploaded; readers verify the digest (shards._cached_copy), so a half upload is refused
+            storage.upload_folder(staging, cfg.out)
+        else:
+            _publish(staging, _judge_out(cfg.out))
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     seconds = time.monotonic() - start
@@ -674,9 +684,59 @@ def _absent(cfg: PrepConfig, splits, subsets, seen: set[str]) -> dict[str, int]:
     return {name: len(v) for name, v in absent.items()}
 
 
-# The files prep writes into its output folder; anything else found there is carried over.
+# The files prep writes into its output folder besides one `<dataset>.arrow` per dataset.
 PREP_FILES = (INDEX_FILE, CARD_JSON, CARD_MD)
 AT_FDCWD, RENAME_EXCHANGE = -100, 2
+
+
+@dataclass
+class _OutFolder:
+    """What `out` names locally, judged before any work and again right before publishing."""
+
+    path: Path
+    existing: os.stat_result | None  # None: no folder yet
+    prepared: bool  # an earlier prep output (else an empty folder)
+
+
+def _judge_out(output: str) -> _OutFolder:
+    """A local output folder prep may publish into: a new one, an empty one (filled in place,
+    so its inode, mode and owner stay), or exactly an earlier prep output (its index.json and
+    card.json say so and it holds nothing else: replaced whole). Anything else is refused with
+    one line, as a file in its place is: prep never deletes what it did not write."""
+    path = Path(output.removeprefix("file://")).resolve()  # `.`, `..` and symlinks: the real folder
+    shown = f"--out {storage.display_uri(output)}"
+    try:
+        existing = os.stat(path)
+    except FileNotFoundError:
+        return _OutFolder(path, None, False)
+    except OSError as err:
+        raise ConfigError(f"{shown}: expected a folder prep can write, got {err.strerror}") from None
+    if not stat.S_ISDIR(existing.st_mode):
+        kind = "a file" if stat.S_ISREG(existing.st_mode) else "a device or other non-folder"
+        raise ConfigError(f"{shown}: expected a folder (new, empty, or an earlier prep output), got {kind}")
+    try:
+        names = set(os.listdir(path))
+    except OSError as err:
+        raise ConfigError(f"{shown}: expected a folder prep can read and write, got {err.strerror}") from None
+    if not names:
+        return _OutFolder(path, existing, False)
+    ours = set(PREP_FILES)
+    try:
+        index = load_index(path / INDEX_FILE)
+        check_card(storage.load_json(path / CARD_JSON, MAX_CARD_BYTES, "MAX_CARD_BYTES"), index, path / CARD_JSON)
+        ours.update(dataset_file(name) for name in index["datasets"])
+    except InputError:
+        ours = set()  # not prep's output: every name counts as someone else's
+    # staging folders an older invfold made inside its output folder are prep's own too
+    foreign = sorted(n for n in names - ours if not (n.startswith(".prep-") and (path / n).is_dir()))
+    if foreign:
+        listed = ", ".join(repr(n) for n in foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise ConfigError(
+            f"{shown}: expected a new or empty folder, or an earlier prep output to replace; it holds "
+            f"{len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} prep did not write ({listed}), which prep "
+            "never deletes: choose another folder"
+        )
+    return _OutFolder(path, existing, True)
 
 
 def _staging_prefix(out_dir: Path, pid: int | None = None) -> str:
@@ -721,37 +781,95 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(b))
 
 
-def _publish(staging: Path, output: str, remote: bool, out_dir: Path) -> None:
+def _publish(staging: Path, out: _OutFolder) -> None:
     """Put the finished folder in place so that a reader sees the old complete folder or the new
     complete one, never a mix (SQLite-style: everything is written and synced aside, then one
-    atomic step publishes it). Locally: the staging folder (a sibling) is swapped with the old
-    output folder in one renameat2(RENAME_EXCHANGE), or renamed into place when there is none;
-    where the exchange is unsupported, the old folder is renamed aside, the new one into place,
-    and a failure of the second rename puts the old one back (a reader in between finds no folder
-    and an InputError, never a mix). Remote: uploaded with index.json last; readers verify the
-    digest (shards._cached_copy), so a half upload is refused, never used."""
-    if remote:
-        storage.upload_folder(staging, output)
-        return
+    atomic step publishes it). `out` is judged again just before (_judge_out): only a new folder,
+    an empty one or an earlier prep output gets here.
+    - new: the staging folder (a sibling) is renamed into place, with the mode a new folder gets;
+    - empty: the files are hard-linked in, index.json last (a reader before it finds no index:
+      an InputError, never a mix), so the folder itself (inode, mode, owner) stays the user's;
+    - earlier prep output: the staging folder, given the old one's mode and (where permitted)
+      owner, is swapped with it in one renameat2(RENAME_EXCHANGE); where the exchange is
+      unsupported, the old folder is renamed aside, the new one into place, and a failure of the
+      second rename puts the old one back (a reader in between finds no folder and an InputError)."""
     _sync(staging)
-    if not out_dir.exists():
-        os.rename(staging, out_dir)
+    if out.existing is None:
+        os.chmod(staging, _new_folder_mode(staging))
+        os.rename(staging, out.path)
         return
-    _carry_over(out_dir, staging)
-    if not _exchange(staging, out_dir):
-        aside = Path(tempfile.mkdtemp(prefix=_staging_prefix(out_dir), dir=out_dir.parent))
+    if not out.prepared:
+        _link_into(staging, out.path)
+        return
+    _adopt(staging, out.existing)
+    cwd = Path.cwd()
+    if out.path in (cwd, *cwd.parents):
+        log.warning(
+            "prep: %s is replaced by a new folder: a shell inside it sees the new one after `cd %s`", out.path, out.path
+        )
+    if not _exchange(staging, out.path):
+        aside = Path(tempfile.mkdtemp(prefix=_staging_prefix(out.path), dir=out.path.parent))
         try:
-            os.rename(out_dir, aside / "old")
+            os.rename(out.path, aside / "old")
             try:
-                os.rename(staging, out_dir)
+                os.rename(staging, out.path)
             except BaseException:
-                os.rename(aside / "old", out_dir)
+                os.rename(aside / "old", out.path)
                 raise
         except BaseException:
             shutil.rmtree(aside, ignore_errors=True)
             raise
         shutil.rmtree(aside, ignore_errors=True)  # published: removing the old folder is cleanup
     # after an exchange, staging holds the old folder: the caller's `finally` removes it
+
+
+def _new_folder_mode(folder: Path) -> int:
+    """What mkdir would have given the folder (0777 less the umask; a setgid parent's bit kept),
+    where tempfile.mkdtemp gives 0700."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return (0o777 & ~umask) | (os.stat(folder).st_mode & stat.S_ISGID)
+
+
+def _adopt(staging: Path, old: os.stat_result) -> None:
+    """Give the new folder the old one's mode, and its owner and group as far as this process
+    may (root: both; a member of the group: the group); its files take the group too, as the
+    old folder's setgid bit would have given them."""
+    mine = os.stat(staging)
+    if (mine.st_uid, mine.st_gid) != (old.st_uid, old.st_gid):
+        for path in [staging, *staging.iterdir()]:
+            try:
+                os.chown(path, old.st_uid, old.st_gid)
+            except PermissionError:
+                try:
+                    os.chown(path, -1, old.st_gid)
+                except PermissionError:
+                    break
+    os.chmod(staging, stat.S_IMODE(old.st_mode))  # after chown, which clears setgid
+
+
+def _link_into(staging: Path, folder: Path) -> None:
+    """Hard-link each file of `staging` into the empty `folder`, index.json last. A link never
+    replaces a file (EEXIST): one that appeared since _judge_out stops the publish."""
+    folder_stat = os.stat(folder)
+    for path in sorted(staging.iterdir(), key=lambda p: p.name == INDEX_FILE):
+        try:
+            os.link(path, folder / path.name)
+        except FileExistsError:
+            raise ConfigError(
+                f"--out {folder}: '{path.name}' appeared in it while prep ran; prep never replaces "
+                "a file it did not write: choose another folder"
+            ) from None
+        if folder_stat.st_mode & stat.S_ISGID and os.stat(path).st_gid != folder_stat.st_gid:
+            try:
+                os.chown(folder / path.name, -1, folder_stat.st_gid)  # as if written there
+            except OSError:
+                pass
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _sync(folder: Path) -> None:
@@ -765,27 +883,3 @@ def _sync(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _carry_over(old: Path, new: Path) -> None:
-    """Hard-link (or copy) what the old output folder holds besides prep's own files into the new
-    one, so publishing replaces prep's output and nothing else; the old folder stays untouched
-    until the swap. Staging folders an older invfold left inside it are not carried."""
-    for entry in old.iterdir():
-        name = entry.name
-        if name in PREP_FILES or name.endswith(".arrow") or name.startswith(".prep-") or (new / name).exists():
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.copytree(entry, new / name, symlinks=True, copy_function=_link_or_copy)
-        else:
-            _link_or_copy(entry, new / name)
-
-
-def _link_or_copy(src, dst) -> None:
-    if os.path.islink(src):
-        os.symlink(os.readlink(src), dst)
-        return
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)

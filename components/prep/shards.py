@@ -19,7 +19,6 @@ The mask is not stored: it is `isfinite(coords)` over each residue.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -42,6 +41,12 @@ INDEX_FILE = "index.json"
 # dataset is one plain file name component whose file is `<dataset>.arrow` (never a path).
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 DATASET_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$")
+# What reading a prepared folder's JSON may cost, whoever wrote it: the index lists every chain's
+# length (about 5 bytes a chain per dataset, so 32 MiB is over 6 million chains); the card's size
+# follows its drop examples and split figures, not the set's size (16 MiB: one longest
+# chain-set line, `PrepConfig.max_line_bytes`, quoted in an example).
+MAX_INDEX_BYTES = 32 * 2**20
+MAX_CARD_BYTES = 16 * 2**20
 
 SCHEMA = pa.schema(
     [
@@ -303,36 +308,96 @@ def _inside(folder: Path, name: str, where) -> Path:
     return path
 
 
+def load_index(path: str | os.PathLike) -> dict:
+    """A prepared folder's index.json, read (at most MAX_INDEX_BYTES) and checked (check_index)."""
+    return check_index(storage.load_json(path, MAX_INDEX_BYTES, "MAX_INDEX_BYTES"), path)
+
+
+def check_card(card, index: dict, where) -> dict:
+    """A card, checked against its index before anything trusts it: an object in prep's format
+    naming the index's digest and exactly the index's datasets with their chain and residue
+    counts (which check_counts holds to the data the digest covers)."""
+    if not isinstance(card, dict):
+        raise InputError(where, None, None, "a JSON object (the dataset card)", type(card).__name__, reason="bad_card")
+    if card.get("format") != FORMAT:
+        raise InputError(where, None, "format", repr(FORMAT), repr(card.get("format"))[:100], reason="bad_card")
+    if card.get("digest") != index["digest"]:
+        got = repr(card.get("digest"))[:100]
+        raise InputError(where, None, "digest", f"the index's {index['digest']}", got, reason="bad_card")
+    datasets = card.get("datasets")
+    expected = {name: (entry.get("rows"), entry.get("residues")) for name, entry in index["datasets"].items()}
+    got = (
+        {name: (d.get("chains"), d.get("residues")) if isinstance(d, dict) else d for name, d in datasets.items()}
+        if isinstance(datasets, dict)
+        else datasets
+    )
+    if got != expected:
+        raise InputError(
+            where,
+            None,
+            "datasets",
+            f"the index's datasets, chains and residues {expected}"[:300],
+            repr(got)[:300],
+            reason="bad_card",
+        )
+    return card
+
+
+def check_counts(root: Path, index: dict, card: dict, where) -> None:
+    """The index's rows, residues and lengths and the card's median lengths, held to the Arrow
+    files themselves (what the digest covers): a downloaded folder whose JSON describes other
+    data is refused."""
+    for name, entry in index["datasets"].items():
+        lengths = ShardedDataset(root / dataset_file(name), name).lengths
+        median = float(np.median(lengths)) if len(lengths) else 0.0
+        found = {"rows": len(lengths), "residues": int(lengths.sum(dtype=np.int64)), "lengths": lengths.tolist()}
+        for field, value in found.items():
+            if entry.get(field) != value:
+                got = repr(entry.get(field))[:100]
+                raise InputError(where, None, f"datasets.{name}.{field}", f"{value} (the file's)"[:100], got)
+        if card["datasets"][name].get("median_length") != median:
+            got = repr(card["datasets"][name].get("median_length"))[:100]
+            raise InputError(where, None, f"card datasets.{name}.median_length", f"{median} (the file's)", got)
+
+
 def open_prepared(root: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> PreparedData:
     """Open a prep output folder; a remote one (s3://, http(s)://, ...) is downloaded once into
     `cache_dir`/<digest> and verified against its digest."""
     if storage.is_remote(root):
         root = _cached_copy(str(root).rstrip("/"), Path(cache_dir) if cache_dir else default_cache_dir())
     root = Path(str(root).removeprefix("file://"))
-    # missing or invalid: an InputError naming the file
-    index = check_index(storage.load_json(root / INDEX_FILE), root / INDEX_FILE)
+    index = load_index(root / INDEX_FILE)  # missing or invalid: an InputError naming the file
     card_path = root / CARD_JSON
-    card = storage.load_json(card_path) if card_path.exists() else {}
-    if not isinstance(card, dict):
-        raise InputError(card_path, None, None, "a JSON object (the dataset card)", type(card).__name__)
+    card = {}
+    if card_path.exists():
+        card = check_card(storage.load_json(card_path, MAX_CARD_BYTES, "MAX_CARD_BYTES"), index, card_path)
     return PreparedData(root, index, card)
 
 
 def _cached_copy(uri: str, cache_dir: Path) -> Path:
-    """Download a remote prepared folder into `cache_dir/<digest hex>`: every name is checked
-    (check_index) before it becomes a path, files land in a private staging folder, and the folder
-    is published (one rename) only once its content matches the index's digest."""
-    index = check_index(storage.load_json(f"{uri}/{INDEX_FILE}"), f"{uri}/{INDEX_FILE}")
-    digest = index["digest"].split(":", 1)[1]
-    target = cache_dir / digest
-    if (target / INDEX_FILE).exists():
+    """Download a remote prepared folder into `cache_dir/<digest hex>`. Every name is checked
+    (check_index) before it becomes a path and the card against the index (check_card) before
+    any file is written; files land in a private staging folder, published (one rename) only
+    once the datasets match the digest and the index's and card's counts (check_counts). The
+    digest covers the datasets only, so a cached copy is used only while its index and cards are
+    byte for byte the remote's: any other entry (a bad card an older invfold cached, or the same
+    data under another card) is replaced by this download, never served in its place."""
+    where = f"{uri}/{INDEX_FILE}"
+    meta = {INDEX_FILE: storage.read_bytes(where, MAX_INDEX_BYTES, "MAX_INDEX_BYTES")}
+    index = check_index(storage.parse_json(meta[INDEX_FILE], where), where)
+    for name in (CARD_JSON, CARD_MD):
+        meta[name] = storage.read_bytes(f"{uri}/{name}", MAX_CARD_BYTES, "MAX_CARD_BYTES")
+    card = check_card(storage.parse_json(meta[CARD_JSON], f"{uri}/{CARD_JSON}"), index, f"{uri}/{CARD_JSON}")
+    target = cache_dir / index["digest"].split(":", 1)[1]
+    if _holds(target, meta):
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".download-", dir=cache_dir))
     try:
-        files = [dataset_file(name) for name in index["datasets"]] + [CARD_JSON, CARD_MD]
-        for name in files:
-            dest = _inside(staging, name, f"{uri}/{INDEX_FILE}")
+        for name in [dataset_file(n) for n in index["datasets"]]:
+            dest = _inside(staging, name, where)
+            if _linked(target / name, dest):  # the same digest's data, verified again below
+                continue
             with storage.open_binary(f"{uri}/{name}") as src, open(dest, "xb") as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
         got = content_digest(staging, list(index["datasets"]))
@@ -340,12 +405,46 @@ def _cached_copy(uri: str, cache_dir: Path) -> Path:
             raise InputError(
                 uri, None, "digest", f"the index's {index['digest']}", f"{got} for the downloaded datasets"
             )
-        (staging / INDEX_FILE).write_text(json.dumps(index) + "\n")
-        try:
-            staging.rename(target)
-        except OSError:  # another process finished the same download first
-            if not (target / INDEX_FILE).exists():
-                raise
+        check_counts(staging, index, card, uri)
+        for name in sorted(meta, key=lambda n: n == INDEX_FILE):  # index.json last: a complete entry
+            _inside(staging, name, where).write_bytes(meta[name])
+        _publish_entry(staging, target, meta)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def _linked(cached: Path, dest: Path) -> bool:
+    """Hard-link a cached dataset file instead of downloading it again, where it exists."""
+    try:
+        if cached.is_file() and not cached.is_symlink():
+            os.link(cached, dest)
+            return True
+    except OSError:
+        pass
+    return False
+
+
+def _holds(folder: Path, meta: dict[str, bytes]) -> bool:
+    """Whether a cache entry's index and cards are exactly `meta` (the remote's bytes)."""
+    try:
+        return all((folder / name).read_bytes() == data for name, data in meta.items())
+    except OSError:
+        return False
+
+
+def _publish_entry(staging: Path, target: Path, meta: dict[str, bytes]) -> None:
+    """Rename the verified download into place; an entry already there that is not the same
+    download (another card, a bad one) is moved aside and removed, never served."""
+    try:
+        staging.rename(target)
+        return
+    except OSError:
+        if _holds(target, meta):  # another process finished the same download first
+            return
+    aside = Path(tempfile.mkdtemp(prefix=".stale-", dir=target.parent))
+    try:
+        target.rename(aside / "old")
+        staging.rename(target)
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.spatial import cKDTree
 
-# Beyond what a PDB coordinate field can hold; float32 distances of such values overflow.
-MAX_COORDINATE = 9999.0
+from invfold.components.protein.limits import MAX_COORDINATE  # what a PDB coordinate field holds
+
 # N-CA ~1.46, CA-C ~1.52, C-O ~1.23 A.
 BOND_RANGE = (0.7, 2.5)
 BONDS = (("N", "CA", 0, 1), ("CA", "C", 1, 2), ("C", "O", 2, 3))

@@ -38,8 +38,14 @@ from invfold import storage
 from invfold.components.protein.alphabet import UNKNOWN
 from invfold.components.protein.complexes import group_chain_set, join_chains, split_complex
 from invfold.components.protein.errors import InputError, Skip
-from invfold.components.protein.limits import DEFAULT_LIMITS, ReadLimits
-from invfold.components.protein.record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
+from invfold.components.protein.limits import DEFAULT_LIMITS, MAX_COORDINATE, ReadLimits
+from invfold.components.protein.record import (
+    BACKBONE_ATOMS,
+    ChainRecord,
+    coordinate_outlier,
+    infer_residue_index,
+    observed_mask,
+)
 
 KNOWN_KEYS = {"name", "seq", "coords", "num_chains", "CATH", "cluster"}
 NAN_TRIPLE = [math.nan] * 3
@@ -166,6 +172,7 @@ def parse_object(obj, path: str | os.PathLike, location: int | str, source: str)
     if not seq:
         raise fail("seq", "at least one residue", "an empty sequence", "empty_chain")
     coords = _coords(obj["coords"], len(seq), fail)
+    _check_range(coords, "coords", fail)
 
     num_chains = obj.get("num_chains", 1)
     if num_chains is None:
@@ -223,6 +230,7 @@ def _parse_multiple_chains(obj: dict, path, location, source: str, fail) -> Chai
             if key not in atoms:
                 raise fail(f"{field}.{key}", "a list of [x, y, z] triples", "nothing (key missing)", "missing_field")
             coords[:, i, :] = _atom_column(atoms[key], f"{field}.{key}", len(seq), fail)
+        _check_range(coords, field, fail)
         chains.append(
             ChainRecord(
                 name=f"{name}.{cid}",
@@ -242,6 +250,12 @@ def _parse_multiple_chains(obj: dict, path, location, source: str, fail) -> Chai
         k: v for k, v in obj.items() if k not in PMPNN_KEYS and not k.startswith(("seq_chain_", "coords_chain_"))
     }
     return record
+
+
+def _check_range(coords: np.ndarray, field: str, fail) -> None:
+    outlier = coordinate_outlier(coords)
+    if outlier is not None:
+        raise fail(field, f"|x|, |y|, |z| <= {MAX_COORDINATE} Angstrom", outlier, "coordinate_range")
 
 
 def _coords(value, length: int, fail) -> np.ndarray:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from invfold.components.protein.limits import MAX_COORDINATE
 from invfold.errors import InputError
 
 BACKBONE_ATOMS = ("N", "CA", "C", "O")
@@ -75,6 +76,17 @@ class ChainRecord:
             return {cid: np.arange(len(self.seq))}
         index = np.asarray(self.chain_index)
         return {cid: np.flatnonzero(index == i) for i, cid in enumerate(self.chain_names)}
+
+
+def coordinate_outlier(coords: np.ndarray) -> str | None:
+    """Where `coords` [L, atoms, 3] first holds a finite value with |x| > MAX_COORDINATE
+    (limits.py; NaN and infinity are a missing atom, as observed_mask has it), as "residue I
+    (1-based) atom A: V"; None when none."""
+    far = np.abs(np.where(np.isfinite(coords), coords, 0.0)) > MAX_COORDINATE
+    if not far.any():
+        return None
+    residue, atom, axis = (int(i) for i in np.argwhere(far)[0])
+    return f"residue {residue + 1} atom {BACKBONE_ATOMS[atom]}: {float(coords[residue, atom, axis]):g}"
 
 
 def observed_mask(coords: np.ndarray) -> np.ndarray:

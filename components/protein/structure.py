@@ -14,7 +14,10 @@ min..max, a missing number becomes the gap letter with NaN coordinates). Where t
 deposited sequence (mmCIF entity_poly_seq with label_seq_id, PDB SEQRES aligned by gemmi) the
 missing residues keep their letters, as in CATH chain-set records; otherwise they are found from
 author numbers (made strictly increasing: insertion codes 52, 52A, 53 become consecutive) and are
-X. `residue_index` then comes from C(i)-N(i+1) distances, as for jsonl records, so a chain read
+X, up to `max_numbering_gap` (limits.py, default 200) per gap: a wider jump (a last residue
+numbered 9999, fusion-style 1-100 then 1001-1160) is renumbering, where upstream's parser fills
+every number: nothing is filled there and `record.extra["numbering_jumps"]` counts it.
+`residue_index` then comes from C(i)-N(i+1) distances, as for jsonl records, so a chain read
 from its structure file and from a chain-set line with the same residues gives the same model
 inputs.
 Residue IDs: every residue keeps its author number and insertion code (`record.residue_ids`,
@@ -30,7 +33,8 @@ residue_index jumping by 100 between chains). Force-field names of standard resi
 Policy (see errors.py): a single file that is unreadable, holds no atoms, or has no protein chain
 raises InputError. Inside a folder such a file is one Skip (reasons unreadable_structure,
 not_a_structure, no_protein_chain, too_large, out_of_memory), or an InputError with strict=True;
-an empty folder raises. Bounds (limits.py): a file over `max_file_bytes` once decompressed is
+an empty folder raises. A chain with an atom at |x| > MAX_COORDINATE Angstrom (limits.py) is a
+`coordinate_range` skip. Bounds (limits.py): a file over `max_file_bytes` once decompressed is
 `too_large`; a chain whose numbering spans more than `max_numbering_span` residues (a residue
 numbered 10^9 would fill a billion-residue gap) is a `numbering_span` skip.
 """
@@ -49,8 +53,14 @@ from invfold import storage
 from invfold.components.protein.alphabet import THREE_TO_ONE, UNKNOWN
 from invfold.components.protein.complexes import join_chains
 from invfold.components.protein.errors import InputError, Skip
-from invfold.components.protein.limits import DEFAULT_LIMITS, ReadLimits
-from invfold.components.protein.record import BACKBONE_ATOMS, ChainRecord, infer_residue_index, observed_mask
+from invfold.components.protein.limits import DEFAULT_LIMITS, MAX_COORDINATE, ReadLimits
+from invfold.components.protein.record import (
+    BACKBONE_ATOMS,
+    ChainRecord,
+    coordinate_outlier,
+    infer_residue_index,
+    observed_mask,
+)
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +278,19 @@ def _record(
             name=f"{stem}.{chain_id}",
         )
     seq, coords = "".join(letters), np.stack(coords)
+    outlier = coordinate_outlier(coords)
+    if outlier is not None:
+        raise InputError(
+            path,
+            f"chain '{chain_id}'",
+            "coordinates",
+            f"|x|, |y|, |z| <= {MAX_COORDINATE} Angstrom",
+            outlier,
+            reason="coordinate_range",
+            name=f"{stem}.{chain_id}",
+        )
     positions = np.array([n if n is not None else -1 for n in label_seq], dtype=np.int64)
+    jumps = 0
     if (
         full_sequence
         and positions.min() >= 1
@@ -289,7 +311,14 @@ def _record(
                 int(numbering[-1] - numbering[0]) + 1, chain_id, author_ids[0], chain_id, author_ids[-1],
             )  # fmt: skip
     else:
-        numbering = increasing_numbering(numbers)
+        numbering, jumps = bounded_gaps(increasing_numbering(numbers), limits.max_numbering_gap)
+        if jumps:
+            log.warning(
+                "%s chain '%s': %d jump(s) in the author numbering wider than %d residues (e.g. fusion-style or "
+                "offset numbering) are read as renumbering, not missing residues: nothing is filled there "
+                "(limit max_numbering_gap; prep: --max-numbering-gap)",
+                path, chain_id, jumps, limits.max_numbering_gap,
+            )  # fmt: skip
         span = int(numbering[-1]) - int(numbering[0]) + 1
         if span > limits.max_numbering_span:
             raise InputError(
@@ -315,6 +344,8 @@ def _record(
         extra["unknown"] = dict(sorted(unknown.items()))
     if filled:
         extra["gap_filled"] = filled
+    if jumps:
+        extra["numbering_jumps"] = jumps
     return ChainRecord(
         name=f"{stem}.{chain_id}",
         seq=seq,
@@ -359,6 +390,18 @@ def residue_letter(name: str) -> str | None:
         return None
     code = info.one_letter_code
     return code.upper() if code.islower() and code.upper() in "ACDEFGHIKLMNPQRSTVWY" else None
+
+
+def bounded_gaps(numbering: np.ndarray, max_gap: int) -> tuple[np.ndarray, int]:
+    """(numbering, jumps): strictly increasing `numbering` with every gap of more than `max_gap`
+    missing numbers closed (the next residue follows directly), and how many were closed; the
+    residues a gap fill may add are then at most max_gap per residue read."""
+    steps = np.diff(numbering)
+    wide = steps > max_gap + 1
+    if not wide.any():
+        return numbering, 0
+    steps[wide] = 1
+    return numbering[0] + np.concatenate([[0], np.cumsum(steps)]), int(wide.sum())
 
 
 def increasing_numbering(numbers: list[int]) -> np.ndarray:

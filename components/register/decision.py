@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from invfold import storage
 from invfold.components.evaluate.step import scalar_metrics
-from invfold.errors import InputError
+from invfold.errors import ConfigError, InputError
 
 METRIC = "validation_recovery"  # median per-protein recovery on the validation split; higher is better
 ALPHA = 0.05  # one-sided: the chance of registering a candidate no better than the champion
@@ -140,7 +141,11 @@ def decide(
 ) -> Comparison:
     """`tracking_down`: why the tracking server cannot be used ("" when it can); a model that
     cannot be recorded is not registered. `starting_point`: for a fine-tuned candidate, the weights
-    it started from; it must beat them, or fine-tuning made nothing worth registering."""
+    it started from; it must beat them, or fine-tuning made nothing worth registering.
+    A threshold that is not a number in [0, 1] is refused: NaN compares false, so every candidate
+    would pass it."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
+        raise ConfigError(f"registration_threshold: expected a recovery in [0, 1], got {threshold!r}")
     score = candidate.validation_recovery
     facts = dict(
         candidate=score,
@@ -152,14 +157,15 @@ def decide(
     if champion is not None:
         facts.update(champion=champion.recovery, champion_version=champion.version, basis=champion.basis)
     if starting_point is not None:
-        facts.update(init_from=starting_point.init_from, starting_point=starting_point.recovery)
+        # as it may be shown: the comparison becomes MLflow tags, descriptions and the step's outputs
+        facts.update(init_from=storage.display_uri(starting_point.init_from), starting_point=starting_point.recovery)
     if tracking_down:
         return Comparison(**facts, register=False, decision=f"not registering: {tracking_down}")
     if score < threshold:
         return Comparison(**facts, register=False, decision=f"{METRIC} {score:.4f} below the threshold {threshold:.4f}")
     beaten = []
     if starting_point is not None:
-        start = f"the starting weights {starting_point.init_from} ({starting_point.recovery:.4f} on the same data)"
+        start = f"the starting weights {facts['init_from']} ({starting_point.recovery:.4f} on the same data)"
         if score <= starting_point.recovery:
             return Comparison(**facts, register=False, decision=f"{METRIC} {score:.4f} does not beat {start}")
         beaten.append(start)

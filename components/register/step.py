@@ -17,6 +17,7 @@ import tempfile
 import time
 
 from invfold.components.evaluate.evaluate import score_split
+from invfold.components.evaluate.step import headline
 from invfold.components.export.onnx_export import ExportConfig, export_onnx
 from invfold.components.export.runtime import feeds
 from invfold.components.prep.shards import open_prepared
@@ -164,7 +165,7 @@ def input_example(prepared_path: str) -> dict:
 def model_description(model_name: str, comparison: Comparison) -> str:
     """The registered model's description (markdown): what it is, its data, how to use it."""
     test = comparison.metrics.get("test/recovery")
-    perplexity = comparison.metrics.get("test_perplexity")
+    perplexity = comparison.metrics.get("test/perplexity")
     return (
         "invfold protein inverse-folding model (backbone coordinates in, per-residue amino-acid "
         "logits out) as ONNX, exported and checked for parity with the PyTorch model.\n\n"
@@ -235,7 +236,7 @@ def register_step(
                 model_name,
                 input_example(prepared_path),
                 tags,
-                metrics={**comparison.metrics, **export_metrics},
+                metrics={**headline(comparison.metrics), **export_metrics},
                 description=model_description(model_name, comparison),
                 source_run_id=train_run,
             )

@@ -9,11 +9,13 @@ from invfold.components.tracking.tracker import (
     Tracker,
     TrackingError,
     default_tracking_uri,
+    experiment_page,
     fetch_model_uri,
     fetch_registered_file,
     finish_pipeline,
     in_cluster,
     reachable,
+    stop_pipeline_runs,
 )
 
 __all__ = [
@@ -27,7 +29,9 @@ __all__ = [
     "Tracker",
     "TrackingError",
     "default_tracking_uri",
+    "experiment_page",
     "finish_pipeline",
     "in_cluster",
     "reachable",
+    "stop_pipeline_runs",
 ]

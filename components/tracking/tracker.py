@@ -46,12 +46,33 @@ REACHABILITY_TIMEOUT_S = 3.0
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 MODEL_TRAINING_VIEW = "workflowType=machine_learning"
+# The run list MLflow shows by default has no metric columns (its column choice lives in each
+# browser's localStorage). A shared view is an experiment tag `mlflow.sharedViewState.<key>` whose
+# JSON the page applies when its URL carries `viewStateShareKey=<key>` (mlflow/mlflow,
+# mlflow/server/js/src/experiment-tracking/components/experiment-page/hooks/
+# useSharedExperimentViewState.ts); every experiment page we print or link opens that view: the
+# figures a model is judged on as columns, newest run first. A column is `<kind>.` + the name in
+# backquotes (MLflow's makeCanonicalSortKey).
+RUN_LIST_VIEW_KEY = "invfold"
+RUN_LIST_COLUMNS = (
+    "metrics.`validation/recovery`",
+    "metrics.`test/recovery`",
+    "metrics.`test/perplexity`",
+    "metrics.`test/constant_recovery`",
+    "params.`strategy`",
+    "params.`preset`",
+)
+RUN_LIST_VIEW = {"selectedColumns": list(RUN_LIST_COLUMNS), "orderByKey": "attributes.start_time", "orderByAsc": False}
+SHARED_VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 # Metric names: `<group>/<figure>`, one name per figure in every run. MLflow's run page draws one
 # chart section per group, sections in alphabetical order (mlflow/server/js/src/experiment-tracking/
 # components/runs-charts/runs-charts.types.ts: getBaseChartAndSectionConfigs), so training opens
 # on `train/` (loss) and `validation/` (recovery); the trainer's `time` records, the timing
 # internals, go under a group that sorts after them.
 METRIC_GROUPS = {"train": "train", "validation": "validation", "time": "wallclock"}
+# The training records' progress counters (a staircase, a near-flat count, a throughput) are time
+# figures: under `wallclock/`, so the `train/` section holds the curves a run is judged by.
+PROGRESS_FIGURES = ("epoch", "residues", "residues_per_s")
 STEP_TAG = "invfold.step"
 
 
@@ -78,6 +99,56 @@ def artifact_location(uri: str) -> str | None:
     if not uri.startswith("sqlite:///"):
         return None
     return (Path(uri[len("sqlite:///") :]).parent / "artifacts").absolute().as_uri()
+
+
+# Where a SQLite store writes its artifact folder's absolute URI (MLflow resolves every local
+# artifact location to an absolute one when it stores it).
+LOCATION_COLUMNS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("logged_models", "artifact_location"),
+    ("model_versions", "source"),
+    ("model_versions", "storage_location"),
+)
+
+
+def relocate_artifacts(uri: str, old: str) -> int:
+    """Point a SQLite store whose folder was moved or copied at the artifact folder beside it:
+    every location under `old` (the folder the store was made in) is rewritten under the one
+    artifact_location gives now, so the copy writes and reads its own artifacts, never the
+    original's. Returns how many values changed."""
+    import sqlite3
+    from contextlib import closing
+
+    new = artifact_location(uri)
+    changed = 0
+    with closing(sqlite3.connect(uri[len("sqlite:///") :], timeout=30)) as db, db:
+        for table, column in LOCATION_COLUMNS:
+            if column not in {row[1] for row in db.execute(f"PRAGMA table_info({table})")}:
+                continue  # an MLflow schema without that table or column
+            changed += db.execute(
+                f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                (new, len(old) + 1, old, len(old) + 1, old + "/"),
+            ).rowcount
+    log.warning(
+        "MLflow store %s was made in another folder: %d artifact locations moved from %s to %s", uri, changed, old, new
+    )
+    return changed
+
+
+def _moved(uri: str, location: str | None) -> bool:
+    """Whether an experiment's artifact folder is an `artifacts` folder beside another SQLite
+    store's path: the store it is in was moved or copied since (a server's, or one chosen by
+    hand elsewhere, is left alone)."""
+    expected = artifact_location(uri)
+    return bool(
+        expected
+        and location
+        and location != expected
+        and location.startswith("file://")
+        and location.rstrip("/").rsplit("/", 1)[-1] == "artifacts"
+    )
 
 
 def reachable(uri: str, timeout_s: float = REACHABILITY_TIMEOUT_S) -> tuple[bool, str]:
@@ -310,7 +381,8 @@ class Tracker:
                 stamp = int(float(record.get("time", time.time())) * 1000)
                 for key, value in record.items():
                     if key not in ("split", "step", "time") and _finite(value):
-                        points.append(Metric(f"{group}/{key}", float(value), stamp, step))
+                        where = METRIC_GROUPS["time"] if split == "train" and key in PROGRESS_FIGURES else group
+                        points.append(Metric(f"{where}/{key}", float(value), stamp, step))
 
         def do():
             for start in range(0, len(points), 900):  # the REST API takes 1000 per batch
@@ -366,7 +438,7 @@ class Tracker:
             name=name,
             digest=digest[:36],
             source_type="invfold-prepared",
-            source=json.dumps({"uri": source, "digest": digest}),
+            source=json.dumps({"uri": storage.display_uri(source), "digest": digest}),
             profile=json.dumps(profile or {}),
         )
         tags = [InputTag("mlflow.data.context", context)]
@@ -456,13 +528,13 @@ class Tracker:
                 model_name,
                 source=info.model_uri,
                 run_id=source_run,
-                tags={k: str(v) for k, v in tags.items()},
-                description=f"{description}\n\nRuns: {links}.".strip(),
+                tags={k: _param_value(str(v)) for k, v in tags.items()},
+                description=storage.redact(f"{description}\n\nRuns: {links}.".strip()),
                 model_id=info.model_id,
             ).version
             version = str(version)
             if description:
-                self.client.update_registered_model(model_name, description=description)
+                self.client.update_registered_model(model_name, description=storage.redact(description))
             link = f"[{model_name} version {version}](#/models/{model_name}/versions/{version})"
             self.client.set_tag(
                 self.parent_run_id,
@@ -479,7 +551,7 @@ class Tracker:
     def set_version_tags(self, model_name: str, version: str, tags: dict[str, Any]) -> None:
         def do():
             for key, value in tags.items():
-                self.client.set_model_version_tag(model_name, version, key, str(value))
+                self.client.set_model_version_tag(model_name, version, key, _param_value(str(value)))
 
         self._record(f"tags {sorted(tags)} of {model_name} v{version}", do)
 
@@ -517,27 +589,81 @@ def finish_pipeline(ctx: RunContext, failed: bool, message: str = "") -> list[st
         if run.info.status == "RUNNING" or (is_parent and failed):
             status = "FAILED" if failed else "FINISHED"
             if is_parent and message:
-                client.set_tag(run.info.run_id, "invfold.pipeline_status", message[:5000])
+                client.set_tag(run.info.run_id, "invfold.pipeline_status", _param_value(message)[:5000])
             client.set_terminated(run.info.run_id, status)
             closed.append(run.info.run_id)
     return closed
 
 
+def experiment_page(experiment_id: str) -> str:
+    """The UI route of an experiment's run list in the model-training view with invfold's
+    columns (RUN_LIST_VIEW), relative to the server's root."""
+    return f"#/experiments/{experiment_id}/runs?{MODEL_TRAINING_VIEW}&viewStateShareKey={RUN_LIST_VIEW_KEY}"
+
+
+def experiment_tags() -> dict[str, str]:
+    """What makes an experiment open as invfold's: the model-training kind and the run-list view."""
+    return {
+        EXPERIMENT_KIND_TAG: EXPERIMENT_KIND,
+        SHARED_VIEW_TAG_PREFIX + RUN_LIST_VIEW_KEY: json.dumps(RUN_LIST_VIEW, sort_keys=True),
+    }
+
+
+def stop_pipeline_runs(tracking_uri: str, experiment: str, since: float, reason: str) -> list[str]:
+    """A local pipeline run stopped by a signal (its exit handler never runs): the pipeline's
+    parent run (the one started in `experiment` at or after `since`, seconds) and every run of
+    that pipeline run still RUNNING end KILLED, the reason on the parent. Returns the run ids it
+    ended, the parent's first."""
+    from mlflow import MlflowClient
+
+    if not reachable(tracking_uri)[0]:
+        log.warning("MLflow unreachable: the stopped run's MLflow runs are left as they are")
+        return []
+    client = MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    started = client.search_runs(
+        [found.experiment_id],
+        filter_string=f"attributes.start_time >= {int(since * 1000)}",
+        order_by=["attributes.start_time ASC"],
+    )
+    parents = [r for r in started if PARENT_TAG not in r.data.tags and PIPELINE_RUN_TAG in r.data.tags]
+    if not parents:
+        return []
+    parent = parents[0]
+    runs = client.search_runs(
+        [found.experiment_id], filter_string=f"tags.`{PIPELINE_RUN_TAG}` = '{parent.data.tags[PIPELINE_RUN_TAG]}'"
+    )
+    ended = []
+    for run in sorted(runs, key=lambda r: r.info.run_id != parent.info.run_id):
+        if run.info.status == "RUNNING":
+            if run.info.run_id == parent.info.run_id:
+                client.set_tag(run.info.run_id, "invfold.pipeline_status", _param_value(reason))
+            client.set_terminated(run.info.run_id, "KILLED")
+            ended.append(run.info.run_id)
+    return ended
+
+
 def _experiment_id(client, name: str) -> str:
-    """The experiment's id, created (artifacts beside a SQLite store) or tagged as a
-    model-training experiment as needed."""
+    """The experiment's id, created (artifacts beside a SQLite store), moved with its store
+    (relocate_artifacts) or tagged as a model-training experiment with invfold's run-list view
+    as needed."""
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
         try:
             return client.create_experiment(
                 name,
                 artifact_location=artifact_location(client.tracking_uri),
-                tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
+                tags=experiment_tags(),
             )
         except Exception:  # noqa: BLE001 - created meanwhile by another step
             experiment = client.get_experiment_by_name(name)
-    if experiment.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
-        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    if _moved(client.tracking_uri, experiment.artifact_location):
+        relocate_artifacts(client.tracking_uri, experiment.artifact_location.rstrip("/"))
+    for key, value in experiment_tags().items():
+        if experiment.tags.get(key) != value:
+            client.set_experiment_tag(experiment.experiment_id, key, value)
     return experiment.experiment_id
 
 

@@ -130,26 +130,54 @@ def _deepspeed_safe_globals() -> list:
     return [ZeroStageEnum, LossScaler, fragment_address]
 
 
+# torch.load's switches: ours forces weights_only; the other (set in a user's environment) would
+# make torch refuse every load that has both set (RuntimeError), so it is set aside meanwhile
+FORCE_WEIGHTS_ONLY, FORCE_NO_WEIGHTS_ONLY = "TORCH_FORCE_WEIGHTS_ONLY_LOAD", "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+
+
 @contextlib.contextmanager
 def safe_loading(where: str):
     """Every torch.load inside (DeepSpeed's loaders pass weights_only=False) runs as
-    weights_only=True with only DEEPSPEED_SAFE_GLOBALS allowed; a refusal names `where`."""
-    saved = os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD")
-    os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = "1"
+    weights_only=True with only DEEPSPEED_SAFE_GLOBALS allowed, whatever the environment asks
+    (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 is set aside: loading code is never the user's choice
+    here, see SECURITY.md); a refusal names `where`."""
+    saved = {name: os.environ.pop(name, None) for name in (FORCE_WEIGHTS_ONLY, FORCE_NO_WEIGHTS_ONLY)}
+    os.environ[FORCE_WEIGHTS_ONLY] = "1"
     try:
         with torch.serialization.safe_globals(_deepspeed_safe_globals()):
             yield
     except pickle.UnpicklingError as err:
         raise unsafe_checkpoint(where, err) from None
     finally:
-        if saved is None:
-            os.environ.pop("TORCH_FORCE_WEIGHTS_ONLY_LOAD", None)
-        else:
-            os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def mark_complete(directory: str, info: dict) -> None:
     write_bytes(f"{directory}/{MARKER}", (json.dumps(info, sort_keys=True) + "\n").encode())
+
+
+def read_marker(directory: str) -> dict:
+    """The COMPLETE marker's record (step, strategy, world size, settings). An empty or damaged
+    marker is refused naming it: nothing says what wrote the folder or under which settings."""
+    uri = f"{directory}/{MARKER}"
+    data = load_bytes(uri)
+    expected = (
+        "the JSON object invfold writes last into a finished checkpoint (remove this folder to "
+        "resume from an earlier checkpoint, or start fresh with a new --checkpoint-dir)"
+    )
+    try:
+        marker = json.loads(data) if data.strip() else None
+    except (ValueError, RecursionError) as err:  # invalid JSON or UTF-8
+        detail = err.msg if isinstance(err, json.JSONDecodeError) else type(err).__name__
+        raise InputError(uri, None, None, expected, f"invalid JSON ({detail})", reason="invalid_checkpoint") from None
+    if not isinstance(marker, dict):
+        got = "an empty file" if marker is None else f"a JSON {type(marker).__name__}"
+        raise InputError(uri, None, None, expected, got, reason="invalid_checkpoint")
+    return marker
 
 
 def check_resumable(directory: str, marker: dict, settings: dict) -> None:
@@ -176,6 +204,19 @@ def check_resumable(directory: str, marker: dict, settings: dict) -> None:
             f"{directory}: this checkpoint was written under other settings ({'; '.join(differ)}); "
             "resume with the settings it was written with, or start fresh with a new --checkpoint-dir "
             "(or --out) or after removing its checkpoints"
+        )
+
+
+def check_world_size(directory: str, saved: int | None, world_size: int) -> None:
+    """Refuse to resume a checkpoint written by another number of processes: each rank's share of
+    every epoch (the sampler's sharding), its place in it and its random streams belong to the
+    process count that wrote them (and ZeRO partitions the optimizer by it), so exact resume holds
+    only with the same count. The error names both counts and how to start fresh."""
+    if saved is not None and saved != world_size:
+        raise ConfigError(
+            f"{directory}: written by {saved} training processes, resuming with {world_size}; resume with "
+            f"{saved} (--nproc {saved} on one node), or start fresh with a new --checkpoint-dir (or --out) "
+            "or after removing its checkpoints"
         )
 
 

@@ -15,7 +15,7 @@ from invfold.components.model.config import PRESETS, ModelConfig
 from invfold.components.protein.sampler import BALANCE_MODES
 from invfold.components.train.strategies import STRATEGIES
 from invfold.errors import ConfigError
-from invfold.options import check_choices, config_from_dict, option
+from invfold.options import check_values, config_from_dict, option
 
 # model fields a fine-tuning run may change; the rest must match the initial weights
 FINE_TUNE_OVERRIDES = ("dropout", "activation_checkpointing")
@@ -91,13 +91,16 @@ class TrainConfig:
     balance: str = option("interleaved", "how each step's batches are made alike across ranks", choices=BALANCE_MODES)
     max_steps: int | None = option(None, "optimizer steps to train for")
     epochs: int | None = option(None, "passes over the training data")
-    lr: float = option(2e-3, "peak learning rate (AdamW, warm-up, then the schedule)")
+    lr: float = option(2e-3, "peak learning rate (AdamW, warm-up, then the schedule)", max=1.0)
     warmup_steps: int = option(50, "learning-rate warm-up steps")
     schedule: Literal["noam", "one_cycle"] = option("noam", "learning-rate schedule after the warm-up")
-    weight_decay: float = option(0.01, "AdamW weight decay")
-    label_smoothing: float = option(0.1, "label smoothing of the loss")
-    backbone_noise: float = option(0.1, "std of the Gaussian noise added to coordinates, in Angstrom")
-    grad_clip: float = option(1.0, "max global gradient norm (0: no clipping)")
+    weight_decay: float = option(0.01, "AdamW weight decay", min=0.0, max=1.0)
+    label_smoothing: float = option(0.1, "label smoothing of the loss", min=0.0)
+    # 10 A moves atoms past their neighbours: no backbone is left to learn from (design's bound too)
+    backbone_noise: float = option(
+        0.1, "std of the Gaussian noise added to coordinates, in Angstrom", min=0.0, max=10.0
+    )
+    grad_clip: float = option(1.0, "max global gradient norm (0: no clipping)", min=0.0)
     grad_accum: int = option(1, "micro-batches per optimizer step")
     activation_checkpointing: bool = option(False, "recompute activations in backward (less memory)")
     validate_every: int = option(100, "optimizer steps between validations (0: only at the end)")
@@ -140,7 +143,7 @@ class TrainConfig:
         if self.checkpoint_dir is None:
             self.checkpoint_dir = f"{self.out.rstrip('/')}/checkpoints"
         self.checkpoint_dir = str(self.checkpoint_dir).rstrip("/")
-        check_choices(self)
+        check_values(self)
         if not isinstance(self.model_overrides, dict):
             raise ConfigError(f"TrainConfig.model_overrides: expected a dict, got {self.model_overrides!r}")
         if self.init_from is not None:
@@ -203,9 +206,6 @@ class TrainConfig:
                 raise ConfigError(f"TrainConfig.{name}: expected an int >= 0, got {value!r}")
         if not self.lr > 0:
             raise ConfigError(f"TrainConfig.lr: expected > 0, got {self.lr!r}")
-        for name in ("weight_decay", "backbone_noise", "grad_clip"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"TrainConfig.{name}: expected >= 0, got {getattr(self, name)!r}")
         if not 0 <= self.label_smoothing < 1:
             raise ConfigError(f"TrainConfig.label_smoothing: expected 0 <= x < 1, got {self.label_smoothing!r}")
         for name in ("time_budget_s", "cpu_time_budget_s"):

@@ -699,7 +699,7 @@ def _save(strategy, cfg: TrainConfig, info: DistInfo, pos: _Position, settings: 
 
 
 def _resume(strategy, directory: str, cfg: TrainConfig, info: DistInfo, settings: dict) -> _Position:
-    marker = json.loads(ckpt.load_bytes(f"{directory}/{ckpt.MARKER}"))
+    marker = ckpt.read_marker(directory)
     if (marker.get("strategy"), marker.get("zero_stage")) != (cfg.strategy, cfg.zero_stage):
         raise ConfigError(
             f"{directory}: written by strategy {marker.get('strategy')!r} (ZeRO stage "
@@ -707,17 +707,10 @@ def _resume(strategy, directory: str, cfg: TrainConfig, info: DistInfo, settings
             f"(ZeRO stage {cfg.zero_stage}); use a new checkpoint_dir or resume=False"
         )
     ckpt.check_resumable(directory, marker, settings)
+    ckpt.check_world_size(directory, marker.get("world_size"), info.world_size)
     state = strategy.load(directory)
-    if state["world_size"] == info.world_size:
-        ckpt.restore_rng(state["rng"][info.rank])
-    else:  # a different process count cannot replay the same streams; stay deterministic anyway
-        log.warning(
-            "%s: saved with %d processes, resuming with %d: RNG streams restart",
-            directory,
-            state["world_size"],
-            info.world_size,
-        )
-        _seed_everything(cfg.seed + 1000 * (info.rank + 1) + state["step"])
+    ckpt.check_world_size(directory, state["world_size"], info.world_size)
+    ckpt.restore_rng(state["rng"][info.rank])
     return _Position(
         state["step"], state["epoch"], state["position"], state["residues"], state.get("nonfinite_steps", 0)
     )

@@ -1,7 +1,9 @@
 """`invfold`: one command with a subcommand per step; each step's cli.py registers its own.
 
 Errors the project raises on purpose (`invfold.errors.InvfoldError`) are reported here, once:
-`invfold <cmd>: error: <message>` and the error's exit code."""
+`invfold <cmd>: error: <message>` and the error's exit code; any other exception (a library's, or
+a bug) as `invfold <cmd>: error: <Type>: <message>`, exit 1, its traceback with -v. Every line
+of it passes through `invfold.storage.redact`: credentials in the command's URIs never show."""
 
 from __future__ import annotations
 
@@ -13,13 +15,14 @@ import logging
 import os
 import re
 import sys
+import traceback
 from dataclasses import dataclass
 
 from invfold import __version__
 from invfold.config_file import ConfigFile, add_config_options, apply_config, name_file_in, print_config
 from invfold.errors import EXIT_STATUS, InvfoldError
 from invfold.options import add_command, from_args, option
-from invfold.storage import redact
+from invfold.storage import redact, remember_secrets
 
 # Each module exposes COMMANDS (name -> its line in `invfold --help`) and add_parser(subparsers),
 # and keeps heavy imports inside its handlers.
@@ -55,7 +58,7 @@ class CommandLineParser(argparse.ArgumentParser):
     read more, instead of the whole usage (every subcommand's parser is one of these)."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n  (see `{self.prog} --help`)\n")
+        self.exit(2, f"{self.prog}: error: {redact(message)}\n  (see `{self.prog} --help`)\n")
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -209,6 +212,22 @@ def report(err: InvfoldError, command: argparse.ArgumentParser, config: ConfigFi
     return err.exit_code
 
 
+def report_unexpected(err: Exception, command: argparse.ArgumentParser, verbose: bool, as_json: bool) -> int:
+    """An exception invfold did not raise on purpose (a library's, or a bug): one line with its type
+    and message, the traceback with -v; both redacted, since libraries quote the URIs they were
+    given (botocore names an s3:// URI's userinfo as the bucket)."""
+    if verbose:
+        print(redact("".join(traceback.format_exception(err))).rstrip("\n"), file=sys.stderr)
+    detail = " ".join(str(err).split())  # one line: botocore's names the bucket on its second
+    detail = detail if len(detail) <= 400 else detail[:399] + "…"
+    message = redact(f"{type(err).__name__}: {detail}" if detail else type(err).__name__)
+    hint = "" if verbose else " (not an error invfold expected; -v shows the traceback)"
+    print(f"{command.prog}: error: {message}{hint}", file=sys.stderr)
+    if as_json:
+        print(json.dumps({"error": message, "exit_code": 1}))
+    return 1
+
+
 @dataclass
 class CommandLine:
     """A parsed command line: the subcommand's parser, its options, the config file it read."""
@@ -233,6 +252,7 @@ def parse(argv: list[str]) -> CommandLine:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    remember_secrets(argv)  # before anything can fail and quote them
     try:
         line = parse(argv)
     except SystemExit as done:  # --help, --version, or a mistake parse_args has already reported
@@ -241,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser(command_of(argv))
         return report(err, subcommand_parser(parser, argv), None, "--json" in argv)
     parser, command, args, config = line.parser, line.command, line.args, line.config
+    remember_secrets(vars(args).values())  # a --config file's URIs too
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -262,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `| head` read enough: no traceback, and no second error at exit's flush
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except Exception as err:  # noqa: BLE001 - a library's exception or a bug: one redacted line
+        return report_unexpected(err, command, args.verbose, args.json)
     if args.json:
         print(json.dumps({**getattr(args, "result", {}), "exit_code": code}, default=str), file=stdout)
     return code

@@ -1,8 +1,9 @@
 """One base for every error the project raises on purpose.
 
 `invfold` catches `InvfoldError` once (src/invfold/cli.py), prints `invfold <cmd>: error: <message>`
-and exits with the error's `exit_code`; anything else is a bug and keeps its traceback. The errors
-under it live beside the code that raises them:
+and exits with the error's `exit_code`; anything else (a library's exception, or a bug) is one
+line naming its type, exit 1, and its traceback under -v. The errors under it live beside the
+code that raises them:
 
 - `ConfigError` (here): a config field or command-line option out of range (exit 2);
 - `InputError` (here): a problem with one input file, naming file, line, field, expectation (exit 2);
@@ -22,11 +23,12 @@ from __future__ import annotations
 # What `invfold` exits with (every --help ends with it; the README's table is this text)
 EXIT_STATUS = """exit status:
   0    done
-  1    a step failed: a training job, the ONNX parity gate, MLflow, the KFP API, a pipeline step
+  1    a step failed: a training job, the ONNX parity gate, MLflow, the KFP API, a pipeline step; an unexpected error
   2    a mistake in the command: an option, an input file, a model reference (one line says which)
   3    training stopped: a run of non-finite steps (nothing saved)
+  130  invfold run stopped by SIGINT (Ctrl-C): every process it started stopped, its MLflow runs KILLED
   141  the reader of its output went away (`invfold ... | head`), as for any tool killed by SIGPIPE
-  143  stopped by SIGTERM after writing a checkpoint (run it again to resume)"""
+  143  stopped by SIGTERM after writing a checkpoint (run it again to resume); invfold run: as for 130"""
 
 
 def redact_text(text: str) -> str:

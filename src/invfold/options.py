@@ -7,8 +7,11 @@ one place (the field) and the CLI cannot drift from the Python API. The option i
 `--field-name`; older spellings stay accepted as aliases. Type -> option: `bool` is a switch
 (`--name`, or `--no-name` when it defaults to True), `X | None` an optional X, `Literal[...]`
 (or `choices=`) its choices, `list[X]` a repeatable option, `tuple[X, X, X]` three values,
-`dict` a repeatable NAME=VALUE (VALUE read as JSON when it is JSON). `check_choices` validates
-the choices in `__post_init__`; `config_from_dict` builds a config from JSON, naming unknown keys."""
+`dict` a repeatable NAME=VALUE (VALUE read as JSON when it is JSON). `check_values` validates
+in `__post_init__` what the fields declare: the choices, `min`/`max` bounds, and that every float
+is finite (unless `finite=False`), so one rule holds for the CLI, `--config` files, the Python API
+and the pipeline parameters that set the same fields (`check_value`); `config_from_dict` builds a
+config from JSON, naming unknown keys."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import math
 import re
 import sys
 import types
@@ -36,15 +40,32 @@ def option(
     choices: tuple | None = None,
     metavar: str | tuple | None = None,
     type: Any = None,
+    min: float | None = None,
+    max: float | None = None,
+    finite: bool = True,
 ) -> Any:
     """A dataclass field that knows its command-line option. aliases: other spellings kept for
     existing users (e.g. "-n"); positional: an argument, not an --option; cli=False: not on the
     command line (e.g. in-memory records); choices: when they are not in the type (a table's
-    keys); type: the option's value type when the field's is wider (e.g. `str | list[int]`)."""
+    keys); type: the option's value type when the field's is wider (e.g. `str | list[int]`).
+    min/max: inclusive bounds of a number (each number of a tuple or list): a count that sizes
+    an allocation needs a max, or a few characters of input ask for gigabytes; finite=False: a
+    float field that may be inf or NaN (floats are finite otherwise). `check_values` holds them."""
     if not help:
         raise TypeError("option(): every option needs its help text")
+    if min is not None and max is not None and min > max:
+        raise TypeError(f"option(): min {min!r} > max {max!r}")
     metadata = dict(
-        help=help, aliases=tuple(aliases), positional=positional, cli=cli, choices=choices, metavar=metavar, type=type
+        help=help,
+        aliases=tuple(aliases),
+        positional=positional,
+        cli=cli,
+        choices=choices,
+        metavar=metavar,
+        type=type,
+        min=min,
+        max=max,
+        finite=finite,
     )
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)
@@ -213,14 +234,53 @@ def from_args(cls, args: argparse.Namespace, **extra: Any):
     return cls(**values, **extra)
 
 
-def check_choices(config) -> None:
-    """Raise ConfigError naming the field when a value is not one of its choices."""
-    hints = field_types(type(config))
+def _numbers(value: Any) -> list:
+    """The numbers a field's value holds: itself, or the members of a tuple or list."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return [v for v in items if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def _bounds_text(meta: Any, hint: Any) -> str:
+    low, high = meta.get("min"), meta.get("max")
+    base = _strip_optional(hint)
+    kind = typing.get_args(base)[0] if typing.get_origin(base) in (tuple, list) and typing.get_args(base) else base
+    finite = "an integer" if kind is int else "a finite number" if meta.get("finite", True) else "a number"
+    if low is not None and high is not None:
+        return f"{finite} in [{low:,}, {high:,}]"
+    if low is not None:
+        return f"{finite} >= {low:,}"
+    if high is not None:
+        return f"{finite} <= {high:,}"
+    return finite
+
+
+def check_value(cls, name: str, value: Any) -> None:
+    """Raise ConfigError ("Cls.name: expected ..., got ...") when `value` breaks what field `name`
+    of dataclass `cls` declares: its choices, its min/max, a float's finiteness. The message names
+    the field, which the CLI shows as its flag (cli.with_flag_names)."""
+    f = {f.name: f for f in dataclasses.fields(cls)}[name]
+    choices = choices_of(f, field_types(cls)[name])
+    if choices is not None and value is not None and value not in choices:
+        raise ConfigError(f"{cls.__name__}.{name}: expected one of {choices}, got {value!r}")
+    meta = f.metadata
+    low, high, finite = meta.get("min"), meta.get("max"), meta.get("finite", True)
+    for number in _numbers(value):
+        if finite and isinstance(number, float) and not math.isfinite(number):
+            raise ConfigError(
+                f"{cls.__name__}.{name}: expected {_bounds_text(meta, field_types(cls)[name])}, got {value!r}"
+            )
+        if (low is not None and number < low) or (high is not None and number > high):
+            raise ConfigError(
+                f"{cls.__name__}.{name}: expected {_bounds_text(meta, field_types(cls)[name])}, got {value!r}"
+            )
+
+
+def check_values(config) -> None:
+    """Raise ConfigError naming the field when a value breaks what its option() declares (choices,
+    min/max, finite floats); called first in each config's `__post_init__`."""
     for f in dataclasses.fields(config):
-        choices = choices_of(f, hints[f.name])
-        value = getattr(config, f.name)
-        if choices is not None and value is not None and value not in choices:
-            raise ConfigError(f"{type(config).__name__}.{f.name}: expected one of {choices}, got {value!r}")
+        if "help" in f.metadata:  # an option() field
+            check_value(type(config), f.name, getattr(config, f.name))
 
 
 def config_from_dict(cls, data: dict[str, Any], source: str = "<dict>"):

@@ -35,28 +35,76 @@ def display_uri(uri: str | os.PathLike) -> str:
     """The URI as it may be logged, recorded or printed: userinfo (`user:password@`) and every
     query value (presigned `X-Amz-Signature=`, `sig=`, `token=`, ... and anything else a query
     may carry) replaced by ***. Local paths come back unchanged. Use it wherever a URI leaves
-    the process: MLflow params and tags, cards, log lines, error messages."""
+    the process: MLflow params and tags, cards, log lines, error messages. What it hides is
+    remembered, so `redact` also hides it where a library quotes it outside any URI."""
     text = os.fspath(uri)
     if "://" not in text:
         return text
+    scheme = text.split("://", 1)[0]
     try:
         parts = urllib.parse.urlsplit(text)
-    except ValueError:  # e.g. an invalid IPv6 netloc: hide everything after the scheme
-        return text.split("://", 1)[0] + "://" + HIDDEN
-    netloc = parts.netloc
+    except ValueError:  # an invalid IPv6 host: shown as is unless it may hold userinfo or a query
+        after = text.split("://", 1)[1]
+        if "@" not in after and "?" not in after:
+            return text
+        _remember(after)
+        return scheme + "://" + HIDDEN
+    netloc, path = parts.netloc, parts.path
     if "@" in netloc:
-        netloc = HIDDEN + "@" + netloc.rsplit("@", 1)[1]
-    query = "&".join(
-        f"{piece.split('=', 1)[0]}={HIDDEN}" if "=" in piece else HIDDEN for piece in parts.query.split("&") if piece
-    )
+        userinfo, netloc = netloc.rsplit("@", 1)
+        netloc = HIDDEN + "@" + netloc
+        _remember(userinfo)
+    elif "@" in path and ":" in netloc and not netloc.startswith("["):
+        # a password holding "/" (AWS secret keys do): urlsplit ends the authority at that "/";
+        # the userinfo runs to the last "@" (hiding a path's "@" too is the safe mistake)
+        rest, host_and_path = path.rsplit("@", 1)
+        _remember(netloc + rest)
+        host, slash, tail = host_and_path.partition("/")
+        netloc, path = f"{HIDDEN}@{host}", slash + tail
+    pieces = [piece for piece in parts.query.split("&") if piece]
+    for piece in pieces:
+        _remember(piece.split("=", 1)[-1], split=False)
+    query = "&".join(f"{piece.split('=', 1)[0]}={HIDDEN}" if "=" in piece else HIDDEN for piece in pieces)
     # not urlunsplit: it drops the empty authority of `sqlite:///relative.db`, which then reads as absolute
-    shown = f"{text.split('://', 1)[0]}://{netloc}{parts.path}"
+    shown = f"{scheme}://{netloc}{path}"
     return shown + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
+# Secrets display_uri has hidden (or remember_secrets was given), longest first: a library may
+# quote them outside any URI (botocore: `Invalid bucket name "KEY:SECRET@bucket"`).
+_SECRETS: list[str] = []
+SECRET_MIN_CHARS = 6  # shorter pieces ("v=1", a user "bob") would hide ordinary words
+
+
+def _remember(secret: str, split: bool = True) -> None:
+    """Remember a hidden userinfo (and its user, password and `/`-separated pieces) or query value."""
+    found = {secret}
+    if split:  # s3fs takes `KEY:SEC` of `s3://KEY:SEC/RET@b/x` for the bucket: each part before a "/" too
+        prefixes = [secret[:i] for i, c in enumerate(secret) if c == "/"]
+        found.update([*secret.split(":", 1), *re.split(r"[:/]", secret), *prefixes])
+    found.update(urllib.parse.unquote(s) for s in list(found))
+    new = [s for s in found if len(s) >= SECRET_MIN_CHARS and s not in _SECRETS]
+    if new:
+        _SECRETS[:] = sorted([*_SECRETS, *new], key=len, reverse=True)
+
+
+def remember_secrets(words: Iterable[object]) -> None:
+    """Learn the secrets of every URI among `words` (a command line, a config's values) before
+    anything can fail, so a message quoting them is redacted whoever raised it."""
+    for word in words:
+        if isinstance(word, str) and "://" in word:
+            redact(word)
+
+
 def redact(text: str) -> str:
-    """Free text (a message, a parameter value) with each URI in it passed through display_uri."""
-    return _URI_IN_TEXT.sub(lambda m: display_uri(m.group()), text) if "://" in text else text
+    """Free text (a message, a parameter value, a traceback) with each URI in it passed through
+    display_uri, and every secret display_uri has hidden so far replaced by *** wherever it is."""
+    if "://" in text:
+        text = _URI_IN_TEXT.sub(lambda m: display_uri(m.group()), text)
+    for secret in _SECRETS:
+        if secret in text:
+            text = text.replace(secret, HIDDEN)
+    return text
 
 
 def _redacting_factory(make):
@@ -66,8 +114,9 @@ def _redacting_factory(make):
             message = record.getMessage()
         except Exception:  # a broken format string is logging's own business
             return record
-        if "://" in message:
-            record.msg, record.args = redact(message), ()
+        shown = redact(message)
+        if shown != message:
+            record.msg, record.args = shown, ()
         if record.exc_info and record.exc_info[0] is not None:  # the traceback's text, formatted now
             record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
         return record
@@ -96,11 +145,23 @@ def _local_path(uri: str | os.PathLike) -> str:
     return text[len("file://") :] if text.startswith("file://") else text
 
 
+def invalid_uri(uri: str | os.PathLike, err: ValueError) -> InputError:
+    """A URI urllib cannot split (`s3://[::1/x`, `http://[zz]/x`: a bracketed host that is not an
+    IPv6 address): a one-line error naming it, never urllib's traceback."""
+    return InputError(uri, None, None, "a URI with a valid host", f"{err}", reason="invalid_uri")
+
+
 def filesystem(uri: str | os.PathLike):
     """(fsspec filesystem, path inside it) for a local path or any URI."""
     import fsspec
 
-    return fsspec.core.url_to_fs(os.fspath(uri))
+    text = os.fspath(uri)
+    if "://" in text:
+        try:
+            urllib.parse.urlsplit(text)
+        except ValueError as err:  # fsspec would fail later, or not at all (http: "no such file")
+            raise invalid_uri(uri, err) from None
+    return fsspec.core.url_to_fs(text)
 
 
 def basename(uri: str | os.PathLike) -> str:
@@ -108,7 +169,10 @@ def basename(uri: str | os.PathLike) -> str:
     not part of the file's name."""
     text = str(uri)
     if text.startswith(("http://", "https://")):
-        text = urllib.parse.urlsplit(text).path
+        try:
+            text = urllib.parse.urlsplit(text).path
+        except ValueError as err:
+            raise invalid_uri(uri, err) from None
     return text.rstrip("/").rsplit("/", 1)[-1]
 
 
@@ -171,12 +235,14 @@ def read_bytes(uri: str | os.PathLike, limit: int | None = None, limit_name: str
 
 
 def too_large(uri: str | os.PathLike, line: int | None, limit: int, limit_name: str, what: str) -> InputError:
-    """An input over a size bound (src/invfold's readers and components/protein/limits.py)."""
+    """An input over a size bound (src/invfold's readers and components/protein/limits.py): a
+    lower-case `limit_name` is a prep option, named with its flag; an upper-case one a constant."""
+    flag = f"; prep: --{limit_name.replace('_', '-')}" if limit_name.islower() else ""
     return InputError(
         uri,
         line,
         None,
-        f"{what} of at most {limit:,} bytes (limit {limit_name}; prep: --{limit_name.replace('_', '-')})",
+        f"{what} of at most {limit:,} bytes (limit {limit_name}{flag})",
         f"more than {limit:,} bytes",
         reason="too_large" if line is None else "line_too_long",
     )
@@ -256,10 +322,14 @@ def too_deep(path: str | os.PathLike, line: int | None) -> InputError:
     )
 
 
-def load_json(path: str | os.PathLike, limit: int | None = None):
+def load_json(path: str | os.PathLike, limit: int | None = None, limit_name: str = "max_file_bytes"):
     """The whole file decoded (gzip detected, BOM tolerated); empty or invalid JSON raises, and so
     does a file over `limit` bytes (see read_bytes) or one whose decoding runs out of memory."""
-    data = read_bytes(path, limit)
+    return parse_json(read_bytes(path, limit, limit_name), path)
+
+
+def parse_json(data: bytes, path: str | os.PathLike):
+    """`data` (the content of `path`) decoded as load_json does."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     if not data.strip():

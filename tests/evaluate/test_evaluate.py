@@ -331,3 +331,11 @@ def test_report_gives_interval_orders_spread_and_sampled_recovery(prepared, mode
 def test_orders_and_resamples_are_validated(field, value):
     with pytest.raises(ConfigError, match=f"EvaluateConfig.{field}"):
         EvaluateConfig(model_path="m.pt", data="d", out="o", **{field: value})
+
+
+def test_the_bootstrap_drawn_in_blocks_is_the_one_draw_of_all_resamples():
+    """5,000 chains x 2,000 resamples come in blocks of 838 (bounded memory): the same interval."""
+    values = np.random.default_rng(0).random(5000)
+    rng = np.random.default_rng(3)
+    medians = np.median(values[rng.integers(0, len(values), (2000, len(values)))], axis=1)
+    assert bootstrap_median(values, 2000, seed=3) == tuple(float(p) for p in np.percentile(medians, [2.5, 97.5]))

@@ -1,13 +1,18 @@
 """Credentials inside URIs (userinfo, presigned signatures, tokens) never leave the process:
 fingerprint and prep run on a loopback HTTP URL carrying `user:password@` and a signature query
 (the static server ignores both), against the real MLflow server; the secrets appear in no MLflow
-param or tag, no card, no log line and no error message. display_uri is the one redaction."""
+param or tag, no card, no log line and no error message, a library's included (a real `invfold`
+whose s3:// URI botocore quotes). display_uri is the one redaction; what it hides, `redact` hides
+wherever it appears."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -80,3 +85,53 @@ def test_fingerprint_and_prep_record_no_secret(tmp_path, http_server, mlflow_ser
     _no_secret(str(missing.value), "the error message")
     assert "nope.jsonl" in str(missing.value)
     shutil.rmtree(http_server.root / "secret-set")
+
+
+def test_a_password_holding_a_slash_is_hidden_whole():
+    """urlsplit ends the authority at the first "/", inside such a password (AWS secret keys
+    hold "/"): the userinfo runs to the "@" before the host."""
+    shown = storage.display_uri(f"http://alice:{PASSWORD}/PW1x@h.example/a/b.pt")
+    assert shown == "http://***@h.example/a/b.pt"
+    assert storage.redact(f"at s3://KEY:{PASSWORD}/{TOKEN}@bucket/x.") == "at s3://***@bucket/x."
+    # what it hid is hidden where a library quotes it outside any URI (s3fs's bucket name)
+    assert storage.redact(f'bucket "KEY:{PASSWORD}" and {TOKEN}') == 'bucket "***" and ***'
+
+
+def test_log_records_and_their_tracebacks_hide_remembered_secrets(caplog):
+    storage.display_uri(f"s3://KEY:{PASSWORD}/{TOKEN}@bucket/x")
+    log = logging.getLogger("botocore.test")
+    with caplog.at_level(logging.INFO):
+        try:
+            raise ValueError(f'Invalid bucket name "KEY:{PASSWORD}"')
+        except ValueError:
+            log.exception("listing %s failed", f"KEY:{PASSWORD}/{TOKEN}")
+    assert "listing *** failed" in caplog.text and 'Invalid bucket name "***"' in caplog.text
+    _no_secret(caplog.text, "a log record and its traceback")
+
+
+S3_SECRET_KEY = "wJalrXUtnFEMI/K7MDENG/bPxRfi"  # holds "/", as AWS secret keys do
+
+
+def _invfold(*args: str, cwd) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")} | {"AWS_EC2_METADATA_DISABLED": "true"}
+    return subprocess.run(
+        [sys.executable, "-m", "invfold", *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300
+    )
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_libraries_error_is_one_redacted_line_and_its_traceback_only_with_v(tmp_path, verbose):
+    """botocore refuses `KEY:SECRET` (s3fs's bucket of a userinfo whose secret holds "/") and
+    quotes it in its message: one line names the error's type, nothing of the secret shows,
+    with -v neither in the traceback."""
+    uri = f"s3://AKIAEXAMPLEKEYID:{S3_SECRET_KEY}@bucket/set.jsonl"
+    done = _invfold(*(["-v"] if verbose else []), "prep", uri, "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 1, done.stderr[-3000:]
+    for secret in ("AKIAEXAMPLEKEYID", *S3_SECRET_KEY.split("/")):
+        assert secret not in done.stderr + done.stdout, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("invfold prep: error: ParamValidationError: ") and 'bucket name "***"' in last
+    if verbose:
+        assert "Traceback (most recent call last)" in done.stderr
+    else:
+        assert "Traceback" not in done.stderr and last.endswith("-v shows the traceback)")

@@ -11,6 +11,7 @@ import sys
 
 from rich.console import Console
 
+from invfold import storage
 from invfold.pipelines.console import StepConsole, TrainLimit
 
 
@@ -62,6 +63,22 @@ def test_a_failing_step_shows_its_whole_output(tmp_path):
     assert all(f"frame_{i}" in shown for i in range(30))
     assert "PrepError: chain_set.jsonl.gz line 3: 'coords' expected" in shown
     assert str(tmp_path / "run.log") in shown.replace("\n", "")
+
+
+def test_the_steps_output_shows_no_secret_of_the_command(tmp_path):
+    """A step (its own process) prints a URI's secret outside the URI, as a library's message
+    does; the command (this process) learnt it from its own arguments: neither the console nor
+    the log file shows it."""
+    storage.remember_secrets(["s3://AKIAEXAMPLEKEYID:wJalrXUtnFEMI/K7MDENG@bucket/set.jsonl"])
+    console, out = _console()
+    with StepConsole(tmp_path / "run.log", console, verbose=True) as display:
+        logging.getLogger("kfp").info("Executing task 'prep-op'")
+        print('    ParamValidationError: Invalid bucket name "AKIAEXAMPLEKEYID:wJalrXUtnFEMI"')
+        print("    reading s3://AKIAEXAMPLEKEYID:wJalrXUtnFEMI/K7MDENG@bucket/set.jsonl")
+        display.fail_running(RuntimeError("Task 'prep-op' finished with status FAILURE"))
+    for text in (out.getvalue(), (tmp_path / "run.log").read_text()):
+        assert 'Invalid bucket name "***"' in text and "reading s3://***@bucket/set.jsonl" in text
+        assert "wJalr" not in text and "K7MDENG" not in text and "AKIAEXAMPLEKEYID" not in text
 
 
 def test_verbose_shows_the_whole_output_live(tmp_path):

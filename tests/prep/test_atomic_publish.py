@@ -1,5 +1,5 @@
 """Publishing a prep output: a reader sees the old complete folder or the new complete one,
-never a mix. Each rename of the publish (the renameat2 exchange, and the two renames of the
+never a mix, with the old folder's mode. Each rename of the publish (the renameat2 exchange, and the two renames of the
 fallback where the exchange is unsupported) is failed in turn, k = 1, 2, ...: prep raises, and
 the folder is whole, with every dataset the index names present and matching its digest. Staging
 folders are removed, a crashed run's leftovers too."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 
@@ -72,7 +73,7 @@ def test_failing_each_rename_leaves_the_old_or_the_new_complete_folder(tmp_path,
     old_data, new_data = inputs
     out = tmp_path / "prepared"
     old_digest = _prep(old_data, out).digest
-    (out / "notes.txt").write_text("kept")  # not prep's: carried over to the new folder
+    os.chmod(out, 0o2750)  # the folder's mode goes with it, whichever folder is published
 
     with monkeypatch.context() as patch:
         counting = _FailAt(patch, 0, exchange)
@@ -93,7 +94,7 @@ def test_failing_each_rename_leaves_the_old_or_the_new_complete_folder(tmp_path,
         digest = _whole(out)
         seen.add(digest)
         assert digest == (old_digest if failed else new_digest)
-        assert (out / "notes.txt").read_text() == "kept"
+        assert stat.S_IMODE(os.stat(out).st_mode) == 0o2750
         assert _leftovers(out) == [] and not list(out.glob(".prep-*"))
         if not failed:
             break

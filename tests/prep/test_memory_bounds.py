@@ -10,14 +10,23 @@ import json
 
 from invfold.components.prep.config import PrepConfig
 from tests.support.corpus import good_entries, write_splits
-from tests.support.memory_bombs import PREP_LIMIT, gzip_long_line, huge_numbering_cif, one_line_error, run_limited
+from tests.support.memory_bombs import (
+    PREP_LIMIT,
+    gzip_long_line,
+    gzip_ts50_list,
+    huge_numbering_cif,
+    one_line_error,
+    run_limited,
+    run_measured,
+)
 
 
 def test_a_residue_numbered_one_billion_is_a_one_line_error_naming_the_limit(tmp_path):
     cif = huge_numbering_cif(tmp_path / "bomb.cif")
     assert cif.stat().st_size < 2500
-    result = run_limited(["prep", str(cif), "--out", str(tmp_path / "out")], PREP_LIMIT)
-    line = one_line_error(result)
+    # the one gap as wide as the span (--max-numbering-gap would close it): the span bound holds alone
+    args = ["prep", str(cif), "--out", str(tmp_path / "out"), "--max-numbering-gap", str(2 * 10**9)]
+    line = one_line_error(run_limited(args, PREP_LIMIT))
     assert "bomb.cif" in line and "numbering_span" in line and "max_numbering_span" in line
     assert "100,000" in line
 
@@ -63,3 +72,28 @@ def test_each_bound_is_a_prep_option_judged_at_construction():
             assert field in str(err)
         else:
             raise AssertionError(f"{field}=0 accepted")
+
+
+# What a TS50 list may cost in resident memory, measured beside RLIMIT_AS: a pod's memory limit
+# (a cgroup) kills the process rather than raising MemoryError. The reader holds one entry and a
+# 1 MiB buffer; the whole command peaked at 97,920 KiB on such a list (`/usr/bin/time -v`).
+PEAK_RSS_BOUND = 384 * 2**20
+
+
+def test_a_ts50_list_is_decoded_one_entry_at_a_time_under_a_resident_memory_bound(tmp_path):
+    """64 MiB of nested coordinate lists (a 0.2 MB gzip): decoded whole, prep peaked at 1,167,268
+    KiB resident (a 250 MiB list: 4,291,972 KiB) before counting the entries; entry by entry,
+    98,224 KiB (`/usr/bin/time -v`)."""
+    ts50 = gzip_ts50_list(tmp_path / "list.json.gz", list_bytes=64 * 2**20)
+    assert ts50.stat().st_size < 2**20
+    result, peak = run_measured(["prep", str(ts50), "--out", str(tmp_path / "out")], PREP_LIMIT)
+    assert 0 < peak < PEAK_RSS_BOUND, f"peak resident memory {peak / 2**20:.0f} MiB"
+    line = one_line_error(result)  # every entry is a counted skip: nothing to prepare
+    assert "none of 986 records ({'length_mismatch': 986})" in line
+
+
+def test_a_ts50_entry_past_max_line_bytes_is_a_one_line_error(tmp_path):
+    ts50 = gzip_ts50_list(tmp_path / "list.json.gz", list_bytes=2**20, residues=2000)  # 68 KB entries
+    result = run_limited(["prep", str(ts50), "--out", str(tmp_path / "out"), "--max-line-bytes", "50000"], PREP_LIMIT)
+    line = one_line_error(result)
+    assert "list.json.gz: expected record 0: an entry of at most 50,000 bytes" in line and "--max-line-bytes" in line

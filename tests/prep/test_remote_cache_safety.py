@@ -14,7 +14,7 @@ import pytest
 
 from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
-from invfold.components.prep.shards import INDEX_FILE, open_prepared
+from invfold.components.prep.shards import INDEX_FILE, MAX_CARD_BYTES, MAX_INDEX_BYTES, open_prepared
 from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
 from invfold.errors import InputError
 
@@ -121,3 +121,113 @@ def test_prep_refuses_a_subset_name_that_cannot_be_a_dataset_file_name(tmp_path,
     with pytest.raises(InputError, match=r"test_split_L 100\.json: expected a subset name matching"):
         run_prep(cfg)
     assert not (tmp_path / "out").exists()
+
+
+# The card: the digest covers the datasets only, so the card is checked against the index and
+# the data (check_card, check_counts) before a download enters the cache, and a cached copy is
+# served only while its index and cards are the remote's bytes.
+
+
+def _cards_of(prepared: Path) -> tuple[dict, dict]:
+    return json.loads((prepared / INDEX_FILE).read_text()), json.loads((prepared / "card.json").read_text())
+
+
+def _with(prepared: Path, card=None, index=None) -> dict[str, bytes]:
+    files = {p.name: p.read_bytes() for p in prepared.iterdir()}
+    if card is not None:
+        files["card.json"] = card if isinstance(card, bytes) else json.dumps(card).encode()
+    if index is not None:
+        files[INDEX_FILE] = json.dumps(index).encode()
+    return files
+
+
+def _forged_counts(card: dict) -> dict:
+    card["datasets"]["train"]["chains"] += 1
+    return card
+
+
+def _forged_median(card: dict) -> dict:
+    card["datasets"]["train"]["median_length"] += 7.0
+    return card
+
+
+def _other_digest(card: dict) -> dict:
+    card["digest"] = "sha256:" + "0" * 64
+    return card
+
+
+@pytest.mark.parametrize(
+    "forge, match",
+    [
+        (lambda card: [], "expected a JSON object"),
+        (lambda card: b"null", "expected a JSON object"),
+        (_other_digest, "field 'digest': expected the index's sha256:"),
+        (_forged_counts, "field 'datasets': expected the index's datasets"),
+        (_forged_median, r"median_length': expected \d"),
+    ],
+    ids=["list", "null", "other-digest", "chain-count", "median-length"],
+)
+def test_a_broken_or_forged_card_never_enters_the_cache(tmp_path, prepared, forge, match):
+    index, card = _cards_of(prepared)
+    cache = tmp_path / "cache"
+    uri = _remote(_with(prepared, card=forge(card)))
+    with pytest.raises(InputError, match=match):
+        open_prepared(uri, cache_dir=cache)
+    assert not cache.exists() or list(cache.iterdir()) == []
+    good = open_prepared(_remote(_with(prepared)), cache_dir=cache)  # the same digest, a good card
+    assert good.card == json.loads((prepared / "card.json").read_text())
+
+
+def test_index_counts_that_do_not_match_the_data_are_refused(tmp_path, prepared):
+    index, card = _cards_of(prepared)
+    index["datasets"]["train"]["lengths"][0] += 1
+    index["datasets"]["train"]["residues"] += 1
+    card["datasets"]["train"]["residues"] += 1  # consistent with the forged index, not with the data
+    cache = tmp_path / "cache"
+    with pytest.raises(InputError, match=r"datasets\.train\.residues"):
+        open_prepared(_remote(_with(prepared, card=card, index=index)), cache_dir=cache)
+    assert list(cache.iterdir()) == []
+
+
+def test_a_bad_entry_an_older_invfold_cached_is_replaced_by_a_good_download(tmp_path, prepared, http_server):
+    """Before the card was checked, a remote card of `[]` was cached under the digest and every
+    later open failed, from a good remote too, until the folder was deleted by hand."""
+    index, _ = _cards_of(prepared)
+    cache = tmp_path / "cache"
+    poisoned = cache / index["digest"].split(":")[1]
+    poisoned.mkdir(parents=True)
+    for name, data in _with(prepared, card=b"[]").items():
+        (poisoned / name).write_bytes(data)
+    for name, data in _with(prepared).items():  # the good folder, served over loopback HTTP
+        (http_server.root / "good" / name).parent.mkdir(parents=True, exist_ok=True)
+        (http_server.root / "good" / name).write_bytes(data)
+    opened = open_prepared(f"{http_server.url}/good", cache_dir=cache)
+    assert opened.root == poisoned and opened.card["digest"] == index["digest"]
+    assert [p.name for p in cache.iterdir()] == [poisoned.name]  # no staging or stale folder left
+
+
+def test_a_cached_copy_is_served_only_for_the_card_it_came_with(tmp_path, prepared):
+    """Two remotes with the same data and different (valid) cards: each open gets its own card."""
+    _, card = _cards_of(prepared)
+    other = json.loads(json.dumps(card))
+    other["options"]["seed"] = 12345
+    first, second = _remote(_with(prepared)), _remote(_with(prepared, card=other))
+    cache = tmp_path / "cache"
+    assert open_prepared(first, cache_dir=cache).card["options"]["seed"] == card["options"]["seed"]
+    assert open_prepared(second, cache_dir=cache).card["options"]["seed"] == 12345
+    assert open_prepared(first, cache_dir=cache).card == card
+
+
+@pytest.mark.parametrize("name, limit", [(INDEX_FILE, MAX_INDEX_BYTES), ("card.json", MAX_CARD_BYTES)])
+def test_index_and_card_reads_are_bounded(tmp_path, prepared, name, limit):
+    """Valid JSON padded past the bound: refused after reading the bound, naming the limit."""
+    files = _with(prepared)
+    files[name] = files[name][:1] + b" " * limit + files[name][1:]
+    with pytest.raises(InputError, match=rf"{name}: expected a file of at most {limit:,} bytes \(limit MAX_"):
+        open_prepared(_remote(files), cache_dir=tmp_path / "cache")
+    local = tmp_path / "local"
+    local.mkdir()
+    for file, data in files.items():
+        (local / file).write_bytes(data)
+    with pytest.raises(InputError, match=rf"at most {limit:,} bytes"):
+        open_prepared(local)

@@ -128,6 +128,8 @@ def test_chain_set_values(folder, obj, complexes):
 
 @FUZZ
 @given(data=mutated(TS50), gz=st.booleans())
+@example(data=b"[" + b"9" * 5000 + b"]", gz=False)  # found by this test: an int past Python's digit limit
+@example(data=TS50[:-1] + b",]", gz=True)  # a trailing comma, read entry by entry
 def test_ts50_bytes(folder, data, gz):
     path = _write(folder, "list.json", data, gz)
     check_outcomes(lambda: read_ts50(path))

@@ -18,7 +18,7 @@ from invfold.components.register.decision import (
     decide,
     paired_bootstrap,
 )
-from invfold.errors import InputError
+from invfold.errors import ConfigError, InputError
 
 DIGEST = "sha256:abc"
 V48 = "proteinmpnn:v_48_020"
@@ -255,3 +255,10 @@ def test_non_finite_per_chain_values_are_refused_loudly():
         Evaluation.from_metrics(metrics, source="run1/metrics.json")
     with pytest.raises(InputError, match="finite"):
         paired_bootstrap({"a": 0.3}, {"a": float("inf")})
+
+
+@pytest.mark.parametrize("threshold", [float("nan"), float("inf"), -0.1, 1.5])
+def test_a_threshold_that_is_not_a_recovery_is_refused(threshold):
+    """NaN compares false: `score < nan` never held, so every candidate was registered."""
+    with pytest.raises(ConfigError, match=r"registration_threshold: expected a recovery in \[0, 1\]"):
+        decide(Evaluation(0.05, DIGEST, {}), threshold, None)

@@ -5,7 +5,9 @@ same validation data. Test figures are recorded on the version, never compared."
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 import uuid
 from pathlib import Path
 
@@ -235,3 +237,44 @@ def test_a_champion_that_moves_while_registering_is_not_overwritten(mlflow_serve
     assert client.get_model_version_by_alias(names["model"], "champion").version == "1"
     tags = client.get_model_version(names["model"], "2").tags
     assert tags["invfold.decision"].startswith("the champion moved since compare (none -> v1)")
+
+
+def test_the_starting_weights_credentials_reach_no_mlflow_record(
+    mlflow_server, prepared, models, http_server, tmp_path
+):
+    """A candidate fine-tuned from weights behind a URL with `user:password@` and a presigned
+    query (the loopback server ignores both): compare scores them, register records the
+    candidate; no param, tag, version tag or description in MLflow holds the secrets, nor does
+    the comparison (the step's output). Register redacts itself too: a comparison holding the raw
+    URI (as an older compare wrote it) records none of it either."""
+    better, worse = _ranked(models)
+    shutil.copy(worse["folder"] / "model.pt", http_server.root / "start-secret.pt")
+    host = http_server.url.removeprefix("http://")
+    password, signature = "s3cr3t-passw0rd", "a1b2c3d4e5f6"
+    start = f"http://reader:{password}@{host}/start-secret.pt?X-Amz-Signature={signature}"
+    names = {"experiment": f"secret-{uuid.uuid4().hex[:6]}", "model": f"invfold-{uuid.uuid4().hex[:6]}"}
+    comparison = _compare(prepared, better["evaluation"], mlflow_server, names, init_from=start)
+    assert comparison.register and comparison.init_from.startswith("http://***@127.0.0.1:")  # scored, shown
+    raw = dataclasses.replace(comparison, init_from=start)
+    result = _register(prepared, better, raw, mlflow_server, names, tmp_path, "secret-run")
+    assert result["metadata"]["version"] == "1"
+
+    client = MlflowClient(mlflow_server)
+    version = client.get_model_version(names["model"], "1")
+    registered = client.get_registered_model(names["model"])
+    experiment = client.get_experiment_by_name(names["experiment"]).experiment_id
+    runs = client.search_runs([experiment])
+    recorded = json.dumps(
+        {
+            "comparison": comparison.to_dict(),
+            "version_tags": version.tags,
+            "version_description": version.description,
+            "model_description": registered.description,
+            "runs": [{**r.data.params, **r.data.tags} for r in runs],
+        }
+    )
+    assert "fine-tuned from: http://***@127.0.0.1:" in version.description  # recorded, redacted
+    assert version.tags["invfold.init_from"].startswith("http://***@127.0.0.1:")
+    for secret in (password, signature):
+        assert secret not in recorded, f"{secret!r} leaked into MLflow: {recorded[:3000]}"
+    (http_server.root / "start-secret.pt").unlink()

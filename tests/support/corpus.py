@@ -238,8 +238,8 @@ CASES = [
     Case(
         "coordinate far outside any structure",
         _jsonl(_moved(_far)),
-        "implausible_coordinates",
-        "error:implausible_coordinates",
+        "coordinate_range",  # the reader's bound (protein/limits.py), before prep's geometry check
+        "error:coordinate_range",
         message=(BAD_LINE, "'coords'", "1e+30"),
     ),
     Case(

@@ -29,17 +29,18 @@ TORCH_LIMIT = 4 * GIB
 ATOMS = ("N", "CA", "C", "O")
 
 
-def run_limited(args: list[str], limit: int, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python -m invfold ARGS` in a child whose address space is capped at `limit` bytes (set in
-    the child before exec, so the test process is untouched); one thread per math library, since
-    the address space each extra thread reserves is not what these tests measure."""
+def run_limited(args: list[str], limit: int, timeout: float = 300, module: bool = True) -> subprocess.CompletedProcess:
+    """`python -m invfold ARGS` (`python ARGS` with module=False) in a child whose address space
+    is capped at `limit` bytes (set in the child before exec, so the test process is untouched);
+    one thread per math library, since the address space each extra thread reserves is not what
+    these tests measure."""
 
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     threads = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "invfold", *args],
+        [sys.executable, *(["-m", "invfold"] if module else []), *args],
         preexec_fn=cap,
         capture_output=True,
         text=True,
@@ -48,12 +49,46 @@ def run_limited(args: list[str], limit: int, timeout: float = 300) -> subprocess
     )
 
 
-def _backbone(length: int) -> np.ndarray:
+_MEASURE = """
+import resource, subprocess, sys
+limit = int(sys.argv[1])
+def cap():
+    if limit:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+done = subprocess.run(sys.argv[2:], preexec_fn=cap, capture_output=True, text=True)
+sys.stdout.write(done.stdout)
+sys.stderr.write(done.stderr)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, file=sys.stderr)
+sys.exit(done.returncode)
+"""
+
+
+def run_measured(args: list[str], limit: int = 0, timeout: float = 300) -> tuple[subprocess.CompletedProcess, int]:
+    """(result, peak RSS in bytes) of `python -m invfold ARGS`, optionally under RLIMIT_AS
+    `limit`: the resident memory a pod's cgroup limit counts (the kernel kills a pod past it, where
+    RLIMIT_AS would have raised MemoryError). Measured as RUSAGE_CHILDREN in a process of its own,
+    whose only child is the command, so no earlier command of the test session is counted."""
+    threads = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, str(limit), sys.executable, "-m", "invfold", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **threads},
+    )
+    *lines, peak = done.stderr.rstrip("\n").split("\n")
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout, "\n".join(lines)), int(peak)
+
+
+def _backbone(length: int, row: int = 100) -> np.ndarray:
+    """A straight backbone folded back and forth in rows of `row` residues 10 A apart (a chain
+    break at each turn), so that every coordinate stays within what a PDB column holds."""
     coords = np.zeros((length, 4, 3))
-    x = 0.0
     for i in range(length):
-        coords[i] = [[x, 0, 0], [x + 1.46, 0.3, 0], [x + 2.5, 0, 0], [x + 2.5, 1.23, 0]]
-        x += 3.83
+        turn, along = divmod(i, row)
+        sign, x = (1, along * 3.83) if turn % 2 == 0 else (-1, (row - along) * 3.83)
+        y = 10.0 * turn
+        coords[i] = [[x, y, 0], [x + sign * 1.46, y + 0.3, 0], [x + sign * 2.5, y, 0], [x + sign * 2.5, y + 1.23, 0]]
     return coords
 
 
@@ -76,7 +111,7 @@ def huge_numbering_cif(path: Path, last_number: int = 10**9, residues: int = 5) 
 
 
 def long_chain_jsonl(path: Path, length: int = 30_000) -> Path:
-    """One chain-set line of a straight `length`-residue backbone (geometrically sound)."""
+    """One chain-set line of a `length`-residue backbone (sound within each row of `_backbone`)."""
     import json
 
     coords = _backbone(length).round(3)
@@ -98,6 +133,26 @@ def gzip_long_line(path: Path, line_bytes: int = 256 * 2**20, before: bytes = b"
         out.append(compressor.compress(chunk[: min(left, len(chunk))]))
         left -= len(chunk)
     out.append(compressor.compress(tail))
+    out.append(compressor.flush())
+    path.write_bytes(b"".join(out))
+    return path
+
+
+def gzip_ts50_list(path: Path, list_bytes: int = 250 * 2**20, residues: int = 2000) -> Path:
+    """A gzip (875 KB for the default 250 MiB) of one TS50 list of `list_bytes` bytes once
+    expanded, under max_file_bytes: entries whose `coords` hold `residues` all-zero residues as nested lists
+    (the costliest JSON to decode whole: each 8-byte `[0,0,0],` becomes a Python list of about
+    80 bytes) for a one-residue `seq`, so each entry is a counted skip and nothing is kept.
+    Compressed as it is made, never held whole here."""
+    residue = b"[" + b",".join([b"[0,0,0]"] * 4) + b"]"
+    entry = b'{"name": "bomb.A", "seq": "A", "coords": [' + b",".join([residue] * residues) + b"]}"
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 31)
+    out, written, first = [compressor.compress(b"[")], 1, True
+    while written + len(entry) + 2 <= list_bytes:
+        piece = entry if first else b"," + entry
+        out.append(compressor.compress(piece))
+        written, first = written + len(piece), False
+    out.append(compressor.compress(b"]"))
     out.append(compressor.flush())
     path.write_bytes(b"".join(out))
     return path

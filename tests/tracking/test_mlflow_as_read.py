@@ -13,11 +13,19 @@ import pytest
 import torch
 from mlflow import MlflowClient
 
-from invfold.components.evaluate.step import evaluate_step
+from invfold.components.evaluate.step import HEADLINE_DATASETS, HEADLINE_FIGURES, evaluate_step
 from invfold.components.launch.step import train_step
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.register.step import compare_step, register_step
-from invfold.components.tracking.tracker import PARENT_TAG
+from invfold.components.tracking.tracker import (
+    PARENT_TAG,
+    PROGRESS_FIGURES,
+    RUN_LIST_COLUMNS,
+    RUN_LIST_VIEW_KEY,
+    SHARED_VIEW_TAG_PREFIX,
+    experiment_page,
+)
+from tests.support.browser import rendered_dom, run_list_cells
 
 STEPS = 4
 
@@ -126,12 +134,35 @@ def test_each_figure_has_one_name(pipeline_run):
     flat = {k for k in every if "/" not in k}  # summary and export figures; the rest is `<group>/<figure>`
     assert not {k for k in flat if k.startswith(("validation_", "test_", "candidate_", "starting_", "champion_"))}
     train = steps["train"].data.metrics
-    assert "epoch" not in train and "train/epoch" in train  # the summary's epoch is the history's last point
+    assert "epoch" not in train and "wallclock/epoch" in train  # the summary's epoch is the history's last point
     # the candidate's validation recovery lives on the evaluate run (and the pipeline's), not on compare
     assert set(steps["compare"].data.metrics) == {"validation/starting_recovery"}
     evaluated = steps["evaluate"].data.metrics
     assert evaluated["validation/recovery"] == pytest.approx(pipeline_run["parent"].data.metrics["validation/recovery"])
     assert {"test/recovery", "test/perplexity", "test/constant_recovery", "test_short_L100/recovery"} <= set(evaluated)
+
+
+def test_evaluation_figures_sit_on_the_evaluate_run_and_the_headline_once_more_where_people_look(pipeline_run):
+    """Every figure of an evaluation is the evaluate run's. The headline (recovery with its
+    interval, perplexity, the constant predictor; test and validation) is also on the pipeline's
+    run, the row of MLflow's run list, and on the registered model; nothing else is repeated."""
+    steps, parent = pipeline_run["steps"], pipeline_run["parent"]
+    evaluated = steps["evaluate"].data.metrics
+    expected = {f"{d}/{f}" for d in HEADLINE_DATASETS for f in HEADLINE_FIGURES} & set(evaluated)
+    assert {"test/recovery", "test/perplexity", "validation/recovery"} <= expected
+    assert set(parent.data.metrics) == expected
+    for key in expected:
+        assert parent.data.metrics[key] == pytest.approx(evaluated[key])
+    export = {"parity_max_abs_diff", "parity_tolerance", "onnx_size_bytes", "num_parameters"}
+    assert set(steps["register"].data.metrics) == expected | export
+    repeated = [
+        (key, step)
+        for step, run in steps.items()
+        if step not in ("evaluate", "register", "train")  # train's validation/* is its own history
+        for key in run.data.metrics
+        if key in evaluated
+    ]
+    assert not repeated
 
 
 def test_the_training_charts_open_on_loss_and_recovery_with_timing_after(pipeline_run):
@@ -147,6 +178,10 @@ def test_the_training_charts_open_on_loss_and_recovery_with_timing_after(pipelin
     assert "train/loss" in keys and "validation/recovery" in keys
     timing = [s for s in sections if s.startswith("wallclock")]
     assert timing == ["wallclock", "wallclock/rank0", "wallclock/rank1"] and sections[2:] == timing
+    # the train section holds the curves a run is judged by; progress counters are time figures
+    curves = {k.split("/", 1)[1] for k in keys if k.startswith("train/")}
+    assert curves == {"loss", "nll", "perplexity", "accuracy", "lr", "grad_norm", "nonfinite_steps"}, curves
+    assert {f"wallclock/{k}" for k in PROGRESS_FIGURES} <= keys
     assert not [k for k in keys if k.startswith("time/")]
     history = client.get_metric_history(train.info.run_id, "validation/recovery")
     assert sorted(m.step for m in history) == [2, 4]
@@ -165,7 +200,10 @@ def test_the_registered_version_comes_from_the_training_run_and_links_both(pipel
     experiment = pipeline_run["parent"].info.experiment_id
     (logged,) = client.search_logged_models([experiment], filter_string=f"source_run_id = '{register.info.run_id}'")
     assert version.source == f"models:/{logged.model_id}"  # the ONNX graph, logged with its parity figures
-    assert {m.key for m in logged.metrics} >= {"test/recovery", "parity_max_abs_diff"}
+    assert {m.key for m in logged.metrics} >= {"test/recovery", "test/perplexity", "parity_max_abs_diff"}
+    assert not [m.key for m in logged.metrics if m.key.startswith("test_")]  # subsets stay on evaluate
+    perplexity = pipeline_run["evaluation"]["datasets"]["test"]["perplexity"]
+    assert f"test perplexity: {perplexity:.3f}" in client.get_registered_model(name).description
     assert client.get_run(train.info.run_id).data.tags["invfold.registered_version"] == f"{name} v{version.version}"
     assert f"#/models/{name}/versions/{version.version}" in pipeline_run["parent"].data.tags["mlflow.note.content"]
 
@@ -190,3 +228,23 @@ def test_the_champions_weights_are_read_from_its_source_run(pipeline_run, mlflow
     )
     assert again.basis == "re-evaluated on this run's validation data"
     assert again.champion == pytest.approx(metrics["datasets"]["validation"]["recovery"], abs=1e-6)
+
+
+def test_the_run_list_shows_how_good_each_run_is_in_a_real_browser(pipeline_run, mlflow_server):
+    """The experiment page we print, opened in headless Chromium against the real server's own UI
+    (MLflow 3.17's, as a person opens it): the pipeline's row shows validation and test recovery,
+    test perplexity and the constant predictor, read from the page's grid cells. A metric renamed
+    on either side leaves its cell empty and fails here."""
+    client, parent = pipeline_run["client"], pipeline_run["parent"]
+    experiment = client.get_experiment(parent.info.experiment_id)
+    view = json.loads(experiment.tags[SHARED_VIEW_TAG_PREFIX + RUN_LIST_VIEW_KEY])
+    assert view["selectedColumns"] == list(RUN_LIST_COLUMNS)
+    dom = rendered_dom(f"{mlflow_server}/{experiment_page(experiment.experiment_id)}", wait_for="metrics.`")
+    cells = run_list_cells(dom, parent.info.run_id)
+    for column in RUN_LIST_COLUMNS:
+        kind, name = column.split(".", 1)
+        shown = cells.get(column, "")
+        if kind == "metrics":
+            assert shown and float(shown) == pytest.approx(parent.data.metrics[name.strip("`")], rel=1e-6), column
+        else:
+            assert shown == parent.data.params[name.strip("`")], column

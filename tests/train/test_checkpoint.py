@@ -4,9 +4,12 @@ load is weights_only, so a planted pickle is refused before it runs (ours and De
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -99,6 +102,45 @@ def test_deepspeeds_own_loaders_are_held_to_weights_only(tmp_path):
         loaded = engine.load(str(honest), map_location="cpu")
     assert loaded["zero_stage"] == ZeroStageEnum.gradients and loaded["loss_scaler"].cur_scale == 1.0
     assert os.environ.get("TORCH_FORCE_WEIGHTS_ONLY_LOAD") is None  # restored on the way out
+
+
+def test_the_environment_cannot_switch_weights_only_off_for_deepspeed(tmp_path, monkeypatch):
+    """TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 in the user's environment: torch refused every DeepSpeed
+    load (both switches set: RuntimeError); it is set aside while DeepSpeed loads, so a planted
+    pickle is still refused, an honest checkpoint loads, and the variable is back afterwards."""
+    from deepspeed.runtime.checkpoint_engine.torch_checkpoint_engine import TorchCheckpointEngine
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    marker = tmp_path / "pwned"
+    planted, honest = tmp_path / "planted.pt", tmp_path / "honest.pt"
+    torch.save({"optimizer_state_dict": _Planted(marker)}, planted)
+    torch.save({"zero_stage": ZeroStageEnum.gradients, "w": torch.ones(2)}, honest)
+    engine = TorchCheckpointEngine()
+    with pytest.raises(InputError, match=r"step-00000002: expected a checkpoint .*calls or builds"):
+        with ckpt.safe_loading("run/step-00000002"):
+            engine.load(str(planted), map_location="cpu")
+    assert not marker.exists()
+    with ckpt.safe_loading("run/step-00000002"):
+        assert engine.load(str(honest), map_location="cpu")["zero_stage"] == ZeroStageEnum.gradients
+    assert os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1" and "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ
+
+
+def test_a_deepspeed_run_resumes_under_the_variable_that_switches_weights_only_off(synthetic_prepared, tmp_path):
+    """Real `invfold train --strategy deepspeed` runs: 2 steps, then 4 steps with
+    TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 resume from step 2 (its loads still weights_only)."""
+    args = ["train", "--data", synthetic_prepared, "--out", str(tmp_path / "run"), "--preset", "tiny"]
+    args += ["--strategy", "deepspeed", "--nproc", "1", "--checkpoint-every", "2", "--validate-every", "0"]
+    args += ["--tokens-per-batch", "1500", "--threads", "1"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "invfold", *args]
+    first = subprocess.run([*command, "--max-steps", "2"], capture_output=True, text=True, env=env, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    env["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
+    resumed = subprocess.run([*command, "--max-steps", "4"], capture_output=True, text=True, env=env, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed from" in resumed.stderr and "step-00000002" in resumed.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["step"] == 4
 
 
 def test_rng_states_survive_a_weights_only_round_trip(tmp_path):
