@@ -1,5 +1,5 @@
 """Every option of every subcommand, given hostile values, ends in success or in one error line
-with exit 2, never a traceback.
+with exit 2: never a traceback, nor the CLI's line for an exception it did not expect (exit 1).
 
 The options are read from the real parser (`invfold.cli.build_parser`), so a new option is
 covered the day it is added. Each value runs through `invfold.cli.main` in this process up to
@@ -10,8 +10,8 @@ validation, the checks of files and models) has run. `test_option_pairs_fuzzed` 
 the fixed profile of tests/support/fuzz.py) combines options and runs design and score to the
 end on a tiny model; `test_a_sample_as_real_commands` runs a few as `python -m invfold`.
 
-An error line is `invfold <cmd>: error: <message>`; argparse's own mistakes add the line
-the hint line "(see `invfold <cmd> --help`)" (cli.CommandLineParser), accepted here as part of it.
+An error line is `invfold <cmd>: error: <message>`; argparse's own mistakes add the hint line
+"(see `invfold <cmd> --help`)" (cli.CommandLineParser), accepted here as part of it.
 """
 
 from __future__ import annotations
@@ -39,8 +39,9 @@ VALUES = ["1e20", "1e309", "-1e309", "nan", "inf", "-inf", "-1", "0", "999999999
 SWITCHES_ONLY = {"help"}
 
 
-class Reached(Exception):
-    """The command got past its checks to where its heavy work starts."""
+class Reached(BaseException):
+    """The command got past its checks to where its heavy work starts (a BaseException, so that
+    the CLI's handler of unexpected exceptions lets it through)."""
 
 
 # where each command's heavy work starts (module, attribute): replaced by a call that raises Reached
@@ -154,7 +155,7 @@ def outcome(command: str, argv: list[str]) -> str | None:
             code = main([*command.split(), *argv])
     except Reached:
         return None
-    except Exception as exc:  # a traceback
+    except Exception as exc:  # a traceback (the CLI's own handler shows one as exit 1, below)
         return f"{type(exc).__name__}: {str(exc)[:160]}"
     if code == 0:
         return None
