@@ -418,6 +418,8 @@ def submit_command(args: argparse.Namespace) -> int:
             params[name] = json.loads(value)
         except json.JSONDecodeError:
             params[name] = value
+        except RecursionError:
+            raise ConfigError(f"--param {name}: VALUE nested deeper than the JSON parser's limit") from None
     check_parameters(params, opts.pipeline)  # --param values follow the same rules as the flags
     result = submit(
         opts.host,

@@ -42,6 +42,15 @@ def compile_pipeline(
     return text
 
 
+def _documents(text: str, where: str) -> list:
+    """The YAML documents of a compiled pipeline; text that is not YAML is one ConfigError line."""
+    try:
+        return list(yaml.safe_load_all(text))
+    except (yaml.YAMLError, RecursionError) as err:  # PyYAML recurses into nested values
+        problem = getattr(err, "problem", None) or "values nested deeper than the parser's limit"
+        raise ConfigError(f"{where}: expected a compiled pipeline YAML ({problem})") from None
+
+
 def _executors(docs: list, where: str) -> dict:
     try:
         return docs[0]["deploymentSpec"]["executors"]
@@ -56,7 +65,7 @@ def _is_runtime_image(image: str) -> bool:
 
 def with_runtime_image(text: str, image: str, where: str = "the compiled pipeline") -> str:
     """The compiled pipeline `text` with every step that runs invfold's runtime image running `image`."""
-    docs = list(yaml.safe_load_all(text))
+    docs = _documents(text, where)
     for executor in _executors(docs, where).values():
         container = executor.get("container", {})
         if _is_runtime_image(container.get("image", "")):
@@ -70,7 +79,7 @@ def check_images(text: str, where: str) -> None:
     names `registry.example.com/invfold` until `invfold compile --registry` rewrites it, and the
     copy inside an installed (non-editable) package is never rewritten, so no cluster could pull
     its images (every step would wait in ImagePullBackOff)."""
-    for executor in _executors(list(yaml.safe_load_all(text)), where).values():
+    for executor in _executors(_documents(text, where), where).values():
         image = executor.get("container", {}).get("image", "")
         if image.startswith(DEFAULT_REGISTRY.rstrip("/") + "/"):
             raise ConfigError(
@@ -156,6 +165,8 @@ def submit(
         text = path.read_text()
     except OSError as err:
         raise ConfigError(f"--package {path}: expected a compiled pipeline YAML ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--package {path}: expected a compiled pipeline YAML (not UTF-8 text)") from None
     if registry or tag:
         text = with_runtime_image(text, runtime_image(registry or DEFAULT_REGISTRY, tag or __version__), str(path))
     check_images(text, str(path))

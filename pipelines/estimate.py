@@ -76,7 +76,7 @@ def chain_set_size(path: str, split_file: str | None = None, fractions=DEFAULT_F
                 split = json.load(fh)
             validation = sum(lengths.get(n, 0) for n in split.get("validation", []))
             test = sum(lengths.get(n, 0) for n in split.get("test", []))
-        except (OSError, ValueError, AttributeError, TypeError):
+        except (OSError, ValueError, AttributeError, TypeError, RecursionError):
             pass  # prep reports a bad split file with its line; the estimate keeps the fractions
     return DataSize(len(lengths), total, int(validation), int(test))
 

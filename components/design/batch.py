@@ -9,6 +9,12 @@ reads it: the named chains are designed, the others are fixed context; a structu
 of the named chains is skipped (reason `no_design_chain`). Output (`--out`): a folder (one
 `<record name>.fasta` per record, plus `summary.json`) or `*.jsonl` (one line per design, plus
 `<stem>.summary.json` beside it).
+
+Every record gets its own output name (`output_names`): records that share a name (one chain-set
+line twice, `x.pdb` beside `x.cif`) or whose names differ only in case (`Foo.A`, `foo.A`: one file
+on macOS and Windows) are numbered in reading order (`x.A`, `x.A-2`, ...), so no design overwrites
+another. Nothing an earlier run wrote is overwritten either, unless `overwrite`: a non-empty output
+folder, or an existing `.jsonl` (or its summary), is refused before the model is loaded.
 """
 
 from __future__ import annotations
@@ -36,11 +42,13 @@ from invfold.components.design.design import (
     reference_label,
     write_designs,
 )
+from invfold.components.design.option_files import check_option_files
 from invfold.components.design.score import ScoreConfig, score_sequence
 from invfold.components.protein.errors import Skip
+from invfold.components.protein.limits import DEFAULT_LIMITS
 from invfold.components.protein.record import ChainRecord
 from invfold.components.protein.sources import read_protein_set
-from invfold.errors import InputError, InvfoldError
+from invfold.errors import ConfigError, InputError, InvfoldError
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +74,8 @@ class BatchSummary:
     designs: int = 0  # sequences written
     skipped: list[Skipped] = field(default_factory=list)
     seconds: float = 0.0
-    outputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)  # files this run wrote (the summary aside)
+    renamed: dict[str, str] = field(default_factory=dict)  # output name -> record name, where they differ
     path: str = ""  # the summary file
 
     @property
@@ -99,7 +108,7 @@ def read_structures(structures: str, complexes: bool = False) -> Iterator[ChainR
         yield from read_protein_set(structures, complexes=complexes)
         return
     base = os.path.dirname(structures)
-    text = storage.read_bytes(structures).decode("utf-8", errors="replace")
+    text = storage.read_bytes(structures, DEFAULT_LIMITS.max_file_bytes).decode("utf-8", errors="replace")
     for line_no, line in enumerate(text.splitlines(), start=1):
         path = line.split("#", 1)[0].strip()
         if not path:
@@ -144,6 +153,49 @@ def safe_name(name: str) -> str:
     return f"{plain or 'record'}-{hashlib.sha256(name.encode('utf-8', 'surrogatepass')).hexdigest()[:10]}"
 
 
+def output_names(names: list[str]) -> list[str]:
+    """One output name per record name, in order: `safe_name(name)`, or, when an earlier record
+    already took that name in any letter case, `<safe name>-2`, `-3`, ... (the first free one), so
+    no two records share a file on a case-insensitive file system (macOS, Windows) either."""
+    taken: set[str] = set()
+    out = []
+    for name in names:
+        stem, k = safe_name(name), 1
+        unique = stem
+        while unique.casefold() in taken:
+            k += 1
+            unique = f"{stem}-{k}"
+        taken.add(unique.casefold())
+        out.append(unique)
+    return out
+
+
+def check_out(cfg: DesignConfig) -> None:
+    """Refuse to overwrite what an earlier run left (unless cfg.overwrite): a non-empty output
+    folder, whose files would mix with this run's, or an existing .jsonl or summary; and refuse an
+    output the system cannot make (an existing file as the folder, a name too long)."""
+    out = Path(cfg.out)
+    to_jsonl = cfg.out.lower().endswith(".jsonl")
+    try:
+        if not to_jsonl and out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {cfg.out}: a batch writes a folder (or a .jsonl); this is an existing file")
+        if cfg.overwrite:
+            return
+        if to_jsonl:
+            found = [p for p in (out, summary_path(cfg.out)) if p.exists()]
+        else:
+            found = sorted(out.iterdir()) if out.is_dir() else []
+    except OSError as err:
+        raise ConfigError(f"--out {cfg.out}: cannot be written ({err.strerror or type(err).__name__})") from None
+    if found:
+        listed = ", ".join(p.name for p in found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+        where = "exists:" if to_jsonl else "holds"
+        raise ConfigError(
+            f"--out {cfg.out}: {where} {listed} from an earlier run; give an empty or new --out, or --overwrite "
+            "to replace those files"
+        )
+
+
 def design_batch(
     cfg: DesignConfig, progress: bool | None = None, shard: tuple[int, int] | None = None, score_orders: int = 0
 ) -> BatchSummary:
@@ -156,31 +208,40 @@ def design_batch(
     output): each design's `score_nll` too, its mean NLL averaged over that many random decoding
     orders as `invfold score` computes it (ProteinMPNN's global score)."""
     start = time.monotonic()
+    check_out(cfg)
+    check_option_files(cfg)  # a malformed option file fails the batch, not each of its records
     backend = load_backend(cfg.model, cfg.threads)
     check_backend(backend, cfg)
     model = reference_label(cfg)
     summary = BatchSummary(storage.display_uri(cfg.structure), cfg.out, model, list(cfg.temperature), cfg.num_sequences)
-    records: list[ChainRecord] = []
+    records: list[tuple[int, ChainRecord]] = []  # (its place among every shard's records, record)
+    names: list[str] = []  # every record's name, in every shard: output names agree across shards
     for i, item in enumerate(read_structures(cfg.structure, complexes=bool(cfg.design_chains))):
+        missing = missing_design_chains(item, cfg) if isinstance(item, ChainRecord) and wanted(item, cfg) else None
+        if isinstance(item, ChainRecord) and wanted(item, cfg) and missing is None:
+            names.append(item.name)
         if shard is not None and i % shard[1] != shard[0]:
             continue
         if isinstance(item, Skip):
             summary.skipped.append(Skipped(item.name or "?", item.reason, storage.redact(item.message)))
         elif wanted(item, cfg):
-            missing = missing_design_chains(item, cfg)
             if missing is None:
-                records.append(item)
+                records.append((len(names) - 1, item))
             else:
                 summary.skipped.append(missing)
     if not records and not summary.skipped and shard is None:
         raise InputError(cfg.structure, None, None, "at least one record to design", "none",
                          reason="no_records")  # fmt: skip
+    unique = output_names(names)
     to_jsonl = cfg.out.lower().endswith(".jsonl")
     out = Path(cfg.out)
-    (out.parent if to_jsonl else out).mkdir(parents=True, exist_ok=True)
+    try:
+        (out.parent if to_jsonl else out).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"--out {cfg.out}: cannot be written ({err.strerror or type(err).__name__})") from None
     lines: list[str] = []
     with _progress(len(records), progress) as advance:
-        for record in records:
+        for place, record in records:
             try:
                 designs = design_record(backend, record, cfg)
                 with memory_guard(record):
@@ -189,14 +250,17 @@ def design_batch(
                 summary.skipped.append(Skipped(record.name, getattr(err, "reason", "design_error"), str(err)))
                 advance(record.name)
                 continue
-            summary.designed += 1
-            summary.designs += len(designs)
+            name = unique[place]
+            if name != safe_name(record.name):
+                summary.renamed[name] = record.name
             if to_jsonl:
-                lines.extend(json.dumps(design_row(d, model, scores.get(d.index))) for d in designs)
+                lines.extend(json.dumps(design_row(d, model, scores.get(d.index), name)) for d in designs)
             else:
-                path = out / f"{safe_name(record.name)}.fasta"
+                path = out / f"{name}.fasta"
                 write_designs(path, record, designs, cfg)  # with --save-probs also <name>.probs.npz
                 summary.outputs.append(path.name)
+            summary.designed += 1
+            summary.designs += len(designs)
             advance(record.name)
     if to_jsonl:
         out.write_text("".join(line + "\n" for line in lines))
@@ -223,7 +287,9 @@ def score_designs(backend, record: ChainRecord, designs: list[Design], orders: i
     }
 
 
-def design_row(d: Design, model: str, score_nll: float | None = None) -> dict:
+def design_row(d: Design, model: str, score_nll: float | None = None, output_name: str | None = None) -> dict:
+    """One jsonl line; `id` is the record's output name in the batch (its name, or `name-2`, ...
+    where records share a name: output_names), which tells apart designs of same-named records."""
     extra = {} if score_nll is None else {"score_nll": score_nll}
     if d.chain_lengths is not None:
         extra["chain_lengths"] = list(d.chain_lengths)
@@ -231,6 +297,7 @@ def design_row(d: Design, model: str, score_nll: float | None = None) -> dict:
         extra["fixed_chains"] = list(d.fixed_chains)
     return {
         "name": d.name,
+        **({} if output_name is None else {"id": output_name}),
         "sample": d.index,
         "temperature": d.temperature,
         "seed": d.seed,

@@ -88,10 +88,9 @@ def run(args: argparse.Namespace) -> int:
     context = tracking.context(cfg.model)  # --experiment with nowhere to record: refused first
     check_model(cfg.model)
     storage.require_local(cfg.structure, "an existing structure file or folder")
-    constraints = (cfg.fixed_positions_json, cfg.tied_positions, cfg.bias_aa, cfg.bias_by_res, cfg.omit_aa_jsonl,
-                   cfg.pssm_jsonl)  # fmt: skip
-    for constraint in (*constraints, cfg.chain_id_jsonl):
-        storage.require_local(constraint, "an existing JSON file")
+    from invfold.components.design.option_files import check_option_files
+
+    check_option_files(cfg)  # a malformed file is one error line, not a skip of every record
     to_stdout = cfg.out == "-"  # the FASTA on stdout (one record), what was done on stderr
     if to_stdout:
         cfg.out = os.path.join(tempfile.mkdtemp(prefix="invfold-design-"), "designs.fasta")
@@ -127,8 +126,13 @@ def run(args: argparse.Namespace) -> int:
         code = _design(cfg, args, to_stdout, report)
         tracker.log_metrics(args.figures)
         out = Path(cfg.out)
-        if out.is_dir():
-            tracker.log_artifacts(out, "designs")
+        if out.is_dir():  # this run's files only: with --overwrite the folder may hold an earlier run's
+            from invfold.components.design.probs import probs_path
+
+            written = [out / name for name in args.written]
+            for path in [*written, *(probs_path(p) for p in written), out / "summary.json"]:
+                if path.is_file():
+                    tracker.log_artifact(path, "designs")
         else:
             structures = Path(cfg.out_structure) if cfg.out_structure else None
             written = [structures.parent.glob(f"{structures.stem}*{structures.suffix}")] if structures else []
@@ -158,6 +162,7 @@ def _design(cfg, args: argparse.Namespace, to_stdout: bool, report) -> int:
         args.result |= {"records": summary.designed, "skipped": len(summary.skipped)}
         args.figures = {"designs": summary.designs, "structures_designed": summary.designed}
         args.figures["skipped"] = len(summary.skipped)
+        args.written = summary.outputs
         return 0
     designs = design(cfg)
     for d in designs:

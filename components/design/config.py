@@ -191,6 +191,11 @@ class DesignConfig:
         "per design: designs.pdb -> designs_0.pdb, designs_1.pdb, ... (.cif for mmCIF)",
         metavar="FILE",
     )
+    overwrite: bool = option(
+        False,
+        "replace what an earlier run left in --out: a batch refuses a non-empty output folder, or an existing "
+        ".jsonl or its summary, without it",
+    )
     max_length: int = option(
         10_000,
         "longest record designed, in residues (the neighbour search's memory grows with the square of the "

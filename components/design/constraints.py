@@ -28,21 +28,18 @@ the result is upstream's distribution given that the letter is not X.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from invfold.components.design import positions as pos
+from invfold.components.design.option_files import MPNN_ALPHABET, read_option_file
 from invfold.components.model.sampling import Groups
 from invfold.components.protein.alphabet import ALPHABET, NUM_AA
 from invfold.components.protein.record import ChainRecord
 from invfold.errors import ConfigError
-
-MPNN_ALPHABET = "ACDEFGHIKLMNPQRSTVWYX"  # ProteinMPNN's column order: ours plus X
 
 
 @dataclass
@@ -225,33 +222,8 @@ def _pssm_row(row, where: str) -> np.ndarray:
 
 
 def _read(path: str):
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
-    if p.suffix == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: line {e.lineno}: not JSON ({e.msg})") from None
-    merged: dict = {}
-    first_line: dict = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}: line {n}: not JSON ({e.msg})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: line {n}: expected a JSON object, got {type(data).__name__}")
-        for key in data:
-            if key in first_line:
-                raise ConfigError(f"{path}: line {n}: {key!r} is also on line {first_line[key]}")
-            first_line[key] = n
-        merged.update(data)
-    return merged
+    """The file's merged object, read and bounded as the data files are (option_files)."""
+    return read_option_file(path).data
 
 
 def designed_chains(path: str, entry: str | None) -> str:

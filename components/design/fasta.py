@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from invfold import storage
 from invfold.components.protein.alphabet import ALPHABET, UNKNOWN
+from invfold.components.protein.limits import DEFAULT_LIMITS
 from invfold.errors import InputError
 
 # ProteinMPNN writes "/" between chains of a complex (protein_mpnn_run.py; parse_fasta omits it).
@@ -23,8 +24,9 @@ class FastaEntry:
 
 
 def read_fasta(path: str | os.PathLike) -> list[FastaEntry]:
-    """Every record of a FASTA file; letters outside the 20 amino acids and X raise InputError."""
-    text = storage.read_bytes(path).decode("utf-8", errors="replace")
+    """Every record of a FASTA file; letters outside the 20 amino acids and X raise InputError, and
+    so does a file over the data files' size bound (ReadLimits.max_file_bytes)."""
+    text = storage.read_bytes(path, DEFAULT_LIMITS.max_file_bytes).decode("utf-8", errors="replace")
     entries: list[FastaEntry] = []
     name, line_no, parts = None, 0, []
 

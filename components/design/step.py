@@ -97,6 +97,7 @@ def design_shard_step(
         design_chains=design_chains,
         model_reference=fetched.get("reference"),
         model_version=fetched.get("version"),
+        overwrite=True,  # the step's own output folder: a retried step writes it again
     )
     summary = design_batch(cfg, progress=False, shard=(int(k), int(n)), score_orders=score_orders)
     record_timing("design", summary.seconds, shard=shard, designs=summary.designs, skipped=len(summary.skipped))
@@ -135,6 +136,7 @@ def gather_step(
         "designs": len(rows),
         "skipped": skipped,
         "skip_counts": dict(Counter(s["reason"] for s in skipped)),
+        "renamed": {name: record for s in summaries for name, record in s.get("renamed", {}).items()},
         "design_seconds": round(sum(s["seconds"] for s in summaries), 3),
     }
     with open(os.path.join(out_dir, "designs.jsonl"), "w") as fh:

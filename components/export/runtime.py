@@ -51,7 +51,18 @@ def session(path: str | os.PathLike, threads: int | None = None):
     OMP_NUM_THREADS setting, else onnxruntime's choice) and sequential execution."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(str(path), sess_options=_options(threads), providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(str(path), sess_options=_options(threads), providers=["CPUExecutionProvider"])
+    except (
+        ort.capi.onnxruntime_pybind11_state.Fail,
+        ort.capi.onnxruntime_pybind11_state.InvalidProtobuf,
+        ort.capi.onnxruntime_pybind11_state.NoSuchFile,
+        ort.capi.onnxruntime_pybind11_state.InvalidGraph,
+    ) as err:
+        # a truncated or foreign file: onnxruntime's message is several lines of its own source
+        detail = str(err).splitlines()[0][-160:] if str(err) else type(err).__name__
+        raise InputError(path, None, None, "an ONNX model written by invfold export", f"unreadable ({detail})",
+                         reason="not_a_model") from None  # fmt: skip
 
 
 def _options(threads: int | None):

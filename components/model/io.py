@@ -87,6 +87,9 @@ def model_from_payload(payload: dict, source: str = "<memory>") -> InverseFoldin
         raise InputError(
             source, None, "format", f"an invfold model file ({FORMAT!r})", repr(found), reason="not_a_model"
         )
+    if not isinstance(payload.get("config"), dict):  # a model file holds its network's settings
+        got = "none" if "config" not in payload else type(payload["config"]).__name__
+        raise InputError(source, None, "config", "the model's config (a mapping)", got, reason="invalid_model")
     try:
         cfg = ModelConfig.from_dict(payload["config"])
     except (TypeError, ValueError) as err:

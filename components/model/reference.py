@@ -92,6 +92,9 @@ def check_model_file(path: str, *, onnx: bool = True) -> None:
         raise InputError(path, None, None, "an existing model file", "no such file", reason="missing_file") from None
     except IsADirectoryError:
         raise InputError(path, None, None, "a model file", "a folder", reason="not_a_model") from None
+    except OSError as err:  # a name too long, no permission, ...
+        raise InputError(path, None, None, "a readable model file", err.strerror or type(err).__name__,
+                         reason="unreadable_file") from None  # fmt: skip
     kinds = "model.pt (training, `invfold weights import`)" + (" or model.onnx (`invfold export`)" if onnx else "")
     if path.endswith(".onnx") and onnx:
         # an ONNX ModelProto begins with its ir_version field (tag 0x08)

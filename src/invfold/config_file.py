@@ -19,10 +19,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from invfold.errors import InputError
+from invfold.errors import InputError, shown
 from invfold.options import name_value, unmarked
 
 CONFIG_FLAG, PRINT_FLAG = "--config", "--print-config"
+# A config file holds one command's options: `invfold train --print-config` writes 1,033 bytes,
+# `invfold run --print-config` 1,106. Files past 1 MiB and values nested past 64 levels are
+# mistakes, refused before they cost memory or recursion.
+MAX_CONFIG_BYTES = 2**20
+MAX_DEPTH = 64
 # options that say how the command runs, not what it does: never keys of a config file
 NOT_KEYS = frozenset({"help", "version", "verbose", "quiet", "json", "config", "print_config"})
 
@@ -156,9 +161,14 @@ def _read(path: str) -> tuple[dict, dict[Any, int]]:
 
     storage.require_local(path, "an existing YAML config file")
     try:
-        text = storage.read_bytes(path).decode()
+        text = storage.read_bytes(path, MAX_CONFIG_BYTES).decode()
+    except InputError as err:
+        if err.reason != "too_large":
+            raise
+        raise InputError(path, None, None, f"a config file of at most {MAX_CONFIG_BYTES:,} bytes", "a larger file",
+                         reason="too_large") from None  # fmt: skip
     except UnicodeDecodeError:
-        raise InputError(path, None, None, "a UTF-8 text file (YAML)") from None
+        raise InputError(path, None, None, "a UTF-8 text file (YAML)", "binary content") from None
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
@@ -177,6 +187,8 @@ def _read(path: str) -> tuple[dict, dict[Any, int]]:
         mark = getattr(err, "problem_mark", None)
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
         raise InputError(path, mark.line + 1 if mark else None, None, "valid YAML", problem) from None
+    except RecursionError:  # PyYAML composes and constructs nested nodes recursively
+        raise InputError(path, None, None, "valid YAML", "values nested deeper than the parser's limit") from None
     finally:
         loader.dispose()
 
@@ -205,7 +217,7 @@ def _value(action: argparse.Action, raw: Any, by_name: bool, path: str, line: in
     """`raw` (what YAML read) as the value the flag would have given."""
 
     def fail(expected: str, got: Any = raw):
-        raise InputError(path, line, key, expected, json.dumps(got, default=str))
+        raise InputError(path, line, key, expected, json.dumps(got, default=str) if _depth(got) < 4 else shown(got))
 
     if raw is None:
         if _nullable(action):
@@ -235,8 +247,10 @@ def _convert(action: argparse.Action, item: Any, fail) -> Any:
         if isinstance(item, str):
             try:
                 return json.loads(item)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 fail("a JSON value")
+        if _depth(item) > MAX_DEPTH:
+            fail(f"a value nested at most {MAX_DEPTH} deep")
         return item
     if isinstance(item, (dict, list)) or isinstance(item, bool):
         fail(_expected(action))
@@ -324,3 +338,16 @@ def _plain(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return str(value)
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and mappings nest in `value` (0 for a scalar), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            depth += 1
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:
+                stack.extend((v, depth) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest

@@ -46,6 +46,16 @@ def redact_text(text: str) -> str:
     return text
 
 
+def shown(value: object) -> str:
+    """A value as an error message shows it: a few levels deep and a few items long at most, so a
+    deeply nested value from a file costs neither a RecursionError nor a page of text."""
+    import reprlib
+
+    short = reprlib.Repr()
+    short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxother = 3, 6, 4, 60, 60
+    return short.repr(value)
+
+
 class InvfoldError(Exception):
     """An expected failure with a message a person can act on; `exit_code` is the CLI's status."""
 

@@ -81,6 +81,8 @@ def name_value(text: str) -> tuple[str, Any]:
         return name, json.loads(value)
     except json.JSONDecodeError:
         return name, value
+    except RecursionError:
+        raise argparse.ArgumentTypeError(f"{name}: VALUE nested deeper than the JSON parser's limit") from None
 
 
 def flag(name: str) -> str:

@@ -191,6 +191,9 @@ def _open_raw(uri: str | os.PathLike) -> Iterator[BinaryIO]:
             handle = open(_local_path(uri), "rb")
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as err:
         raise InputError(uri, None, None, "an existing file", type(err).__name__, reason="missing_file") from None
+    except OSError as err:  # a name too long, no permission, ...: the system's words, one line
+        raise InputError(uri, None, None, "a readable file", err.strerror or type(err).__name__,
+                         reason="unreadable_file") from None  # fmt: skip
     with handle:
         yield handle
 

@@ -41,7 +41,7 @@ def test_jsonl_to_jsonl_skips_records_that_cannot_be_designed(tmp_path, structur
     for m in model:
         cfg = DesignConfig(
             model=str(m), structure=str(jsonl), out=str(out), num_sequences=2, temperature=0.2,
-            fixed_positions=f"{shortest}-{shortest + 1}",
+            fixed_positions=f"{shortest}-{shortest + 1}", overwrite=True,  # the second model replaces the first's
         )  # fmt: skip
         summary = design_batch(cfg, progress=False)
         assert summary.designed == 2 and [s.name for s in summary.skipped] == [min(records, key=len).name]

@@ -138,7 +138,7 @@ def test_jsonl_lines_merge_and_a_repeated_entry_is_refused(tmp_path, record):
     path.write_text(json.dumps({"other": {}}) + "\n" + json.dumps({"1A8O": {"A": [4]}}) + "\n")
     assert load_constraints(ConstraintFiles(fixed_positions=str(path)), record).fixed.nonzero()[0].tolist() == [3]
     path.write_text(json.dumps({"1A8O": {}}) + "\n\n" + json.dumps({"1A8O": {"A": [4]}}) + "\n")
-    with pytest.raises(ValueError, match=r"f\.jsonl: line 3: '1A8O' is also on line 1"):
+    with pytest.raises(ValueError, match=r"f\.jsonl:3: field '1A8O': expected one line per entry \(also on line 1\)"):
         load_constraints(ConstraintFiles(fixed_positions=str(path)), record)
 
 
