@@ -25,7 +25,14 @@ from invfold.components.export import runtime
 from invfold.components.model.features import gather_nodes
 from invfold.components.model.io import load_model_or_published
 from invfold.components.model.network import sample_one_shot, sampling_noise
-from invfold.components.model.sampling import Groups, group_probs, letter_bias, pick_group_letters, tied_order
+from invfold.components.model.sampling import (
+    Groups,
+    group_probs,
+    letter_bias,
+    listed_members,
+    pick_group_letters,
+    tied_order,
+)
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA, UNKNOWN
 from invfold.components.protein.batch import Batch, collate
 from invfold.components.protein.record import ChainRecord, with_structure_atoms
@@ -132,6 +139,11 @@ class OnnxBackend:
             return sample_one_shot(self.logits(b, b.S, None), groups, temperature, uniforms, fixed_mask, fixed_S)
         if self.decoding is not None:
             return self._sample_cached(b, temperature, groups, uniforms, fixed_mask, fixed_S, order)
+        if groups.members.shape[1] > 1:
+            raise ConfigError(
+                "tied positions need the incremental decoding graphs this .onnx file lacks (a later member "
+                "reads an earlier one's decoder state); export the model again with `invfold export`"
+            )
         rows = torch.arange(b.S.shape[0]).unsqueeze(1)
         S = torch.where(fixed_mask, fixed_S, torch.zeros_like(b.S))
         order, steps = tied_order(order, groups)
@@ -155,31 +167,49 @@ class OnnxBackend:
         dec_proj = torch.zeros_like(enc_proj)  # [layers, B, L, H]
         S = torch.zeros(n, length, dtype=torch.long)
         order, steps = tied_order(order, groups)
-        width = groups.members.shape[1]
         step, update = self.decoding["step"], self.decoding["update"]
         for t in range(steps.shape[1]):
             g = steps[:, t]
             pos = groups.members[g]  # [B, M]
-            idx = E_idx[rows, pos]  # [B, M, K]
-            order_nb = gather_nodes(order.unsqueeze(-1), idx).squeeze(-1)
-            earlier = (order_nb < order[rows, pos].reshape(n, width, 1)).unsqueeze(-1)
-            nb_proj = torch.stack(
-                [
-                    torch.where(earlier, gather_nodes(dec_proj[li], idx), gather_nodes(enc_proj[li], idx))
-                    for li in range(dec_proj.shape[0])
-                ]
-            )
-            feeds = {
-                "h": h_enc[rows, pos].numpy(),
-                "e_rows": e_proj[:, rows, pos].numpy(),
-                "nb_proj": nb_proj.numpy(),
-                "nb_mask": nb_mask[rows, pos].numpy(),
-                "mask": mask[rows, pos].numpy(),
-            }
-            logits, layer_inputs = step.run(None, feeds)
-            letter = pick_group_letters(torch.from_numpy(logits), groups, g, temperature, uniforms)
+            listed = listed_members(groups, g)
+            logit_cols, input_cols = [], []
+            for j in range(pos.shape[1]):  # members one after another, as the PyTorch model
+                if j and not bool(listed[:, j].any()):
+                    logit_cols.append(logit_cols[0])
+                    input_cols.append(input_cols[0])
+                    continue
+                p = pos[:, j : j + 1]
+                idx = E_idx[rows, p]  # [B, 1, K]
+                order_nb = gather_nodes(order.unsqueeze(-1), idx).squeeze(-1)
+                earlier = (order_nb < order[rows, p].unsqueeze(-1)).unsqueeze(-1)
+                nb_proj = torch.stack(
+                    [
+                        torch.where(earlier, gather_nodes(dec_proj[li], idx), gather_nodes(enc_proj[li], idx))
+                        for li in range(dec_proj.shape[0])
+                    ]
+                )
+                feeds = {
+                    "h": h_enc[rows, p].numpy(),
+                    "e_rows": e_proj[:, rows, p].numpy(),
+                    "nb_proj": nb_proj.numpy(),
+                    "nb_mask": nb_mask[rows, p].numpy(),
+                    "mask": mask[rows, p].numpy(),
+                }
+                logits, layer_inputs = step.run(None, feeds)
+                # the member's state without a letter, for the group's later members: the update
+                # graph is msg_nb(state) + msg_seq(letter), both without bias
+                none = np.zeros(p.shape, dtype=np.int64)
+                with_a = update.run(None, {"layer_inputs": layer_inputs, "letters": none})[0]
+                only_a = update.run(None, {"layer_inputs": np.zeros_like(layer_inputs), "letters": none})[0]
+                keep = listed[:, j : j + 1].unsqueeze(-1)
+                dec_proj[:, rows, p] = torch.where(keep, torch.from_numpy(with_a - only_a), dec_proj[:, rows, p])
+                logit_cols.append(torch.from_numpy(logits))
+                input_cols.append(layer_inputs)
+            logits = torch.cat(logit_cols, 1)
+            letter = pick_group_letters(logits, groups, g, temperature, uniforms)
             letters = torch.where(fixed_mask[rows, pos], fixed_S[rows, pos], letter.unsqueeze(1))
             S[rows, pos] = letters
+            layer_inputs = np.concatenate(input_cols, axis=2)
             dec_rows = update.run(None, {"layer_inputs": layer_inputs, "letters": letters.numpy()})[0]
             dec_proj[:, rows, pos] = torch.from_numpy(dec_rows)
         return S
@@ -349,7 +379,7 @@ def _design_at(backend: TorchBackend | OnnxBackend, record: ChainRecord, cfg: De
         b = replace(b, X=noisy_backbone(b.X, cfg.backbone_noise, generators))
     order = torch.cat([o for o, _ in noise]) if backend.cfg.autoregressive else None
     if order is not None:
-        order = tied_order(order, groups)[0]  # tied members share their group's turn (scored so too)
+        order = tied_order(order, groups)[0]  # tied members at their group's turn, in listed order (scored so too)
         order = order + 2.0 * context_unknown.to(order.dtype)  # after every designed residue
     uniforms = torch.cat([u for _, u in noise])
     S = backend.sample(b, temperature, cfg.excluded, fixed, b.tokens, order, uniforms, groups)
