@@ -194,7 +194,7 @@ def design_batch(
                 lines.extend(json.dumps(design_row(d, model, scores.get(d.index))) for d in designs)
             else:
                 path = out / f"{safe_name(record.name)}.fasta"
-                write_designs(path, record, designs, cfg)  # with --save-probs also <name>.probs.npz
+                write_designs(path, record, designs, cfg, backend.cfg.backbone == "ca")  # + .scores/.probs.npz
                 summary.outputs.append(path.name)
             advance(record.name)
     if to_jsonl:

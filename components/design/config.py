@@ -134,6 +134,11 @@ class DesignConfig:
         "folder: <record>.probs.npz) in the layout of protein_mpnn_run.py --save_probs 1: probs, log_probs, S, "
         "mask, chain_order, plus decoding_order",
     )
+    save_score: bool = option(
+        False,
+        "also write the designs' scores beside the FASTA (<out stem>.scores.npz; a batch folder: "
+        "<record>.scores.npz) as protein_mpnn_run.py --save_score 1 does: score, global_score",
+    )
     backbone_noise: float = option(
         0.0,
         "standard deviation (Angstrom) of Gaussian noise added to the backbone coordinates before the model "

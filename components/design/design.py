@@ -240,7 +240,7 @@ def design(cfg: DesignConfig) -> list[Design]:
                 d.index = len(designs)
                 designs.append(d)
             advance(cfg.num_sequences, f"T={t:g}")
-    write_designs(cfg.out, record, designs, cfg)
+    write_designs(cfg.out, record, designs, cfg, ca_only=backend.cfg.backbone == "ca")
     if cfg.out_structure:
         write_structures(cfg.out_structure, record, [d.sequence for d in designs], cfg.structure)
     return designs
@@ -501,22 +501,44 @@ def write_fasta(path: str | os.PathLike, designs: list[Design], temperature: flo
     Path(path).write_text("\n".join(lines) + "\n")
 
 
-def write_designs(path: str | os.PathLike, record: ChainRecord, designs: list[Design], cfg: DesignConfig) -> None:
-    """The FASTA of one record's designs in cfg.fasta_layout, and with cfg.save_probs their
-    probabilities beside it (probs.probs_path)."""
+def write_designs(
+    path: str | os.PathLike, record: ChainRecord, designs: list[Design], cfg: DesignConfig, ca_only: bool = False
+) -> None:
+    """The FASTA of one record's designs in cfg.fasta_layout, with cfg.save_score their scores
+    (scores_path) and with cfg.save_probs their probabilities beside it (probs.probs_path);
+    ca_only: the model reads CA alone (upstream's header then names it CA_model_name)."""
     model = os.path.basename(str(cfg.model))
     if cfg.fasta_layout == "proteinmpnn":
-        write_proteinmpnn_fasta(path, record, designs, model, cfg.seed)
+        write_proteinmpnn_fasta(path, record, designs, model, cfg.seed, ca_only)
     else:
         write_fasta(path, designs, cfg.temperature[0], model)
+    if cfg.save_score:
+        write_scores_npz(scores_path(path), designs)
     if cfg.save_probs:
         from invfold.components.design import probs
 
         probs.write_probs(probs.probs_path(path), probs.design_probs_arrays(record, designs))
 
 
+def scores_path(out: str | os.PathLike) -> Path:
+    """Where `invfold design --save-score` writes: <out stem>.scores.npz beside the FASTA."""
+    out = Path(out)
+    return out.with_name(out.stem + ".scores.npz")
+
+
+def write_scores_npz(path: Path, designs: list[Design]) -> None:
+    """protein_mpnn_run.py --save_score 1's scores/<name>.npz: `score` (mean NLL over the designed
+    positions) and `global_score` (over every residue with a backbone), float32, one per design in
+    the FASTA's order."""
+    np.savez(
+        path,
+        score=np.array([d.mean_nll for d in designs], np.float32),
+        global_score=np.array([np.nan if d.global_nll is None else d.global_nll for d in designs], np.float32),
+    )
+
+
 def write_proteinmpnn_fasta(
-    path: str | os.PathLike, record: ChainRecord, designs: list[Design], model: str, seed: int
+    path: str | os.PathLike, record: ChainRecord, designs: list[Design], model: str, seed: int, ca_only: bool = False
 ) -> None:
     """protein_mpnn_run.py's seqs/<name>.fa: the native first, then one record per design, each the
     designed chains only (sorted by label, "/" between), with its header fields and number format.
@@ -524,7 +546,8 @@ def write_proteinmpnn_fasta(
     positions) and `global_score` (every residue with a backbone) are mean NLLs in the sample's
     decoding order; the native's are its mean over the samples' orders (upstream: one order per
     batch copy). git_hash is upstream's own field; this tool writes "unknown" there, as upstream
-    does outside a git checkout."""
+    does outside a git checkout. The native's name is the structure's (upstream's parse_PDB names
+    it by the file), without a single chain's ".A"; a CA-only model is named CA_model_name."""
     chains = positions.chain_positions(record)
     designed = list(designs[0].designed_chains) if designs and designs[0].designed_chains else list(chains)
     shown = sorted(designed)
@@ -541,9 +564,11 @@ def write_proteinmpnn_fasta(
     samples = [d for d in designs if d.temperature == designs[0].temperature] if designs else []
     native_nll = float(np.mean([d.native_nll for d in samples])) if samples else None
     native_global = float(np.mean([d.native_global_nll for d in samples])) if samples else None
+    name = record.name if record.is_complex else record.name.rsplit(".", 1)[0]
+    label = "CA_model_name" if ca_only else "model_name"
     lines = [
-        f">{fasta_id(record.name)}, score={fmt(native_nll)}, global_score={fmt(native_global)}, "
-        f"fixed_chains={fixed}, designed_chains={shown}, model_name={model}, git_hash=unknown, seed={seed}",
+        f">{fasta_id(name)}, score={fmt(native_nll)}, global_score={fmt(native_global)}, "
+        f"fixed_chains={fixed}, designed_chains={shown}, {label}={model}, git_hash=unknown, seed={seed}",
         chains_of(native),
     ]
     numbers: dict[float | None, int] = {}

