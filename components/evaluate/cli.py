@@ -22,6 +22,10 @@ EXAMPLES = {
 }
 
 
+# what stdout shows per dataset: the headline figures with the recovery's bootstrap 95% interval
+SUMMARY = ("perplexity", "recovery", "recovery_ci_low", "recovery_ci_high", "proteins")
+
+
 def add_parser(subparsers) -> None:
     from invfold.components.evaluate.config import EvaluateConfig
     from invfold.components.tracking.tracker import CommandTracking
@@ -70,10 +74,7 @@ def run(args: argparse.Namespace) -> int:
             metrics = evaluate(cfg)
             record_evaluation(tracker, metrics, cfg.data, cfg.out)
         print(tracker.where(), file=sys.stderr)
-    figures = {
-        name: {k: v for k, v in m.items() if k in ("perplexity", "recovery", "proteins")}
-        for name, m in metrics["datasets"].items()
-    }
+    figures = {name: {k: v for k, v in m.items() if k in SUMMARY} for name, m in metrics["datasets"].items()}
     print(json.dumps(figures, indent=2))
     print(f"wrote {cfg.out} (report.html)")
     args.result = {"out": cfg.out, "datasets": figures}
