@@ -69,7 +69,10 @@ class Design:
 
 def select_record(structure: str, name: str | None, chain: str | None, complexes: bool = False) -> ChainRecord:
     """The one record of `structure` that name/chain pick. complexes: entries read as complexes;
-    name then picks the entry ("1abc") or, as the same record, one of its chains ("1abc.B")."""
+    name then picks the entry ("1abc") or, as the same record, one of its chains ("1abc.B").
+    Without a name or chain, a structure of one entry with several chains read from one source
+    (a PDB/mmCIF file, a line of parse_multiple_chains.py's jsonl; not a chain set's separate
+    lines) is that entry as a complex, every chain designed, as protein_mpnn_run.py does."""
 
     records = [r for r in read_protein_set(structure, complexes=complexes) if isinstance(r, ChainRecord)]
 
@@ -79,6 +82,11 @@ def select_record(structure: str, name: str | None, chain: str | None, complexes
     picked = [r for r in records if named(r) and (chain is None or r.name.rsplit(".", 1)[-1] == chain)]
     if len(picked) == 1:
         return picked[0]
+    one_source = len({r.source.split("#")[0] for r in picked}) == 1  # one file, or one line of parsed jsonl
+    if len(picked) > 1 and not complexes and name is None and chain is None and one_source:
+        entries = [r for r in read_protein_set(structure, complexes=True) if isinstance(r, ChainRecord)]
+        if len(entries) == 1:
+            return entries[0]
     names = ", ".join(r.name for r in records[:20]) + (" ..." if len(records) > 20 else "")
     what = "no chain matches" if not picked else f"{len(picked)} chains match"
     raise ConfigError(
