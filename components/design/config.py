@@ -15,6 +15,7 @@ from invfold.options import option
 
 # invfold design --fasta-layout: ours (every chain, mean_nll/recovery), or protein_mpnn_run.py's seqs/*.fa
 FASTA_LAYOUTS = ("invfold", "proteinmpnn")
+NUMBERINGS = ("seqres", "proteinmpnn")  # structure.NUMBERINGS (not imported: the CLI starts without numpy)
 
 # invfold score --probs: upstream's --unconditional_probs_only, --conditional_probs_only(_backbone)
 PROB_MODES = ("unconditional", "conditional", "conditional-backbone")
@@ -134,6 +135,14 @@ class DesignConfig:
         "folder: <record>.probs.npz) in the layout of protein_mpnn_run.py --save_probs 1: probs, log_probs, S, "
         "mask, chain_order, plus decoding_order",
     )
+    numbering: str = option(
+        "",
+        "how 1-based positions are placed where a file's SEQRES and its author numbering disagree (a "
+        "Kabat skip): seqres, or proteinmpnn (the author numbering, a skipped number filled with X, as "
+        "ProteinMPNN's parser reads it); default: proteinmpnn with --fasta-layout proteinmpnn or a "
+        "ProteinMPNN JSON of positions (fixed, tied, omit, bias-by-res, PSSM), seqres otherwise",
+        choices=("", *NUMBERINGS),
+    )
     save_score: bool = option(
         False,
         "also write the designs' scores beside the FASTA (<out stem>.scores.npz; a batch folder: "
@@ -186,7 +195,17 @@ class DesignConfig:
     )
     threads: int | None = option(None, "CPU threads")
 
+    @property
+    def placed_by(self) -> str:
+        """The numbering records are read with (the numbering option, or its default)."""
+        if self.numbering:
+            return self.numbering
+        files = (self.fixed_positions_json, self.tied_positions, self.omit_aa_jsonl, self.bias_by_res, self.pssm_jsonl)
+        return "proteinmpnn" if self.fasta_layout == "proteinmpnn" or any(files) else "seqres"
+
     def __post_init__(self):
+        if self.numbering not in ("", *NUMBERINGS):
+            raise ConfigError(f"DesignConfig.numbering: expected one of {NUMBERINGS}, got {self.numbering!r}")
         if self.max_length < 1:
             raise ConfigError(f"DesignConfig.max_length: expected >= 1, got {self.max_length!r}")
         if self.num_sequences < 1:

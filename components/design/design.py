@@ -67,14 +67,17 @@ class Design:
     decoding_order: np.ndarray | None = field(default=None, repr=False)  # int [L]: positions in decoding order
 
 
-def select_record(structure: str, name: str | None, chain: str | None, complexes: bool = False) -> ChainRecord:
+def select_record(
+    structure: str, name: str | None, chain: str | None, complexes: bool = False, numbering: str = "seqres"
+) -> ChainRecord:
     """The one record of `structure` that name/chain pick. complexes: entries read as complexes;
     name then picks the entry ("1abc") or, as the same record, one of its chains ("1abc.B").
     Without a name or chain, a structure of one entry with several chains read from one source
     (a PDB/mmCIF file, a line of parse_multiple_chains.py's jsonl; not a chain set's separate
     lines) is that entry as a complex, every chain designed, as protein_mpnn_run.py does."""
 
-    records = [r for r in read_protein_set(structure, complexes=complexes) if isinstance(r, ChainRecord)]
+    read = {"numbering": numbering}
+    records = [r for r in read_protein_set(structure, complexes=complexes, **read) if isinstance(r, ChainRecord)]
 
     def named(r: ChainRecord) -> bool:
         return name is None or r.name == name or name in {f"{r.name}.{c}" for c in r.chain_names}
@@ -84,7 +87,7 @@ def select_record(structure: str, name: str | None, chain: str | None, complexes
         return picked[0]
     one_source = len({r.source.split("#")[0] for r in picked}) == 1  # one file, or one line of parsed jsonl
     if len(picked) > 1 and not complexes and name is None and chain is None and one_source:
-        entries = [r for r in read_protein_set(structure, complexes=True) if isinstance(r, ChainRecord)]
+        entries = [r for r in read_protein_set(structure, complexes=True, **read) if isinstance(r, ChainRecord)]
         if len(entries) == 1:
             return entries[0]
     names = ", ".join(r.name for r in records[:20]) + (" ..." if len(records) > 20 else "")
@@ -236,7 +239,7 @@ def design(cfg: DesignConfig) -> list[Design]:
     as FASTA to cfg.out (batch.design_batch designs many records)."""
     backend = load_backend(cfg.model, cfg.threads)
     check_backend(backend, cfg)
-    record = select_record(cfg.structure, cfg.name, cfg.chain, complexes=bool(cfg.design_chains))
+    record = select_record(cfg.structure, cfg.name, cfg.chain, bool(cfg.design_chains), cfg.placed_by)
     record = with_structure_atoms(record, backend.cfg.input_atoms)  # the residues the model reads
     if cfg.out_structure:
         structure_paths(cfg.out_structure, cfg.num_sequences)  # a bad name fails before any sampling
