@@ -257,7 +257,7 @@ def design_batch(
                 lines.extend(json.dumps(design_row(d, model, scores.get(d.index), name)) for d in designs)
             else:
                 path = out / f"{name}.fasta"
-                write_designs(path, record, designs, cfg)  # with --save-probs also <name>.probs.npz
+                write_designs(path, record, designs, cfg, backend.cfg.backbone == "ca")  # + .scores/.probs.npz
                 summary.outputs.append(path.name)
             summary.designed += 1
             summary.designs += len(designs)

@@ -105,8 +105,11 @@ def run(args: argparse.Namespace) -> int:
         cfg.design_chains = designed_chains(cfg.chain_id_jsonl, cfg.name)
     if to_stdout and is_batch(cfg):
         raise ConfigError(f"--out -: FASTA on stdout is for one record; {cfg.structure} holds several (--out FOLDER)")
-    if (cfg.save_probs or cfg.fasta_layout != "invfold") and (to_stdout or cfg.out.lower().endswith(".jsonl")):
-        what = "--save-probs" if cfg.save_probs else f"--fasta-layout {cfg.fasta_layout}"
+    if (cfg.save_probs or cfg.save_score or cfg.fasta_layout != "invfold") and (
+        to_stdout or cfg.out.lower().endswith(".jsonl")
+    ):
+        what = "--save-probs" if cfg.save_probs else "--save-score" if cfg.save_score else "--fasta-layout"
+        what = f"{what} {cfg.fasta_layout}" if what == "--fasta-layout" else what
         raise ConfigError(
             f"{what}: writes FASTA files (and the probabilities beside them): --out x.fasta or a folder, "
             f"not {'stdout' if to_stdout else 'a .jsonl'}"

@@ -14,6 +14,7 @@ from invfold.options import check_values, option
 
 # invfold design --fasta-layout: ours (every chain, mean_nll/recovery), or protein_mpnn_run.py's seqs/*.fa
 FASTA_LAYOUTS = ("invfold", "proteinmpnn")
+NUMBERINGS = ("seqres", "proteinmpnn")  # structure.NUMBERINGS (not imported: the CLI starts without numpy)
 
 # invfold score --probs: upstream's --unconditional_probs_only, --conditional_probs_only(_backbone)
 PROB_MODES = ("unconditional", "conditional", "conditional-backbone")
@@ -145,6 +146,19 @@ class DesignConfig:
         "folder: <record>.probs.npz) in the layout of protein_mpnn_run.py --save_probs 1: probs, log_probs, S, "
         "mask, chain_order, plus decoding_order",
     )
+    numbering: str = option(
+        "",
+        "how 1-based positions are placed where a file's SEQRES and its author numbering disagree (a "
+        "Kabat skip): seqres, or proteinmpnn (the author numbering, a skipped number filled with X, as "
+        "ProteinMPNN's parser reads it); default: proteinmpnn with --fasta-layout proteinmpnn or a "
+        "ProteinMPNN JSON of positions (fixed, tied, omit, bias-by-res, PSSM), seqres otherwise",
+        choices=("", *NUMBERINGS),
+    )
+    save_score: bool = option(
+        False,
+        "also write the designs' scores beside the FASTA (<out stem>.scores.npz; a batch folder: "
+        "<record>.scores.npz) as protein_mpnn_run.py --save_score 1 does: score, global_score",
+    )
     backbone_noise: float = option(
         0.0,
         "standard deviation (Angstrom) of Gaussian noise added to the backbone coordinates before the model "
@@ -218,10 +232,20 @@ class DesignConfig:
     )
     model_version: str | None = option(None, "the registered version a models:/ reference resolved to", cli=False)
 
+    @property
+    def placed_by(self) -> str:
+        """The numbering records are read with (the numbering option, or its default)."""
+        if self.numbering:
+            return self.numbering
+        files = (self.fixed_positions_json, self.tied_positions, self.omit_aa_jsonl, self.bias_by_res, self.pssm_jsonl)
+        return "proteinmpnn" if self.fasta_layout == "proteinmpnn" or any(files) else "seqres"
+
     def __post_init__(self):
         check_values(self)
         if isinstance(self.backbone_noise, bool) or not isinstance(self.backbone_noise, (int, float)):
             raise ConfigError(f"DesignConfig.backbone_noise: expected a number (Angstrom), got {self.backbone_noise!r}")
+        if self.numbering not in ("", *NUMBERINGS):
+            raise ConfigError(f"DesignConfig.numbering: expected one of {NUMBERINGS}, got {self.numbering!r}")
         self.temperature = parse_temperatures(self.temperature)
         unknown = sorted(set(self.excluded.upper()) - set(ALPHABET))
         if unknown:

@@ -26,7 +26,14 @@ from invfold.components.export import runtime
 from invfold.components.model.features import gather_nodes
 from invfold.components.model.io import load_model_or_published
 from invfold.components.model.network import sample_one_shot, sampling_noise
-from invfold.components.model.sampling import Groups, group_probs, letter_bias, pick_group_letters, tied_order
+from invfold.components.model.sampling import (
+    Groups,
+    group_probs,
+    letter_bias,
+    listed_members,
+    pick_group_letters,
+    tied_order,
+)
 from invfold.components.protein.alphabet import AA_TO_INDEX, ALPHABET, NUM_AA, UNKNOWN
 from invfold.components.protein.batch import Batch, collate
 from invfold.components.protein.record import ChainRecord, with_structure_atoms
@@ -61,13 +68,19 @@ class Design:
     decoding_order: np.ndarray | None = field(default=None, repr=False)  # int [L]: positions in decoding order
 
 
-def select_record(structure: str, name: str | None, chain: str | None, complexes: bool = False) -> ChainRecord:
+def select_record(
+    structure: str, name: str | None, chain: str | None, complexes: bool = False, numbering: str = "seqres"
+) -> ChainRecord:
     """The one record of `structure` that name/chain pick. complexes: entries read as complexes;
-    name then picks the entry ("1abc") or, as the same record, one of its chains ("1abc.B")."""
+    name then picks the entry ("1abc") or, as the same record, one of its chains ("1abc.B").
+    Without a name or chain, a structure of one entry with several chains read from one source
+    (a PDB/mmCIF file, a line of parse_multiple_chains.py's jsonl; not a chain set's separate
+    lines) is that entry as a complex, every chain designed, as protein_mpnn_run.py does."""
 
-    read = list(read_protein_set(structure, complexes=complexes))
-    records = [r for r in read if isinstance(r, ChainRecord)]
-    skipped = [r for r in read if not isinstance(r, ChainRecord)]
+    read = {"numbering": numbering}
+    found = list(read_protein_set(structure, complexes=complexes, **read))
+    records = [r for r in found if isinstance(r, ChainRecord)]
+    skipped = [r for r in found if not isinstance(r, ChainRecord)]
 
     def named(r: ChainRecord) -> bool:
         return name is None or r.name == name or name in {f"{r.name}.{c}" for c in r.chain_names}
@@ -75,6 +88,11 @@ def select_record(structure: str, name: str | None, chain: str | None, complexes
     picked = [r for r in records if named(r) and (chain is None or r.name.rsplit(".", 1)[-1] == chain)]
     if len(picked) == 1:
         return picked[0]
+    one_source = len({r.source.split("#")[0] for r in picked}) == 1  # one file, or one line of parsed jsonl
+    if len(picked) > 1 and not complexes and name is None and chain is None and one_source:
+        entries = [r for r in read_protein_set(structure, complexes=True, **read) if isinstance(r, ChainRecord)]
+        if len(entries) == 1:
+            return entries[0]
     names = ", ".join(r.name for r in records[:20]) + (" ..." if len(records) > 20 else "")
     what = "no chain matches" if not picked else f"{len(picked)} chains match"
     if not records and skipped:  # what the reader refused is the answer, not the name
@@ -147,6 +165,11 @@ class OnnxBackend:
             return sample_one_shot(self.logits(b, b.S, None), groups, temperature, uniforms, fixed_mask, fixed_S)
         if self.decoding is not None:
             return self._sample_cached(b, temperature, groups, uniforms, fixed_mask, fixed_S, order)
+        if groups.members.shape[1] > 1:
+            raise ConfigError(
+                "tied positions need the incremental decoding graphs this .onnx file lacks (a later member "
+                "reads an earlier one's decoder state); export the model again with `invfold export`"
+            )
         rows = torch.arange(b.S.shape[0]).unsqueeze(1)
         S = torch.where(fixed_mask, fixed_S, torch.zeros_like(b.S))
         order, steps = tied_order(order, groups)
@@ -170,31 +193,49 @@ class OnnxBackend:
         dec_proj = torch.zeros_like(enc_proj)  # [layers, B, L, H]
         S = torch.zeros(n, length, dtype=torch.long)
         order, steps = tied_order(order, groups)
-        width = groups.members.shape[1]
         step, update = self.decoding["step"], self.decoding["update"]
         for t in range(steps.shape[1]):
             g = steps[:, t]
             pos = groups.members[g]  # [B, M]
-            idx = E_idx[rows, pos]  # [B, M, K]
-            order_nb = gather_nodes(order.unsqueeze(-1), idx).squeeze(-1)
-            earlier = (order_nb < order[rows, pos].reshape(n, width, 1)).unsqueeze(-1)
-            nb_proj = torch.stack(
-                [
-                    torch.where(earlier, gather_nodes(dec_proj[li], idx), gather_nodes(enc_proj[li], idx))
-                    for li in range(dec_proj.shape[0])
-                ]
-            )
-            feeds = {
-                "h": h_enc[rows, pos].numpy(),
-                "e_rows": e_proj[:, rows, pos].numpy(),
-                "nb_proj": nb_proj.numpy(),
-                "nb_mask": nb_mask[rows, pos].numpy(),
-                "mask": mask[rows, pos].numpy(),
-            }
-            logits, layer_inputs = step.run(None, feeds)
-            letter = pick_group_letters(torch.from_numpy(logits), groups, g, temperature, uniforms)
+            listed = listed_members(groups, g)
+            logit_cols, input_cols = [], []
+            for j in range(pos.shape[1]):  # members one after another, as the PyTorch model
+                if j and not bool(listed[:, j].any()):
+                    logit_cols.append(logit_cols[0])
+                    input_cols.append(input_cols[0])
+                    continue
+                p = pos[:, j : j + 1]
+                idx = E_idx[rows, p]  # [B, 1, K]
+                order_nb = gather_nodes(order.unsqueeze(-1), idx).squeeze(-1)
+                earlier = (order_nb < order[rows, p].unsqueeze(-1)).unsqueeze(-1)
+                nb_proj = torch.stack(
+                    [
+                        torch.where(earlier, gather_nodes(dec_proj[li], idx), gather_nodes(enc_proj[li], idx))
+                        for li in range(dec_proj.shape[0])
+                    ]
+                )
+                feeds = {
+                    "h": h_enc[rows, p].numpy(),
+                    "e_rows": e_proj[:, rows, p].numpy(),
+                    "nb_proj": nb_proj.numpy(),
+                    "nb_mask": nb_mask[rows, p].numpy(),
+                    "mask": mask[rows, p].numpy(),
+                }
+                logits, layer_inputs = step.run(None, feeds)
+                # the member's state without a letter, for the group's later members: the update
+                # graph is msg_nb(state) + msg_seq(letter), both without bias
+                none = np.zeros(p.shape, dtype=np.int64)
+                with_a = update.run(None, {"layer_inputs": layer_inputs, "letters": none})[0]
+                only_a = update.run(None, {"layer_inputs": np.zeros_like(layer_inputs), "letters": none})[0]
+                keep = listed[:, j : j + 1].unsqueeze(-1)
+                dec_proj[:, rows, p] = torch.where(keep, torch.from_numpy(with_a - only_a), dec_proj[:, rows, p])
+                logit_cols.append(torch.from_numpy(logits))
+                input_cols.append(layer_inputs)
+            logits = torch.cat(logit_cols, 1)
+            letter = pick_group_letters(logits, groups, g, temperature, uniforms)
             letters = torch.where(fixed_mask[rows, pos], fixed_S[rows, pos], letter.unsqueeze(1))
             S[rows, pos] = letters
+            layer_inputs = np.concatenate(input_cols, axis=2)
             dec_rows = update.run(None, {"layer_inputs": layer_inputs, "letters": letters.numpy()})[0]
             dec_proj[:, rows, pos] = torch.from_numpy(dec_rows)
         return S
@@ -213,7 +254,7 @@ def design(cfg: DesignConfig) -> list[Design]:
     as FASTA to cfg.out (batch.design_batch designs many records)."""
     backend = load_backend(cfg.model, cfg.threads)
     check_backend(backend, cfg)
-    record = select_record(cfg.structure, cfg.name, cfg.chain, complexes=bool(cfg.design_chains))
+    record = select_record(cfg.structure, cfg.name, cfg.chain, bool(cfg.design_chains), cfg.placed_by)
     record = with_structure_atoms(record, backend.cfg.input_atoms)  # the residues the model reads
     if cfg.out_structure:
         structure_paths(cfg.out_structure, cfg.num_sequences)  # a bad name fails before any sampling
@@ -225,7 +266,7 @@ def design(cfg: DesignConfig) -> list[Design]:
                 d.index = len(designs)
                 designs.append(d)
             advance(cfg.num_sequences, f"T={t:g}")
-    write_designs(cfg.out, record, designs, cfg)
+    write_designs(cfg.out, record, designs, cfg, ca_only=backend.cfg.backbone == "ca")
     if cfg.out_structure:
         write_structures(cfg.out_structure, record, [d.sequence for d in designs], cfg.structure)
     return designs
@@ -376,7 +417,7 @@ def _design_samples(
         b = replace(b, X=noisy_backbone(b.X, cfg.backbone_noise, generators))
     order = torch.cat([o for o, _ in noise]) if backend.cfg.autoregressive else None
     if order is not None:
-        order = tied_order(order, groups)[0]  # tied members share their group's turn (scored so too)
+        order = tied_order(order, groups)[0]  # tied members at their group's turn, in listed order (scored so too)
         order = order + 2.0 * context_unknown.to(order.dtype)  # after every designed residue
     uniforms = torch.cat([u for _, u in noise])
     S = backend.sample(b, temperature, cfg.excluded, fixed, b.tokens, order, uniforms, groups)
@@ -517,22 +558,44 @@ def model_label(model: str | os.PathLike) -> str:
     return storage.basename(storage.display_uri(model))
 
 
-def write_designs(path: str | os.PathLike, record: ChainRecord, designs: list[Design], cfg: DesignConfig) -> None:
-    """The FASTA of one record's designs in cfg.fasta_layout, and with cfg.save_probs their
-    probabilities beside it (probs.probs_path)."""
+def write_designs(
+    path: str | os.PathLike, record: ChainRecord, designs: list[Design], cfg: DesignConfig, ca_only: bool = False
+) -> None:
+    """The FASTA of one record's designs in cfg.fasta_layout, with cfg.save_score their scores
+    (scores_path) and with cfg.save_probs their probabilities beside it (probs.probs_path);
+    ca_only: the model reads CA alone (upstream's header then names it CA_model_name)."""
     if cfg.fasta_layout == "proteinmpnn":
-        write_proteinmpnn_fasta(path, record, designs, reference_label(cfg), cfg.seed)
+        write_proteinmpnn_fasta(path, record, designs, reference_label(cfg), cfg.seed, ca_only)
     else:
         reference = cfg.model_reference or model_label(cfg.model)
         write_fasta(path, designs, cfg.temperature[0], reference, cfg.model_version)
+    if cfg.save_score:
+        write_scores_npz(scores_path(path), designs)
     if cfg.save_probs:
         from invfold.components.design import probs
 
         probs.write_probs(probs.probs_path(path), probs.design_probs_arrays(record, designs))
 
 
+def scores_path(out: str | os.PathLike) -> Path:
+    """Where `invfold design --save-score` writes: <out stem>.scores.npz beside the FASTA."""
+    out = Path(out)
+    return out.with_name(out.stem + ".scores.npz")
+
+
+def write_scores_npz(path: Path, designs: list[Design]) -> None:
+    """protein_mpnn_run.py --save_score 1's scores/<name>.npz: `score` (mean NLL over the designed
+    positions) and `global_score` (over every residue with a backbone), float32, one per design in
+    the FASTA's order."""
+    np.savez(
+        path,
+        score=np.array([d.mean_nll for d in designs], np.float32),
+        global_score=np.array([np.nan if d.global_nll is None else d.global_nll for d in designs], np.float32),
+    )
+
+
 def write_proteinmpnn_fasta(
-    path: str | os.PathLike, record: ChainRecord, designs: list[Design], model: str, seed: int
+    path: str | os.PathLike, record: ChainRecord, designs: list[Design], model: str, seed: int, ca_only: bool = False
 ) -> None:
     """protein_mpnn_run.py's seqs/<name>.fa: the native first, then one record per design, each the
     designed chains only (sorted by label, "/" between), with its header fields and number format.
@@ -540,7 +603,8 @@ def write_proteinmpnn_fasta(
     positions) and `global_score` (every residue with a backbone) are mean NLLs in the sample's
     decoding order; the native's are its mean over the samples' orders (upstream: one order per
     batch copy). git_hash is upstream's own field; this tool writes "unknown" there, as upstream
-    does outside a git checkout."""
+    does outside a git checkout. The native's name is the structure's (upstream's parse_PDB names
+    it by the file), without a single chain's ".A"; a CA-only model is named CA_model_name."""
     chains = positions.chain_positions(record)
     designed = list(designs[0].designed_chains) if designs and designs[0].designed_chains else list(chains)
     shown = sorted(designed)
@@ -557,9 +621,11 @@ def write_proteinmpnn_fasta(
     samples = [d for d in designs if d.temperature == designs[0].temperature] if designs else []
     native_nll = float(np.mean([d.native_nll for d in samples])) if samples else None
     native_global = float(np.mean([d.native_global_nll for d in samples])) if samples else None
+    name = record.name if record.is_complex else record.name.rsplit(".", 1)[0]
+    label = "CA_model_name" if ca_only else "model_name"
     lines = [
-        f">{fasta_id(record.name)}, score={fmt(native_nll)}, global_score={fmt(native_global)}, "
-        f"fixed_chains={fixed}, designed_chains={shown}, model_name={model}, git_hash=unknown, seed={seed}",
+        f">{fasta_id(name)}, score={fmt(native_nll)}, global_score={fmt(native_global)}, "
+        f"fixed_chains={fixed}, designed_chains={shown}, {label}={model}, git_hash=unknown, seed={seed}",
         chains_of(native),
     ]
     numbers: dict[float | None, int] = {}

@@ -124,8 +124,10 @@ def score_sequence(backend, record: ChainRecord, sequence: str, in_scored, order
     """(summed per-residue NLL over orders [L], per-order mean NLL [orders]) of one sequence.
 
     Order k: random_decoding_order from a generator seeded cfg.seed + k, with the residues that
-    are not scored (context chains, no backbone) first and unknown letters (X) last, so the
-    decoder never reads a letter it cannot embed; the same orders for a checkpoint and its ONNX.
+    are not scored (context chains, residues without a backbone) first, as ProteinMPNN decodes
+    them (`chain_M = chain_M*mask` before its order is drawn: a missing residue's X token and
+    state are context for every scored residue), and unknown letters (X) with a backbone last, so
+    the decoder never reads a letter it cannot embed; the same orders for a checkpoint and its ONNX.
     """
 
     letters = "".join(c if c in AA_TO_INDEX else "X" for c in sequence)
@@ -133,8 +135,8 @@ def score_sequence(backend, record: ChainRecord, sequence: str, in_scored, order
     one = collate([rec])
     known = one.mask[0] > 0  # backbone and a known letter
     scored = known & in_scored
-    context = ~scored & known
     unknown = (one.structure_mask[0] > 0) & ~known
+    context = ~scored & ~unknown
     nll_sum = torch.zeros(len(record))
     per_order = []
     per_run = max(1, min(cfg.batch_size, cfg.batch_residues // len(record)))  # memory follows batch_residues

@@ -24,6 +24,21 @@ EXAMPLES = {
 
 # exit codes `invfold evaluate` can return (its --help lists these): no training, so no 3 or 143
 EXIT_CODES = {"evaluate": (0, 1, 2, 141)}
+# what stdout (and --json's record) shows per dataset: the headline figures with the recovery's
+# bootstrap 95% interval
+SUMMARY = ("perplexity", "recovery", "recovery_ci_low", "recovery_ci_high", "proteins")
+
+
+def summary_line(figure: dict) -> str:
+    """`perplexity 5.1, recovery 0.4512 [0.4301, 0.4733], proteins 50` (the interval when measured)."""
+    shown = [f"perplexity {figure['perplexity']:.4g}"] if isinstance(figure.get("perplexity"), float) else []
+    if isinstance(figure.get("recovery"), float):
+        low, high = figure.get("recovery_ci_low"), figure.get("recovery_ci_high")
+        interval = f" [{low:.4f}, {high:.4f}]" if isinstance(low, float) and isinstance(high, float) else ""
+        shown.append(f"recovery {figure['recovery']:.4f}{interval}")
+    if "proteins" in figure:
+        shown.append(f"proteins {figure['proteins']}")
+    return ", ".join(shown)
 
 
 def add_parser(subparsers) -> None:
@@ -77,13 +92,9 @@ def run(args: argparse.Namespace) -> int:
             metrics = evaluate(cfg)
             record_evaluation(tracker, metrics, cfg.data, cfg.out)
         print(tracker.where(), file=sys.stderr)
-    figures = {
-        name: {k: v for k, v in m.items() if k in ("perplexity", "recovery", "proteins")}
-        for name, m in metrics["datasets"].items()
-    }
+    figures = {name: {k: v for k, v in m.items() if k in SUMMARY} for name, m in metrics["datasets"].items()}
     for name, figure in figures.items():  # the whole record is --json's (and metrics.json)
-        shown = (f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in figure.items())
-        print(f"{name}: " + ", ".join(shown))
+        print(f"{name}: {summary_line(figure)}")
     print(f"wrote {cfg.out} (report.html)")
     args.result = {"out": cfg.out, "datasets": figures}
     return 0

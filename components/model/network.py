@@ -16,7 +16,7 @@ from torch.utils.checkpoint import checkpoint
 
 from invfold.components.model import features as ft
 from invfold.components.model.config import ModelConfig
-from invfold.components.model.sampling import Groups, letter_bias, pick_group_letters, tied_order
+from invfold.components.model.sampling import Groups, letter_bias, listed_members, pick_group_letters, tied_order
 from invfold.components.protein.alphabet import NUM_AA
 
 MESSAGE_SCALE = 30.0  # ProteinMPNN divides summed neighbour messages by 30
@@ -282,9 +282,13 @@ class InverseFoldingModel(nn.Module):
         self, encoded, structure_rows, mask, temperature, groups, uniforms, fixed_mask, fixed_S, decoding_order
     ):
         """One group of tied positions (usually one residue) per step with cached per-layer
-        projections (O(M * K) per step, not a full forward), giving the same logits as forward()
-        on the final sequence in the tied decoding order (sampling.tied_order). Structure tensors
-        are read at structure_rows (samples sharing an encoding); the decoded state is per sample."""
+        projections (O(M * K) per step, not a full forward). Within a group the members are
+        computed one after another in the order the group lists them, as ProteinMPNN's
+        `tied_sample` does: a later member reads an earlier one's new decoder state, with no letter
+        yet (upstream's h_S is zero until the group's letter is drawn; msg_seq has no bias). An
+        untied position gets the logits forward() gives on the final sequence in sampling.tied_order.
+        Structure tensors are read at structure_rows (samples sharing an encoding); the decoded
+        state is per sample."""
         h_enc, h_E, E_idx, nb_mask = encoded
         b, length = mask.shape
         device = h_enc.device
@@ -299,21 +303,32 @@ class InverseFoldingModel(nn.Module):
         h_layers = [h_enc] + [torch.zeros_like(h_enc) for _ in self.decoder]
         S = torch.zeros(b, length, dtype=torch.long, device=device)
         decoding_order, steps = tied_order(decoding_order, groups)
-        width = groups.members.shape[1]
         for t in range(steps.shape[1]):
             g = steps[:, t]
             pos = groups.members[g]  # [B, M]
-            idx = E_idx[srows, pos]  # [B, M, K]
-            order_nb = ft.gather_nodes(decoding_order.unsqueeze(-1), idx).squeeze(-1)
-            earlier = (order_nb < decoding_order[rows, pos].reshape(b, width, 1)).unsqueeze(-1)
-            nbm = nb_mask[srows, pos]
-            m = mask[rows, pos]
-            h = h_enc[rows, pos]
-            for li, layer in enumerate(self.decoder):
-                nb_proj = torch.where(earlier, ft.gather_nodes(dec_proj[li], idx), ft.gather_nodes(enc_proj[li], idx))
-                h = layer(h, e_proj[li][srows, pos], nb_proj, nbm, m)
-                h_layers[li + 1][rows, pos] = h  # a repeated member writes its own value again
-            letter = pick_group_letters(self.readout(h), groups, g, temperature, uniforms)
+            listed = listed_members(groups, g)  # [B, M]
+            states = []
+            for j in range(pos.shape[1]):
+                if j and not bool(listed[:, j].any()):
+                    states.append(states[0])  # every row repeats its first member: weight 0
+                    continue
+                p = pos[:, j : j + 1]  # [B, 1]
+                keep = listed[:, j : j + 1].unsqueeze(-1)  # [B, 1, 1]: a repeat writes nothing
+                idx = E_idx[srows, p]  # [B, 1, K]
+                order_nb = ft.gather_nodes(decoding_order.unsqueeze(-1), idx).squeeze(-1)
+                earlier = (order_nb < decoding_order[rows, p].unsqueeze(-1)).unsqueeze(-1)
+                h = h_enc[rows, p]
+                for li, layer in enumerate(self.decoder):
+                    nb_proj = torch.where(
+                        earlier, ft.gather_nodes(dec_proj[li], idx), ft.gather_nodes(enc_proj[li], idx)
+                    )
+                    h = layer(h, e_proj[li][srows, p], nb_proj, nb_mask[srows, p], mask[rows, p])
+                    h_layers[li + 1][rows, p] = torch.where(keep, h, h_layers[li + 1][rows, p])
+                for li, layer in enumerate(self.decoder):  # context for the group's later members
+                    seen = layer.msg_nb(h_layers[li][rows, p])
+                    dec_proj[li][rows, p] = torch.where(keep, seen, dec_proj[li][rows, p])
+                states.append(h)
+            letter = pick_group_letters(self.readout(torch.cat(states, 1)), groups, g, temperature, uniforms)
             letters = torch.where(fixed_mask[rows, pos], fixed_S[rows, pos], letter.unsqueeze(1))
             S[rows, pos] = letters
             h_S = self.seq_embed(self.tokens(letters))

@@ -290,6 +290,33 @@ UPSTREAM_POSITIONAL = 16
 X_LOGIT_BIAS = -1.0e4  # our read-out has no X: upstream's 21st logit, exp(-1e4) = 0 in float32
 
 
+def keeps_upstream_positions(cfg: ModelConfig) -> bool:
+    """Whether training keeps this model's relative-position table within upstream's rank
+    UPSTREAM_POSITIONAL (keep_upstream_positions): a full-backbone model of upstream's
+    architecture, so that it stays exactly exportable to protein_mpnn_run.py's checkpoint."""
+    return cfg.backbone == "full" and all(getattr(cfg, k) == v for k, v in UPSTREAM_ARCHITECTURE.items())
+
+
+def keep_upstream_positions(model) -> float:
+    """Project `position_embed.weight` in place onto its best rank-UPSTREAM_POSITIONAL
+    approximation (truncated SVD): upstream's relative positions are one-hot(66) -> Linear(66, 16)
+    -> 16 columns of the edge embedding, a rank-16 table, which ours leaves after a free gradient
+    step. Returns the largest |change| (0 up to rounding for a table already of rank 16); a
+    frozen table (not trained: --freeze-encoder) is left exactly as it is."""
+    import torch
+
+    table = model.position_embed.weight
+    if not table.requires_grad:
+        return 0.0
+    with torch.no_grad():
+        u, s, vh = torch.linalg.svd(table.double(), full_matrices=False)
+        r = UPSTREAM_POSITIONAL
+        projected = ((u[:, :r] * s[:r]) @ vh[:r]).to(table.dtype)
+        change = float((projected - table).abs().max())
+        table.copy_(projected)
+    return change
+
+
 class UpstreamExportError(InvfoldError, ValueError):
     """A model that upstream's protein_mpnn_run.py cannot hold (exit 2)."""
 

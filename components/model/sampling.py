@@ -98,15 +98,31 @@ class Groups:
         )
 
 
+def listed_members(groups: Groups, g: torch.Tensor) -> torch.Tensor:
+    """bool [B, M]: which columns of groups g [B] are listed members (the repeats that pad a group
+    to M columns are not)."""
+    members = groups.members[g]
+    listed = members != members[..., :1]
+    listed[..., 0] = True
+    return listed
+
+
 def tied_order(decoding_order: torch.Tensor, groups: Groups) -> tuple[torch.Tensor, torch.Tensor]:
-    """(order [B, L] where every member of a group takes the group's earliest value, steps [B, G]:
-    the groups in decoding order). Members share one value, so none of them sees another's letter
-    (the autoregressive mask is strictly "earlier"); the group is decoded at its first member's turn."""
+    """(order [B, L], steps [B, G]: the groups in decoding order), as ProteinMPNN's `tied_sample`
+    decodes tied positions: a group takes its turn at its earliest member's place in the order,
+    then its members follow one another in the order the group lists them, so a later member sees
+    an earlier one as decoded. Untied positions keep their places. The order's values are ranks
+    scaled into [0, 1): what is added to them later (+2: after every other residue) still applies,
+    and ordering again gives the same order."""
     first = decoding_order[:, groups.members].amin(-1)  # [B, G]: repeats do not change the minimum
-    order = decoding_order.clone()
-    for j in range(groups.members.shape[1]):  # each position is in one group: writes do not collide
-        order[:, groups.members[:, j]] = first
-    return order, torch.argsort(first, dim=1, stable=True)
+    steps = torch.argsort(first, dim=1, stable=True)
+    count, width = groups.members.shape
+    rank = torch.empty_like(steps)
+    rank.scatter_(1, steps, torch.arange(count, device=steps.device).expand_as(steps))
+    order = torch.empty_like(decoding_order)
+    for j in reversed(range(width)):  # a repeat (column j > 0) is overwritten by its first member
+        order[:, groups.members[:, j]] = ((rank * width + j) / (count * width)).to(order.dtype)
+    return order, steps
 
 
 def group_logits(logits: torch.Tensor, groups: Groups, g: torch.Tensor) -> torch.Tensor:

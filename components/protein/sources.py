@@ -39,12 +39,19 @@ def reader_for(uri: str | os.PathLike) -> Reader:
 
 
 def read_protein_set(
-    uri: str | os.PathLike, strict: bool = False, complexes: bool = False, limits: ReadLimits = DEFAULT_LIMITS
+    uri: str | os.PathLike,
+    strict: bool = False,
+    complexes: bool = False,
+    limits: ReadLimits = DEFAULT_LIMITS,
+    numbering: str = "seqres",
 ) -> Iterator[ChainRecord | Skip]:
     """Records (and Skips) from any supported protein set; see the module docstring. complexes:
     the chains of one entry as one complex record (structure files, chain sets; a TS50 list has
-    single chains). limits: what one input may make a reader allocate (limits.py)."""
+    single chains). limits: what one input may make a reader allocate (limits.py). numbering:
+    how structure files place 1-based positions (structure.read_structure)."""
     reader = reader_for(uri)
     if reader is read_ts50:
         return reader(uri, strict=strict, limits=limits)
+    if reader is read_structures:
+        return reader(uri, strict=strict, complexes=complexes, limits=limits, numbering=numbering)
     return reader(uri, strict=strict, complexes=complexes, limits=limits)

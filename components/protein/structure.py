@@ -61,6 +61,7 @@ from invfold.components.protein.record import (
     infer_residue_index,
     observed_mask,
 )
+from invfold.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -93,16 +94,21 @@ FORCE_FIELD_ALIASES = {
 BLANK_CHAIN_ID = "_"  # simulation files often leave the chain column blank
 # PDB and mmCIF are ASCII formats: any other byte becomes "?" (one byte for one, so PDB columns stay)
 _ASCII_ONLY = bytes(range(128)) + b"?" * 128
+NUMBERINGS = ("seqres", "proteinmpnn")  # how 1-based positions are placed (read_structure)
 STRUCTURE_PATTERNS = tuple(f"*.{ext}{gz}" for ext in ("pdb", "ent", "cif", "mmcif") for gz in ("", ".gz"))
 
 
 def read_structures(
-    path: str | os.PathLike, strict: bool = False, complexes: bool = False, limits: ReadLimits = DEFAULT_LIMITS
+    path: str | os.PathLike,
+    strict: bool = False,
+    complexes: bool = False,
+    limits: ReadLimits = DEFAULT_LIMITS,
+    numbering: str = "seqres",
 ) -> Iterator[ChainRecord | Skip]:
     """Every protein chain of one structure file, or of every structure file in a folder (sorted);
-    with complexes=True one complex record per file."""
+    with complexes=True one complex record per file. numbering: as read_structure's."""
     if is_structure_name(path) or not storage.is_dir(path):
-        yield from read_structure(path, strict, complexes, limits)
+        yield from read_structure(path, strict, complexes, limits, numbering)
         return
     files = storage.list_files(path, STRUCTURE_PATTERNS)
     if not files:
@@ -117,7 +123,7 @@ def read_structures(
     for file in files:
         try:
             try:
-                chains = list(read_structure(file, strict, complexes, limits))
+                chains = list(read_structure(file, strict, complexes, limits, numbering))
             except MemoryError:
                 raise storage.out_of_memory(file, None) from None
         except InputError as err:
@@ -133,11 +139,20 @@ def is_structure_name(path: str | os.PathLike) -> bool:
 
 
 def read_structure(
-    path: str | os.PathLike, strict: bool = False, complexes: bool = False, limits: ReadLimits = DEFAULT_LIMITS
+    path: str | os.PathLike,
+    strict: bool = False,
+    complexes: bool = False,
+    limits: ReadLimits = DEFAULT_LIMITS,
+    numbering: str = "seqres",
 ) -> Iterator[ChainRecord | Skip]:
     """The protein chains of one PDB/mmCIF file (first model); a protein chain with no standard or
     modified amino acid (e.g. all UNK) is a Skip, or an InputError with strict=True. With
-    complexes=True the kept chains come as one complex record (Skips still come one by one)."""
+    complexes=True the kept chains come as one complex record (Skips still come one by one).
+    numbering: "seqres" places residues by the deposited sequence where the file has one;
+    "proteinmpnn" by the author numbering alone, as ProteinMPNN's parse_PDB does (a skipped
+    number filled with X even where SEQRES has no residue there)."""
+    if numbering not in NUMBERINGS:
+        raise ConfigError(f"numbering: expected one of {NUMBERINGS}, got {numbering!r}")
     try:
         structure = _parse(path, limits)
     except MemoryError:
@@ -149,7 +164,7 @@ def read_structure(
     for chain_id, polymer in chains:
         try:
             try:
-                full = _full_sequence(structure, polymer)
+                full = _full_sequence(structure, polymer) if numbering == "seqres" else None
                 records.append(_record(path, name, chain_id, polymer, len(chains), full, limits))
             except MemoryError:
                 raise storage.out_of_memory(path, f"chain '{chain_id}'", f"{name}.{chain_id}") from None

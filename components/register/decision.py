@@ -4,11 +4,12 @@ The compare step gathers the facts (the candidate's evaluation, the champion and
 weights a fine-tuned candidate started from and their score, the tracking server's state) and
 `decide` turns them into a `Comparison`. Every model is compared on VALIDATION recovery measured
 on the candidate's own validation data: register only when the candidate reaches the threshold,
-beats the champion beyond noise and, when it was fine-tuned, beats its starting weights. Beyond
-noise: a one-sided paired bootstrap over the validation chains both were scored on (each chain's
-recovery difference, candidate minus champion; p = the share of resamples whose mean difference is
-<= 0, registered only when p < ALPHA over at least MIN_CHAINS chains); when the champion's figure
-has no per-chain values (the one recorded on its version), the candidate must beat it by more than
+beats the champion beyond noise and, when it was fine-tuned, beats its starting weights beyond
+noise by the same test (a fine-tune that only moves the figure within noise made nothing worth
+registering). Beyond noise: a one-sided paired bootstrap over the validation chains both were scored on (each chain's
+recovery difference, candidate minus champion or starting weights; p = the share of resamples whose mean difference is
+<= 0, registered only when p < ALPHA over at least MIN_CHAINS chains); when the other figure has no
+per-chain values (the one recorded on a champion's version), the candidate must beat it by more than
 the half-width of the candidate's own bootstrap 95% interval of the median. The test split is
 never used to choose; its figures travel along for the record. Nothing here touches MLflow or
 files, so every case is a table row in tests/register/test_decision.py.
@@ -103,6 +104,7 @@ class StartingPoint:
 
     init_from: str
     recovery: float
+    chains: dict[str, float] = dataclasses.field(default_factory=dict)  # validation chain -> recovery
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,8 @@ class Comparison:
     metrics: dict[str, float] = dataclasses.field(default_factory=dict)
     statistic: dict | None = None  # how "beyond noise" was judged against the champion (test, n, p, ...)
     candidate_chains: dict[str, float] = dataclasses.field(default_factory=dict)  # for deciding again
+    starting_statistic: dict | None = None  # how "beyond noise" was judged against the starting weights
+    starting_chains: dict[str, float] = dataclasses.field(default_factory=dict)  # for deciding again
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -141,7 +145,7 @@ def decide(
 ) -> Comparison:
     """`tracking_down`: why the tracking server cannot be used ("" when it can); a model that
     cannot be recorded is not registered. `starting_point`: for a fine-tuned candidate, the weights
-    it started from; it must beat them, or fine-tuning made nothing worth registering.
+    it started from; it must beat them beyond noise, or fine-tuning made nothing worth registering.
     A threshold that is not a number in [0, 1] is refused: NaN compares false, so every candidate
     would pass it."""
     if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0 <= threshold <= 1:
@@ -158,7 +162,11 @@ def decide(
         facts.update(champion=champion.recovery, champion_version=champion.version, basis=champion.basis)
     if starting_point is not None:
         # as it may be shown: the comparison becomes MLflow tags, descriptions and the step's outputs
-        facts.update(init_from=storage.display_uri(starting_point.init_from), starting_point=starting_point.recovery)
+        facts.update(
+            init_from=storage.display_uri(starting_point.init_from),
+            starting_point=starting_point.recovery,
+            starting_chains=starting_point.chains,
+        )
     if tracking_down:
         return Comparison(**facts, register=False, decision=f"not registering: {tracking_down}")
     if score < threshold:
@@ -168,7 +176,12 @@ def decide(
         start = f"the starting weights {facts['init_from']} ({starting_point.recovery:.4f} on the same data)"
         if score <= starting_point.recovery:
             return Comparison(**facts, register=False, decision=f"{METRIC} {score:.4f} does not beat {start}")
-        beaten.append(start)
+        statistic = beyond_noise(candidate, starting_point, "starting weights")
+        facts["starting_statistic"] = statistic
+        if not statistic["beyond_noise"]:
+            why = f"{METRIC} {score:.4f} is above {start} but within noise: {statistic['summary']}"
+            return Comparison(**facts, register=False, decision=why)
+        beaten.append(f"{start} beyond noise ({statistic['summary']})")
     if champion is None:
         why = f"{METRIC} {score:.4f} beats the threshold {threshold:.4f}" + "".join(f" and {b}" for b in beaten)
         return Comparison(**facts, register=True, decision=why + " (no champion yet)")
@@ -208,10 +221,11 @@ def paired_bootstrap(candidate: dict[str, float], champion: dict[str, float]) ->
     }
 
 
-def beyond_noise(candidate: Evaluation, champion: Champion) -> dict:
-    """Whether the candidate's lead over the champion is beyond noise, with the record of why."""
-    if candidate.chains and champion.chains:
-        stat = paired_bootstrap(candidate.chains, champion.chains)
+def beyond_noise(candidate: Evaluation, other: Champion | StartingPoint, what: str = "champion") -> dict:
+    """Whether the candidate's lead over `other` (the champion or the starting weights, named by
+    `what`) is beyond noise, with the record of why."""
+    if candidate.chains and other.chains:
+        stat = paired_bootstrap(candidate.chains, other.chains)
         stat.update(alpha=ALPHA, resamples=RESAMPLES, seed=BOOTSTRAP_SEED, min_chains=MIN_CHAINS)
         if stat["n"] < MIN_CHAINS:
             stat.update(beyond_noise=False, summary=f"{stat['n']} paired chains, fewer than {MIN_CHAINS}")
@@ -224,7 +238,8 @@ def beyond_noise(candidate: Evaluation, champion: Champion) -> dict:
         )
         return stat
     half = candidate.half_width
-    margin = candidate.validation_recovery - champion.recovery
+    margin = candidate.validation_recovery - other.recovery
+    possessive = what + ("'" if what.endswith("s") else "'s")
     stat = {
         "test": "margin: half-width of the candidate's bootstrap 95% interval",
         "margin": margin,
@@ -236,6 +251,6 @@ def beyond_noise(candidate: Evaluation, champion: Champion) -> dict:
     stat["beyond_noise"] = margin > half
     stat["summary"] = (
         f"lead {margin:+.4f} {'>' if stat['beyond_noise'] else '<='} half-width {half:.4f} of the candidate's "
-        "95% interval (the champion's figure has no per-chain values)"
+        f"95% interval (the {possessive} figure has no per-chain values)"
     )
     return stat

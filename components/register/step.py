@@ -60,10 +60,6 @@ def validation_scores(model: str, prepared_path: str) -> tuple[float, dict[str, 
     return float(recovery), finite_chains(scored["chains"], prepared_path)
 
 
-def validation_recovery(model: str, prepared_path: str) -> float:
-    return validation_scores(model, prepared_path)[0]
-
-
 def score_champion(tracker, found: dict, candidate: Evaluation, prepared_path: str) -> Champion:
     """The champion's validation recovery on the candidate's validation data: the figure recorded on
     its version when the data digests match, else the champion's model.pt evaluated again here
@@ -99,7 +95,7 @@ def compare_step(
         start = time.perf_counter()
         found = tracker.champion(model_name) if tracker.available else None
         champion = score_champion(tracker, found, candidate, prepared_path) if found else None
-        starting = StartingPoint(init_from, validation_recovery(init_from, prepared_path)) if init_from else None
+        starting = StartingPoint(init_from, *validation_scores(init_from, prepared_path)) if init_from else None
         down = "" if tracker.available else tracker.reason
         result = decide(candidate, threshold, champion, tracking_down=down, starting_point=starting)
         record_timing("compare", time.perf_counter() - start, register=result.register, decision=result.decision)
@@ -138,7 +134,11 @@ def confirm_decision(tracker, model_name: str, comparison: Comparison, prepared_
             comparison.candidate, comparison.data_digest, comparison.metrics, comparison.candidate_chains
         )
         champion = score_champion(tracker, found, candidate, prepared_path) if found else None
-        starting = StartingPoint(comparison.init_from, comparison.starting_point) if comparison.init_from else None
+        starting = (
+            StartingPoint(comparison.init_from, comparison.starting_point, comparison.starting_chains)
+            if comparison.init_from
+            else None
+        )
         was = f"v{comparison.champion_version}" if comparison.champion_version else "none"
         again = decide(candidate, comparison.threshold, champion, starting_point=starting)
         comparison = dataclasses.replace(

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from invfold.components.evaluate.metrics import DatasetScores, score_dataset
 from invfold.components.model.io import save_model
 from invfold.components.model.network import InverseFoldingModel, unknown_last
+from invfold.components.model.published import keep_upstream_positions, keeps_upstream_positions
 from invfold.components.prep.shards import open_prepared
 from invfold.components.protein.alphabet import NUM_AA
 from invfold.components.protein.batch import collate
@@ -324,6 +325,12 @@ class _Run:
     def main(self) -> bool:
         return self.info.is_main
 
+    @property
+    def keep_positions(self) -> bool:
+        """Project the position table to upstream's rank after each step (published.keep_upstream_
+        positions); not under DeepSpeed, whose optimizer steps its own fp32 copy of the weights."""
+        return self.cfg.strategy != "deepspeed" and keeps_upstream_positions(self.model_cfg)
+
 
 def train(cfg: TrainConfig, info: DistInfo) -> TrainResult:
     """Run (or resume) training on this rank; every rank of the job calls this."""
@@ -496,6 +503,8 @@ def _step(run: _Run) -> int:
     else:
         with clock.phase("compute_s"):
             run.grad_norm = strategy.step()
+            if run.keep_positions:  # a model of upstream's architecture stays exportable to it
+                keep_upstream_positions(strategy.module)
         run.nonfinite_run = 0
         run.window.add(rank_stats.sum(axis=0), step_times)
     pos.step += 1

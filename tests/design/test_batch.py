@@ -107,7 +107,7 @@ def test_folder_in_proteinmpnn_layout_with_probs_pt_and_onnx(tmp_path, structure
             "s0.B.fasta", "s0.B.probs.npz", "s1.B.fasta", "s1.B.probs.npz", "summary.json"
         ]  # fmt: skip
         headers = [line for line in (out / "s1.B.fasta").read_text().splitlines() if line.startswith(">")]
-        assert headers[0].startswith(">s1.B, score=") and "designed_chains=['B']" in headers[0]
+        assert headers[0].startswith(">s1, score=") and "designed_chains=['B']" in headers[0]  # the file's name
         assert [h.split(", score=")[0] for h in headers[1:]] == [
             ">T=0.1, sample=1",
             ">T=0.1, sample=2",

