@@ -99,13 +99,16 @@ def is_structure_list(path: str) -> bool:
     return storage.strip_gz(storage.basename(path).lower()).endswith(LIST_SUFFIXES)
 
 
-def read_structures(structures: str, complexes: bool = False) -> Iterator[ChainRecord | Skip]:
+def read_structures(
+    structures: str, complexes: bool = False, numbering: str = "seqres"
+) -> Iterator[ChainRecord | Skip]:
     """Every record (or Skip) of a folder, a chain set, a structure file, or a list of paths; a
     structure file that cannot be read at all becomes a Skip naming it, not an error. complexes:
-    one record per structure (file or chain-set entry) with all its chains."""
+    one record per structure (file or chain-set entry) with all its chains; numbering: as
+    DesignConfig.placed_by says (sources.read_protein_set)."""
 
     if not is_structure_list(structures):
-        yield from read_protein_set(structures, complexes=complexes)
+        yield from read_protein_set(structures, complexes=complexes, numbering=numbering)
         return
     base = os.path.dirname(structures)
     text = storage.read_bytes(structures, DEFAULT_LIMITS.max_file_bytes).decode("utf-8", errors="replace")
@@ -116,7 +119,7 @@ def read_structures(structures: str, complexes: bool = False) -> Iterator[ChainR
         if not os.path.isabs(path) and "://" not in path:
             path = os.path.join(base, path)
         try:
-            yield from read_protein_set(path, complexes=complexes)
+            yield from read_protein_set(path, complexes=complexes, numbering=numbering)
         except InputError as err:
             yield Skip(err.reason, f"{structures}:{line_no}: {err}", path)
 
@@ -216,7 +219,9 @@ def design_batch(
     summary = BatchSummary(storage.display_uri(cfg.structure), cfg.out, model, list(cfg.temperature), cfg.num_sequences)
     records: list[tuple[int, ChainRecord]] = []  # (its place among every shard's records, record)
     names: list[str] = []  # every record's name, in every shard: output names agree across shards
-    for i, item in enumerate(read_structures(cfg.structure, complexes=bool(cfg.design_chains))):
+    for i, item in enumerate(
+        read_structures(cfg.structure, complexes=bool(cfg.design_chains), numbering=cfg.placed_by)
+    ):
         missing = missing_design_chains(item, cfg) if isinstance(item, ChainRecord) and wanted(item, cfg) else None
         if isinstance(item, ChainRecord) and wanted(item, cfg) and missing is None:
             names.append(item.name)

@@ -22,8 +22,8 @@ from invfold.components.design import DesignConfig, design
 from invfold.components.design.design import TorchBackend, select_record
 from invfold.components.model import published
 from invfold.components.protein.batch import collate
-from tests.design.test_residue_ids import HEAVY, LIGHT
 from tests.support import upstream_mpnn
+from tests.support.antibody import HEAVY, LIGHT
 from tests.support.parity_cases import sample_records
 from tests.support.structures import ChainSpec, write_chains
 
@@ -81,3 +81,21 @@ def test_the_config_offers_the_readers_numberings():
     from invfold.components.protein import structure
 
     assert config.NUMBERINGS == structure.NUMBERINGS
+
+
+@pytest.mark.parametrize("layout, light", [("proteinmpnn", 110), ("invfold", 109)])
+def test_a_batch_reads_each_structure_with_the_numbering_a_single_design_would(antibody, tmp_path, layout, light):
+    """A folder of structures designed with --fasta-layout proteinmpnn places the light chain as
+    upstream's parser does (L10 filled: 110 positions); the default layout keeps SEQRES (109)."""
+    from invfold.components.design.batch import design_batch
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / antibody.name).write_bytes(antibody.read_bytes())
+    out = tmp_path / "designs"
+    cfg = DesignConfig(model=WEIGHTS, structure=str(folder), out=str(out), design_chains="L", num_sequences=1,
+                       fasta_layout=layout)  # fmt: skip
+    assert design_batch(cfg, progress=False).designed == 1
+    (written,) = out.glob("*.fasta")
+    designed = written.read_text().splitlines()[-1]
+    assert len(designed.split("/")[-1]) == light, designed

@@ -30,19 +30,10 @@ from invfold.components.protein.sources import read_protein_set
 from invfold.components.protein.structure import read_structure
 from invfold.data import SAMPLE_CHAIN_SET
 from invfold.errors import ConfigError
+from tests.support.antibody import HEAVY, LIGHT
 from tests.support.design_files import read_fasta
 from tests.support.parity_cases import sample_records
 from tests.support.structures import ChainSpec, write_chains
-
-
-def _numbers(first: int, last: int) -> list[str]:
-    return [str(n) for n in range(first, last + 1)]
-
-
-HEAVY = [*_numbers(1, 52), "52A", *_numbers(53, 82), "82A", "82B", "82C", *_numbers(83, 100)]
-HEAVY += [f"100{c}" for c in "ABCDEFGHIJK"] + _numbers(101, 112)
-LIGHT = [*_numbers(3, 9), *_numbers(11, 27), "27A", "27B", "27C", *_numbers(28, 95), "95A", *_numbers(96, 106)]
-LIGHT += ["106A", "107"]
 
 
 def position(chain: str, label: str) -> int:
