@@ -23,6 +23,7 @@ from mlflow import MlflowClient
 from invfold.components.model import InverseFoldingModel, ModelConfig, save_model
 from invfold.components.tracking import default_tracking_uri
 from invfold.data import SAMPLE_CHAIN_SET
+from tests.support.waiting import wait_for
 
 MODEL = "invfold-stopping-test"
 
@@ -34,16 +35,6 @@ def _alive(pid: int, created: float) -> bool:
         return proc.create_time() == created and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
-
-
-def _wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 def _descendants(pid: int) -> dict[int, float]:
@@ -141,7 +132,7 @@ def _stop_when(proc: subprocess.Popen, marker: str, sig: int, timeout_s: float, 
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         return any(marker in line for line in _cmdlines(proc.pid)) and (working is None or working())
 
-    _wait_for(started, timeout_s, f"a process running {marker}")
+    wait_for(started, timeout_s, f"a process running {marker}")
     time.sleep(2)  # into its work
     seen.update(_descendants(proc.pid))
     proc.send_signal(sig)

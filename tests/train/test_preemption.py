@@ -8,23 +8,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 
 import psutil
 
 from invfold.components.launch.processes import ENTRYPOINT, launch_command
 from invfold.components.train import checkpoint as ckpt
 from tests.support.training import read_metrics, run_job, summary, tiny_config
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+from tests.support.waiting import wait_for
 
 
 def _logged_steps(out) -> int:
@@ -52,8 +42,8 @@ def test_sigterm_on_one_rank_checkpoints_all_and_exits_nonzero(synthetic_prepare
         launch_command(cfg, 2, str(out / "train_config.json")), env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     try:
-        _wait_for(lambda: _logged_steps(out) >= 3, 90, "3 training steps")
-        workers = _wait_for(
+        wait_for(lambda: _logged_steps(out) >= 3, 90, "3 training steps")
+        workers = wait_for(
             lambda: [
                 p for p in psutil.Process(launcher.pid).children(recursive=True) if ENTRYPOINT in " ".join(p.cmdline())
             ],
@@ -104,7 +94,7 @@ def test_sigkill_on_one_rank_then_the_same_command_resumes_to_the_uninterrupted_
         launch_command(cfg, 2, str(out / "train_config.json")), env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     try:
-        _wait_for(lambda: ckpt.complete_steps(cfg.checkpoint_dir)[-1:] >= [6], 90, "the step-6 checkpoint")
+        wait_for(lambda: ckpt.complete_steps(cfg.checkpoint_dir)[-1:] >= [6], 90, "the step-6 checkpoint")
         workers = [
             p for p in psutil.Process(launcher.pid).children(recursive=True) if ENTRYPOINT in " ".join(p.cmdline())
         ]
