@@ -56,7 +56,7 @@ INTERNAL_GUARDS = {
     "components/prep/run.py": 1,  # the kernel's own error of an atomic folder swap, passed on as OSError
     "components/train/trainer.py": 1,  # a torn metrics line, caught on the next line and counted
     "components/evaluate/metrics.py": 1,  # bootstrap of per-chain recoveries (correct / count: finite by construction)
-    "src/invfold/options.py": 3,  # a config field without help, with min > max, or without a command-line form
+    "src/invfold/options.py": 5,  # a field without help, with clashing bounds, without a command-line or pipeline form
 }
 
 
@@ -154,7 +154,7 @@ CASES = [
     ("score foo:bar {tmp}/x.pdb --out {tmp}/s.csv", "unknown published family 'foo'"),
     ("export {garbage} --out {tmp}/model.txt", "--out: expected a path ending in .onnx"),
     ("export {garbage} --out {tmp}/model.onnx", "expected an invfold model file"),
-    ("export {archive} --out {tmp}/model.onnx --tolerance 0", "--tolerance: expected > 0"),
+    ("export {archive} --out {tmp}/model.onnx --tolerance 0", "--tolerance: expected a finite number > 0"),
     ("train --data {tmp} --out {tmp}/t --zero-stage 2 --max-steps 1", "needs strategy 'deepspeed'"),
     ("train --data {tmp} --out {tmp}/t --model nonsense=1 --max-steps 1", "unknown ModelConfig fields ['nonsense']"),
     ("train --data {tmp} --out {tmp}/t --recipe full", "give --max-steps, --epochs, --time-budget-s or"),
