@@ -130,11 +130,11 @@ def check_parameters(params: dict, pipeline: str = "train") -> None:
     the design pipeline's num_sequences, seed and temperatures (DesignConfig)."""
     from invfold.components.design.config import DesignConfig, parse_temperatures
     from invfold.components.train.config import TrainConfig
-    from invfold.options import check_value
+    from invfold.options import check_value, from_pipeline
 
     if pipeline == "train":
         fields = {f.name for f in dataclasses.fields(TrainConfig)}
-        for name, value in params.items():
+        for name, value in from_pipeline(TrainConfig, params).items():  # max_steps 0: not limited
             if name in fields:
                 check_value(TrainConfig, name, value)
         threshold = params.get("registration_threshold")

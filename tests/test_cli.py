@@ -116,7 +116,10 @@ CASES = [
     ("train --config {tmp}/choice.yaml", "choice.yaml:3: field 'strategy': expected one of ddp, horovod, deepspeed"),
     ("train --config {tmp}/twice.yaml", "twice.yaml:4: field 'max-steps': expected one key per option"),
     ("train --config {tmp}/again.yaml", "again.yaml:5: field 'max_steps': expected one max_steps (also on line 3)"),
-    ("train --config {tmp}/invalid.yaml", "invalid.yaml:4: field 'lr': expected > 0, got -1.0"),  # TrainConfig's check
+    (
+        "train --config {tmp}/invalid.yaml",
+        "invalid.yaml:4: field 'lr': expected a finite number in (0, 1.0], got -1.0",
+    ),  # its bounds
     ("train --config {tmp}/none.yaml", "none.yaml: expected an existing YAML config file"),
     ("prep --config {tmp}/prep.yaml", "prep.yaml:1: field 'input': {tmp}/nothing: expected an existing protein set"),
     ("design --config {tmp}/design.yaml", "design.yaml:4: field 'temperature': expected one or more temperatures"),
