@@ -84,7 +84,7 @@ def test_the_pipeline_keeps_the_parameters_users_set():
     """`invfold run --warmup-steps 10` and the Kubeflow UI's form name these parameters."""
     parameters = _root_parameters()
     assert parameters["warmup_steps"] == {
-        "defaultValue": 30.0,
+        "defaultValue": recipes.recipe(recipes.DEFAULT).values()["warmup_steps"],
         "description": "Learning-rate warm-up steps.",
         "isOptional": True,
         "parameterType": "NUMBER_INTEGER",
