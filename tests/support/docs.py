@@ -47,6 +47,18 @@ def expand(pattern: str, root: Path = REPO) -> list[Path]:
     return sorted(Path(p) for p in glob.glob(str(root / pattern)))
 
 
+def unmatched(pattern: str, root: Path = REPO) -> list[str]:
+    """The alternatives of a path as the docs write it that name no file (each `{a,b}` choice on
+    its own)."""
+    braces = re.search(r"\{([^}]*)\}", pattern)
+    if braces:
+        choices = [
+            pattern[: braces.start()] + choice + pattern[braces.end() :] for choice in braces.group(1).split(",")
+        ]
+        return [missing for choice in choices for missing in unmatched(choice, root)]
+    return [] if glob.glob(str(root / pattern)) else [pattern]
+
+
 def generated_files() -> dict[Path, dict[str, str]]:
     """ARCHITECTURE.md's generated-files table: each file it names -> its row."""
     return {
