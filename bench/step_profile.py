@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_bench import (  # noqa: E402  (bench/ is a folder of scripts, not a package)
+import conditions  # noqa: E402  (bench/ is a folder of scripts, not a package)
+from train_bench import (  # noqa: E402
     ReferenceRecipe,
     build_reference_model,
     featurize,
@@ -240,9 +241,15 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.json or "step_profile.json").resolve()
     env = {**launcher_env(args.threads), CHILD: "1"}
     command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--out", str(out)]
+    watch = conditions.start(threads=args.threads)
+    watch.track()  # the measuring child
     subprocess.run(command, env=env, check=True)
     results = json.loads(out.read_text())
+    results["conditions"] = watch.finish()
     print_table(results)
+    conditions.print_report(results["conditions"])
+    if args.json:
+        out.write_text(json.dumps(results, indent=2) + "\n")
     if not args.json:
         out.unlink()
     return 0
