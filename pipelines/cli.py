@@ -29,7 +29,7 @@ EXAMPLES = {
         "invfold run --recipe full --max-steps 300 --print-config > run.yaml; invfold run --config run.yaml",
     ),
     "compile": (
-        "invfold compile --registry ghcr.io/acme/invfold --tag 0.1.0",
+        "invfold compile --registry registry.acme.example/invfold --tag 0.1.0",
         "invfold compile --pipeline design",
     ),
     "submit": (
