@@ -59,7 +59,7 @@ def test_a_fully_declared_test_passes():
         (
             Declared("tests/pipelines/test_p.py::test_c", frozenset({"slow"}), runs_pipeline=True),
             {},
-            "tests/pipelines/test_p.py::test_c: not marked `pipeline`, but its module calls "
+            "tests/pipelines/test_p.py::test_c: not marked `pipeline`, but its module holds "
             "invfold.pipelines.local's whole-pipeline runner",
         ),
         (

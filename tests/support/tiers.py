@@ -13,13 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-TIERS = {
-    "pipeline": "runs the whole pipeline (KFP's local runner, or its steps end to end with a real MLflow server)",
-    "multiproc": "starts several training processes (torchrun, horovodrun, mpirun)",
-    "images": "builds and runs the CPU images on the Docker engine (tests/support/docker_engine.py)",
-    "cluster": "runs on the real single-node Kubernetes of `make cluster-up` (tests/cluster)",
-    "slow": "every tier above, and any test recorded past SLOW_S in tests/durations.json",
-}
+TIERS = ("pipeline", "multiproc", "images", "cluster", "slow")  # what each is for: pyproject.toml's markers
 SLOW_S = 20.0
 CLUSTER_FOLDER = "tests/cluster/"
 DOCKER_FIXTURES = frozenset({"docker_engine", "cpu_images"})
@@ -56,8 +50,8 @@ def missing_marks(tests: list[Declared], recorded: dict[str, float]) -> list[str
         if DOCKER_FIXTURES & test.fixtures and not {"images", "cluster"} & test.marks:
             needs["images"] = f"it uses {', '.join(sorted(DOCKER_FIXTURES & test.fixtures))}"
         if test.runs_pipeline:
-            needs["pipeline"] = f"its module calls {PIPELINE_MODULE}'s whole-pipeline runner"
-        tiers = (test.marks | needs.keys()) & (TIERS.keys() - {"slow"})
+            needs["pipeline"] = f"its module holds {PIPELINE_MODULE}'s whole-pipeline runner"
+        tiers = (test.marks | needs.keys()) & (set(TIERS) - {"slow"})
         if tiers:
             needs["slow"] = f"it is {' and '.join(sorted(tiers))}"
         seconds = recorded.get(test.nodeid, 0.0)
