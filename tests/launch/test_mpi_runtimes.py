@@ -26,6 +26,8 @@ from invfold.components.train.config import TrainConfig
 from invfold.errors import ConfigError
 from tests.support.deploy_tools import RENDERINGS, documents, rendering
 
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
+
 MPI = ("invfold-deepspeed", "invfold-horovod")
 SINGLE = tuple(f"{name}-single-node" for name in MPI)
 IMAGE = "registry.example.com/invfold/x:1"

@@ -30,7 +30,7 @@ from tests.support.docs import stores_found, where_things_land
 GATE = recipes.QUALITY_GATE.settings
 # The shared run trains a fixed number of steps, so its wall time follows the machine's load: on a
 # machine loaded ~10x past its 2 cores it took over 900 s (the suite's per-test limit).
-pytestmark = pytest.mark.timeout(2400)
+pytestmark = [pytest.mark.timeout(2400), pytest.mark.pipeline, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
