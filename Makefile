@@ -31,6 +31,7 @@ lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	bash scripts/lint_imports.sh
+	.venv/bin/python scripts/lint_lazy_imports.py
 
 # every generated file in the repository, rewritten from its source (see ARCHITECTURE.md's table)
 generate:

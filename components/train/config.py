@@ -269,7 +269,6 @@ class TrainConfig:
         if self.init_from is None:
             return None
 
-        # Imported here: the CLIs import this module at start-up, the model readers only when used.
         from invfold.components.model.io import load_model_or_published
 
         return load_model_or_published(self.init_from)

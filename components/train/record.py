@@ -11,6 +11,7 @@ import json
 import os
 from typing import Any
 
+from invfold.components.model.config import ModelConfig
 from invfold.components.train.config import TrainConfig, preset_of
 from invfold.options import fields_in
 
@@ -71,8 +72,6 @@ def record_result(tracker, cfg: TrainConfig, out: str) -> dict[str, Any]:
 def preset_that_ran(model_file: str) -> str:
     """The preset of the weights in model.pt (their config, no weights loaded into a network)."""
     import torch
-
-    from invfold.components.model.config import ModelConfig
 
     payload = torch.load(model_file, map_location="cpu", weights_only=True)
     return preset_of(ModelConfig.from_dict(payload["config"]))

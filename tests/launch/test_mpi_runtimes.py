@@ -27,6 +27,8 @@ from invfold.components.train.strategies import STRATEGIES
 from invfold.errors import ConfigError
 from tests.support.deploy_tools import RENDERINGS, documents, rendering
 
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
+
 # the strategies whose jobs mpirun starts, and their runtimes
 MPI_STRATEGIES = tuple(name for name, spec in STRATEGIES.items() if spec.cluster_launcher == "mpirun")
 MPI = tuple(runtime_name(name) for name in MPI_STRATEGIES)
