@@ -35,6 +35,7 @@ lint:
 
 # every generated file in the repository, rewritten from its source (see ARCHITECTURE.md's table)
 generate:
+	.venv/bin/python scripts/generate_signatures.py
 	.venv/bin/invfold compile
 	.venv/bin/invfold compile --pipeline design
 	.venv/bin/python scripts/generate_schemas.py

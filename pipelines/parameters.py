@@ -16,7 +16,7 @@ from functools import cache
 
 from invfold.components.train.config import TrainConfig
 from invfold.errors import ConfigError
-from invfold.options import check_value, choices_of, field_types
+from invfold.options import check_value, choices_of, field_types, from_pipeline
 
 # pipeline parameter -> the step input it becomes, where the two names differ. The pipeline's
 # parameters share one flat form in the Kubeflow UI beside KFP's own (experiment, run name), so
@@ -128,7 +128,7 @@ def check_parameters(params: dict, pipeline: str = "train") -> None:
 
     if pipeline == "train":
         fields = {f.name for f in dataclasses.fields(TrainConfig)}
-        for name, value in params.items():
+        for name, value in from_pipeline(TrainConfig, params).items():  # max_steps 0: not limited
             if name in fields:
                 check_value(TrainConfig, name, value)
         threshold = params.get("registration_threshold")

@@ -13,26 +13,11 @@ from typing import Any
 
 from invfold.components.model.config import ModelConfig
 from invfold.components.train.config import TrainConfig, preset_of
+from invfold.options import fields_in
 
-# TrainConfig fields that decide what a run was; with the processes and the strategy they are the
-# pipeline run's parameters.
-DECIDING = (
-    "preset",
-    "init_from",
-    "freeze_encoder",
-    "model_overrides",
-    "lr",
-    "warmup_steps",
-    "schedule",
-    "max_steps",
-    "epochs",
-    "time_budget_s",
-    "cpu_time_budget_s",
-    "tokens_per_batch",
-    "precision",
-    "zero_stage",
-    "seed",
-)
+# TrainConfig fields that decide what a run was (marked on the fields); with the processes and the
+# strategy they are the pipeline run's parameters.
+DECIDING = fields_in(TrainConfig, "deciding")
 # where the run's weights go: the registered version's source run is the training run, and
 # `invfold design`, the design pipeline and compare read the checkpoint from there
 MODEL_PT_ARTIFACT = "model_pt"
