@@ -6,10 +6,15 @@
 #   trainer-<v>/      the Trainer controller, its CRDs, webhooks and shipped runtimes (github.com/kubeflow/trainer/v2)
 #   coredns-<v>/      cluster DNS (Trainer's rank 0 address is a pod DNS name)
 #   kube-router-<v>/  the NetworkPolicy enforcer (iptables + ipset; only its firewall runs)
-#   seaweedfs-<v>/    KFP's object store (`weed` and a one-file image of it for the node)
+#   seaweedfs-<v>/    KFP's object store (`weed`, for its image and the tests)
 #   debian-<hash>/    etcd, containerd, runc, CNI plugins, conntrack, ipset from Debian (apt-get download)
 #   pause-1/          the sandbox image: a static C binary that sleeps until signalled
-# Everything comes from its registry through its ordinary client (the Go module proxy, apt).
+#   argo-<v>/         Argo Workflows' controller and argoexec (KFP's workflow engine)
+#   kfp-<v>/          Kubeflow Pipelines' API server, persistence agent, v2 driver and launcher, from
+#                     its source at the tag; its kustomize manifests
+#   kfp-images-<v>-<key>/  the images KFP's manifests run (scripts/cluster/images), as archives
+# Everything comes from its registry through its ordinary client (the Go module proxy, apt, PyPI),
+# but KFP's own source (see kfp_source).
 # A part is built once per version; a finished part holds a `.done` stamp.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -21,6 +26,9 @@ export GOFLAGS="-trimpath -buildvcs=false"
 export CGO_ENABLED=0
 export GOTOOLCHAIN=local
 mkdir -p "$CLUSTER_CACHE"
+# The Python that downloads the metadata server's wheels: the project's venv when there is one.
+CLUSTER_PY=${PYTHON:-.venv/bin/python}
+[ -x "$CLUSTER_PY" ] || CLUSTER_PY=python3
 
 check_go() {
   local have
@@ -210,7 +218,6 @@ build_seaweedfs() {
   # The module's own go.mod replaces go-bip39.
   wrapper_build --replace "github.com/tyler-smith/go-bip39 => github.com/cosmos/go-bip39 v1.0.0" \
     "$dest" github.com/seaweedfs/seaweedfs "$SEAWEEDFS_VERSION" github.com/seaweedfs/seaweedfs/weed
-  python3 scripts/cluster/image_tar.py "$dest/bin/weed" "$CLUSTER_SEAWEEDFS_IMAGE" "$dest/seaweedfs.tar" weed
   touch "$dest/.done"
 }
 
@@ -253,20 +260,157 @@ CEOF
   touch "$dest/.done"
 }
 
+# Argo Workflows' controller and executor (KFP 2.17's pin). The module zip lacks one symlink of the
+# repository (workflow/executor/osspecific/signal_linux.go -> signal_darwin.go), so the build reads
+# a copy of the module with that file put back.
+build_argo() {
+  local dest="$CLUSTER_CACHE/argo-$ARGO_VERSION"
+  [ -f "$dest/.done" ] && return 0
+  check_go; gocache
+  echo "==> building Argo Workflows $ARGO_VERSION (workflow-controller, argoexec)"
+  rm -rf "$dest"; mkdir -p "$dest/bin"
+  local src; src=$(module_dir "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION")
+  cp -r "$src" "$dest/src"; chmod -R u+w "$dest/src"
+  cp "$dest/src/workflow/executor/osspecific/signal_darwin.go" "$dest/src/workflow/executor/osspecific/signal_linux.go"
+  # The version its Makefile stamps (`argoexec version` reports it).
+  (cd "$dest/src" && go build -mod=mod -ldflags "-s -w -X github.com/argoproj/argo-workflows/v4.version=$ARGO_VERSION" \
+    -o "$dest/bin/" ./cmd/workflow-controller ./cmd/argoexec)
+  "$dest/bin/argoexec" version 2>/dev/null | grep -q "$ARGO_VERSION" \
+    || { echo "cluster build: argoexec does not report $ARGO_VERSION" >&2; exit 1; }
+  touch "$dest/.done"
+}
+
+# KFP's source at its tag: ../shared/upstream's archive when this checkout sits beside it (checked
+# against the sha256 its README gives), else a clone of upstream's tag (checked against its commit).
+kfp_source() {
+  local into=$1 archive="${KFP_SOURCE_ARCHIVE:-../shared/upstream/kubeflow-pipelines-$KFP_VERSION.tar.gz}"
+  mkdir -p "$into"
+  if [ -f "$archive" ]; then
+    echo "$KFP_SOURCE_SHA256  $archive" | sha256sum --check --quiet \
+      || { echo "cluster build: $archive is not KFP $KFP_VERSION's archive (sha256 differs)" >&2; exit 1; }
+    tar -xzf "$archive" -C "$into" --strip-components=1
+  else
+    git clone --quiet --depth 1 --branch "$KFP_VERSION" https://github.com/kubeflow/pipelines "$into"
+    [ "$(git -C "$into" rev-parse HEAD)" = "$KFP_COMMIT" ] \
+      || { echo "cluster build: KFP's tag $KFP_VERSION is not commit $KFP_COMMIT" >&2; exit 1; }
+  fi
+}
+
+# KFP's API server, persistence agent, v2 driver and launcher from its source, and its kustomize
+# manifests with Argo's remote bases (github.com/argoproj/argo-workflows/manifests/...?ref=v4.0.5)
+# pointed at the same folders of Argo's module: nothing else in them is changed.
+build_kfp() {
+  local dest="$CLUSTER_CACHE/kfp-$KFP_VERSION"
+  [ -f "$dest/.done" ] && return 0
+  check_go; gocache
+  echo "==> building Kubeflow Pipelines $KFP_VERSION (api server, persistence agent, driver, launcher)"
+  rm -rf "$dest"; mkdir -p "$dest/bin"
+  kfp_source "$dest/src"
+  # The one line its source needs to build outside upstream's tree (ML Metadata's Go client).
+  printf '\nreplace github.com/kubeflow/pipelines/third_party/ml-metadata => ./third_party/ml-metadata\n' >>"$dest/src/go.mod"
+  (
+    cd "$dest/src"
+    go build -mod=mod -tags netgo -ldflags "-s -w" -o "$dest/bin/" \
+      ./backend/src/v2/cmd/driver ./backend/src/v2/cmd/launcher-v2 ./backend/src/agent/persistence
+    # Its storage package uses go-sqlite3's error types, which need cgo; it links glibc.
+    CGO_ENABLED=1 go build -mod=mod -ldflags "-s -w" -o "$dest/bin/apiserver" ./backend/src/apiserver
+  )
+  mv "$dest/bin/persistence" "$dest/bin/persistence_agent"
+  cp -r "$dest/src/manifests/kustomize" "$dest/manifests"
+  local argo; argo=$(module_dir "github.com/argoproj/argo-workflows/v4@$ARGO_VERSION")
+  cp -r "$argo/manifests" "$dest/manifests/argo-workflows"; chmod -R u+w "$dest/manifests"
+  local file dir
+  while IFS= read -r file; do
+    dir=$(dirname "$file")
+    sed -E -i "s#https://github.com/argoproj/argo-workflows/manifests/([^?]*)\?ref=$ARGO_VERSION[^ ]*#$(realpath --relative-to="$dir" "$dest/manifests/argo-workflows")/\1#" "$file"
+  done < <(grep -rl "github.com/argoproj/argo-workflows/manifests" "$dest/manifests" --include=kustomization.yaml)
+  if grep -rqE '^\s*-\s*https?://' "$dest/manifests" --include=kustomization.yaml --exclude-dir=sample --exclude-dir=hack; then
+    echo "cluster build: a remote base is left in KFP's manifests" >&2; exit 1
+  fi
+  touch "$dest/.done"
+}
+
+# The images of KFP's install on the node, each a `docker save` archive beside the part: built on the
+# local Debian base (scripts/make_base_image.sh) with the Docker engine the image tests use.
+build_kfp_images() {
+  local dest="$CLUSTER_CACHE/kfp-images-$KFP_VERSION-$(kfp_images_key)"
+  [ -f "$dest/.done" ] && return 0
+  echo "==> building the images of KFP's install (Docker)"
+  rm -rf "$dest"; mkdir -p "$dest/context"
+  docker_engine
+  local base; base=$(DOCKER_HOST=$DOCKER_HOST bash scripts/make_base_image.sh)
+  local kfp="$CLUSTER_CACHE/kfp-$KFP_VERSION" argo="$CLUSTER_CACHE/argo-$ARGO_VERSION"
+  local weed="$CLUSTER_CACHE/seaweedfs-$SEAWEEDFS_VERSION/bin/weed" images=scripts/cluster/images
+  local pins=images/bases/bookworm.args
+  image() {  # image TAG DOCKERFILE-FOLDER CONTEXT [BUILD-ARG...]
+    local tag=$1 folder=$2 context=$3; shift 3
+    docker build -q -t "$tag" -f "$images/$folder/Dockerfile" --build-arg "BASE_IMAGE=$base" "$@" "$context" >/dev/null
+    docker save "$tag" -o "$dest/$(basename "${tag%%:*}").tar"
+  }
+  local ctx="$dest/context"
+  for program in driver launcher-v2; do
+    rm -rf "$ctx"; mkdir "$ctx"; cp "$kfp/bin/$program" "$ctx/"
+    image "$KFP_IMAGE_PREFIX/kfp-$program:$KFP_VERSION" go-program "$ctx" --build-arg "PROGRAM=$program"
+  done
+  for program in workflow-controller argoexec; do
+    rm -rf "$ctx"; mkdir "$ctx"; cp "$argo/bin/$program" "$ctx/"
+    image "$KFP_IMAGE_PREFIX/argo-$program:$ARGO_VERSION" go-program "$ctx" --build-arg "PROGRAM=$program"
+  done
+  rm -rf "$ctx"; mkdir -p "$ctx/config"; cp "$kfp/bin/apiserver" "$ctx/"
+  cp "$kfp/src/backend/src/apiserver/config/config.json" "$ctx/config/"
+  echo '{"loadSamplesOnRestart": false, "pipelines": []}' >"$ctx/config/sample_config.json"
+  image "$KFP_IMAGE_PREFIX/kfp-api-server:$KFP_VERSION" kfp-apiserver "$ctx"
+  rm -rf "$ctx"; mkdir "$ctx"; cp "$kfp/bin/persistence_agent" "$ctx/"
+  image "$KFP_IMAGE_PREFIX/kfp-persistence-agent:$KFP_VERSION" kfp-persistence-agent "$ctx"
+  rm -rf "$ctx"; mkdir -p "$ctx/wheels"; cp "$images/mlmd/"{requirements.txt,metadata_store_server.py} "$ctx/"
+  "$CLUSTER_PY" -m pip download -q --only-binary=:all: --python-version 3.11 --platform manylinux2014_x86_64 \
+    --no-deps -d "$ctx/wheels" -r "$images/mlmd/requirements.txt"
+  image "$KFP_IMAGE_PREFIX/ml-metadata-server:$MLMD_VERSION" mlmd "$ctx" --build-arg "PYTHON_VERSION=$(pin "$pins" PYTHON_VERSION)"
+  rm -rf "$ctx"; mkdir "$ctx"; cp "$images/postgresql/entrypoint.sh" "$ctx/"
+  image "$KFP_IMAGE_PREFIX/postgresql:15" postgresql "$ctx" --build-arg "POSTGRESQL_VERSION=$POSTGRESQL_VERSION" \
+    --build-arg "NSS_WRAPPER_VERSION=$NSS_WRAPPER_VERSION"
+  rm -rf "$ctx"; mkdir "$ctx"; cp "$weed" "$ctx/"
+  image "$KFP_IMAGE_PREFIX/seaweedfs:${SEAWEEDFS_VERSION##*-}" seaweedfs "$ctx" --build-arg "WGET_VERSION=$WGET_VERSION"
+  rm -rf "$ctx"; mkdir "$ctx"
+  image "$KFP_IMAGE_PREFIX/waiter:1" waiter "$ctx" --build-arg "NETCAT_VERSION=$NETCAT_VERSION"
+  rm -rf "$ctx"
+  touch "$dest/.done"
+}
+
+# The Docker engine of the image tests (tests/support/docker_engine.py): reused when it answers,
+# else started with the same state folders and stopped when this script ends.
+docker_engine() {
+  local state="$BUILD_CACHE/docker"
+  export DOCKER_HOST="unix://$state/docker.sock"
+  docker version --format '{{.Server.Version}}' >/dev/null 2>&1 && return 0
+  command -v dockerd >/dev/null || { echo "cluster build: dockerd is missing (bash scripts/setup.sh test installs it)" >&2; exit 1; }
+  mkdir -p "$state"
+  dockerd --data-root "$state/data" --exec-root "$state/exec" --pidfile "$state/docker.pid" -H "$DOCKER_HOST" \
+    >>"$state/dockerd.log" 2>&1 &
+  local pid=$!
+  trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
+  local i
+  for i in $(seq 60); do
+    docker version --format '{{.Server.Version}}' >/dev/null 2>&1 && return 0
+    sleep 1
+  done
+  echo "cluster build: dockerd did not start (see $state/dockerd.log)" >&2; exit 1
+}
+
 # Usage: build.sh [PART...] (default: every part; PART is debian, pause, kubernetes, jobset,
-# trainer, coredns, kuberouter or seaweedfs). build.sh --built: exit 0 when every part is already in the cache (how
+# trainer, coredns, kuberouter, seaweedfs, argo, kfp or kfp_images). build.sh --built: exit 0 when every part is already in the cache (how
 # `make test` decides whether its run includes the cluster lane), 1 otherwise; builds nothing.
 if [ "${1:-}" = --built ]; then
   for dest in "kubernetes-$K8S_VERSION" "jobset-$JOBSET_VERSION" "trainer-$TRAINER_VERSION" \
               "coredns-$COREDNS_VERSION" "kube-router-$KUBE_ROUTER_VERSION" "seaweedfs-$SEAWEEDFS_VERSION" \
-              pause-1; do
+              pause-1 "argo-$ARGO_VERSION" "kfp-$KFP_VERSION" "kfp-images-$KFP_VERSION-$(kfp_images_key)"; do
     [ -f "$CLUSTER_CACHE/$dest/.done" ] || exit 1
   done
   compgen -G "$CLUSTER_CACHE/debian-*/.done" >/dev/null || exit 1
   exit 0
 fi
 started=$(date +%s)
-for part in "${@:-debian pause kubernetes jobset trainer coredns kuberouter seaweedfs}"; do
+for part in "${@:-debian pause kubernetes jobset trainer coredns kuberouter seaweedfs argo kfp kfp_images}"; do
   for one in $part; do "build_$one"; done
 done
 if [ -d "$GOCACHE_DIR" ]; then

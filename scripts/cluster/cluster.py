@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import secrets
 import shlex
 import shutil
 import signal
@@ -719,151 +718,182 @@ def start_kubeflow() -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(hooks))
 
 
-# --- KFP's object store ------------------------------------------------------------------------
+# --- Kubeflow Pipelines ------------------------------------------------------------------------
 
-STORE_NAMESPACE = "kubeflow"
-STORE_BUCKETS = ("mlpipeline", "mlflow")  # KFP's bucket; the chart's default MLflow artifact bucket
+KFP_NAMESPACE = "kubeflow"
+# KFP's own manifests, as upstream documents a standalone install: the cluster-scoped resources, then
+# the PostgreSQL variant (API server, persistence agent, Argo's controller, ML Metadata, SeaweedFS).
+KFP_CLUSTER_SCOPED = "cluster-scoped-resources"
+KFP_ENV = "env/platform-agnostic-postgresql"
+# What a cluster without a registry and with two cores changes, through kustomize alone: the
+# images (built here, on the node), and no replicas for the parts a submitted run does not use
+# (the v1 cache webhook and its deployer, the v1 metadata writer, recurring runs, the UI and its
+# envoy, the viewer and visualization servers).
+KFP_IDLE = (
+    "cache-deployer-deployment",
+    "cache-server",
+    "metadata-envoy-deployment",
+    "metadata-writer",
+    "ml-pipeline-scheduledworkflow",
+    "ml-pipeline-ui",
+    "ml-pipeline-viewer-crd",
+    "ml-pipeline-visualizationserver",
+)
+KFP_SERVING = (
+    "postgres",
+    "metadata-postgres-db",
+    "seaweedfs",
+    "metadata-grpc-deployment",
+    "ml-pipeline",
+    "ml-pipeline-persistenceagent",
+    "workflow-controller",
+)
+# Claims of KFP's manifests, each bound to a folder of this machine (no storage provisioner runs here).
+KFP_CLAIMS = {"postgres-pvc": "20Gi", "metadata-postgres": "20Gi", "seaweedfs-pvc": "20Gi"}
+VOLUMES = RUN / "volumes"
 
 
-def store_keys() -> dict[str, str]:
-    """The store's admin keys: made once per cluster run folder, never printed."""
-    path = RUN / "object-store-keys.json"
-    if not path.exists():
-        path.touch(mode=0o600)
-        path.write_text(json.dumps({"accesskey": secrets.token_hex(10), "secretkey": secrets.token_urlsafe(30)}))
-    return json.loads(path.read_text())
-
-
-def store_manifests(image: str, keys: dict[str, str]) -> list[dict]:
-    """What kubeflow/manifests' KFP 2.16+ installs for its store (pipelines
-    manifests/kustomize/third-party/seaweedfs): Deployment `seaweedfs` (label app=seaweedfs,
-    `weed server -s3 -iam`), its Service, and the admin keys in Secret `mlpipeline-minio-artifact`
-    (keys `accesskey`/`secretkey`). Differences: the keys reach weed as an -s3.config file instead of
-    an init Job's `weed shell` (this image has no shell), the data lies in an emptyDir, and the
-    Service also serves S3 on 8333 beside 9000."""
-    labels = {"app": "seaweedfs"}
-    identity = {
-        "identities": [
-            {
-                "name": "kubeflow-admin",
-                "credentials": [{"accessKey": keys["accesskey"], "secretKey": keys["secretkey"]}],
-                "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-            }
-        ]
+def kfp_images() -> dict[str, tuple[str, str]]:
+    """The last part of an upstream image's name -> (our image, tag), as scripts/cluster/build.sh
+    tags them: `.../kfp-api-server:2.17.0` -> invfold.test/kfp-api-server:2.17.0."""
+    prefix, kfp, argo = os.environ["KFP_IMAGE_PREFIX"], os.environ["KFP_VERSION"], os.environ["ARGO_VERSION"]
+    return {
+        "kfp-api-server": (f"{prefix}/kfp-api-server", kfp),
+        "kfp-persistence-agent": (f"{prefix}/kfp-persistence-agent", kfp),
+        "workflow-controller": (f"{prefix}/argo-workflow-controller", argo),
+        "ml_metadata_store_server": (f"{prefix}/ml-metadata-server", os.environ["MLMD_VERSION"]),
+        "postgres": (f"{prefix}/postgresql", "15"),
+        "alpine": (f"{prefix}/waiter", "1"),
+        "seaweedfs": (f"{prefix}/seaweedfs", os.environ["SEAWEEDFS_VERSION"].rsplit("-", 1)[-1]),
     }
-    meta = {"namespace": STORE_NAMESPACE}
-    restricted = {
-        "allowPrivilegeEscalation": False,
-        "runAsNonRoot": True,
-        "runAsUser": 65535,
-        "capabilities": {"drop": ["ALL"]},
-        "seccompProfile": {"type": "RuntimeDefault"},
-    }
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": STORE_NAMESPACE}},
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "mlpipeline-minio-artifact", **meta},
-            "stringData": keys,
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "seaweedfs-s3-config", **meta},
-            "stringData": {"s3.json": json.dumps(identity)},
-        },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "seaweedfs", "labels": labels, **meta},
-            "spec": {
-                "replicas": 1,
-                "strategy": {"type": "Recreate"},
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": {**labels, "application-crd-id": "kubeflow-pipelines"}},
-                    "spec": {
-                        "automountServiceAccountToken": False,
-                        "containers": [
-                            {
-                                "name": "seaweedfs",
-                                "image": image,
-                                "imagePullPolicy": "Never",
-                                "args": [
-                                    "server",
-                                    "-dir=/data",
-                                    "-s3",
-                                    "-iam",
-                                    "-s3.config=/etc/seaweedfs/s3.json",
-                                    # Each bucket grows 7 volumes at its first write; the default
-                                    # 8 volume slots leave the second bucket none.
-                                    "-master.volumeSizeLimitMB=256",
-                                    "-volume.max=64",
-                                ],
-                                "ports": [{"containerPort": p} for p in (8333, 8111, 9333, 19333, 8888, 18888)],
-                                "readinessProbe": {"httpGet": {"path": "/status", "port": 8333}, "periodSeconds": 2},
-                                "securityContext": restricted,
-                                "resources": {"requests": {"cpu": "20m", "memory": "100Mi"}},
-                                "volumeMounts": [
-                                    {"name": "data", "mountPath": "/data"},
-                                    {"name": "tmp", "mountPath": "/tmp"},
-                                    {"name": "config", "mountPath": "/etc/seaweedfs", "readOnly": True},
-                                ],
-                            }
-                        ],
-                        "volumes": [
-                            {"name": "data", "emptyDir": {}},
-                            {"name": "tmp", "emptyDir": {}},
-                            {"name": "config", "secret": {"secretName": "seaweedfs-s3-config"}},
-                        ],
-                    },
-                },
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "seaweedfs", **meta},
-            "spec": {
-                "selector": labels,
-                "ports": [
-                    {"name": "http-s3", "port": 8333, "targetPort": 8333},
-                    {"name": "http", "port": 9000, "targetPort": 8333},
-                    {"name": "http-iam", "port": 8111, "targetPort": 8111},
-                    {"name": "http-master", "port": 9333, "targetPort": 9333},
-                    {"name": "grpc-master", "port": 19333, "targetPort": 19333},
-                    {"name": "http-filer", "port": 8888, "targetPort": 8888},
-                    {"name": "grpc-filer", "port": 18888, "targetPort": 18888},
-                ],
-            },
-        },
+
+
+def upstream_images(rendered: str) -> set[str]:
+    """The image names (without tags) of upstream's rendered manifests."""
+    names = set()
+    for doc in yaml.safe_load_all(rendered):
+        pod = ((doc or {}).get("spec", {}).get("template") or {}).get("spec") or {}
+        for container in pod.get("initContainers", []) + pod.get("containers", []):
+            names.add(container["image"].split("@")[0].rsplit(":", 1)[0])
+    return names
+
+
+def kfp_overlay(rendered: str) -> dict:
+    """The kustomization that installs KFP: upstream's variant plus the changes named above (each
+    of our images replaces the upstream image of the same last name in `rendered`, upstream's
+    manifests as kustomize renders them), and two that its manifests need: the API server's driver
+    and launcher images (the PostgreSQL variant's env replaces the base's list and drops
+    V2_DRIVER_IMAGE / V2_LAUNCHER_IMAGE, so runs would name the `:latest` driver), and Argo's
+    executor image (a flag)."""
+    prefix, kfp, argo = os.environ["KFP_IMAGE_PREFIX"], os.environ["KFP_VERSION"], os.environ["ARGO_VERSION"]
+    ours = kfp_images()
+    images = [
+        {"name": name, "newName": ours[name.rsplit("/", 1)[-1]][0], "newTag": ours[name.rsplit("/", 1)[-1]][1]}
+        for name in sorted(upstream_images(rendered))
+        if name.rsplit("/", 1)[-1] in ours
     ]
-
-
-def start_object_store() -> None:
-    """SeaweedFS in `kubeflow` with KFP's bucket and MLflow's, reachable in-cluster at
-    http://seaweedfs.kubeflow:8333 (and :9000); applying it again changes nothing."""
-    folder, image = part("CLUSTER_SEAWEEDFS_DIR"), os.environ["CLUSTER_SEAWEEDFS_IMAGE"]
-    debian = part("CLUSTER_DEBIAN_ROOT")
-    ctr = [str(debian / "usr/bin/ctr"), "--address", str(RUN / "containerd" / "containerd.sock"), "-n", "k8s.io"]
-    if image not in sh(*ctr, "images", "ls", "-q").stdout.split():
-        sh(*ctr, "images", "import", str(folder / "seaweedfs.tar"))
-    docs = store_manifests(image, store_keys())
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
-    kubectl("-n", STORE_NAMESPACE, "rollout", "status", "deployment/seaweedfs", "--timeout=180s")
-    pod_ip = kubectl(
-        "-n", STORE_NAMESPACE, "get", "pods", "-l", "app=seaweedfs", "-o", "jsonpath={.items[0].status.podIP}"
-    ).stdout.strip()
-    # Buckets through weed's own admin shell, as KFP's init Job does (from here: the pod has no shell).
-    weed = [str(folder / "bin" / "weed"), "shell", f"-master={pod_ip}:9333"]
-    listed = {
-        line.split()[0] for line in sh(*weed, input="s3.bucket.list\n", timeout=120).stdout.splitlines() if line.strip()
+    env = [
+        {"name": "V2_DRIVER_IMAGE", "value": f"{prefix}/kfp-driver:{kfp}"},
+        {"name": "V2_LAUNCHER_IMAGE", "value": f"{prefix}/kfp-launcher-v2:{kfp}"},
+    ]
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        # kustomize takes bases by relative path only.
+        "resources": [os.path.relpath(part("CLUSTER_KFP_DIR") / "manifests" / KFP_ENV, RUN / "kfp")],
+        "images": images,
+        "replicas": [{"name": name, "count": 0} for name in KFP_IDLE],
+        "patches": [
+            {
+                "target": {"kind": "Deployment", "name": "ml-pipeline"},
+                "patch": json.dumps(
+                    [{"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": item} for item in env]
+                ),
+            },
+            {
+                "target": {"kind": "Deployment", "name": "workflow-controller"},
+                "patch": json.dumps(
+                    [
+                        {"op": "test", "path": "/spec/template/spec/containers/0/args/2", "value": "--executor-image"},
+                        {
+                            "op": "replace",
+                            "path": "/spec/template/spec/containers/0/args/3",
+                            "value": f"{prefix}/argo-argoexec:{argo}",
+                        },
+                    ]
+                ),
+            },
+        ],
     }
-    missing = [bucket for bucket in STORE_BUCKETS if bucket not in listed]
-    if missing:
-        sh(*weed, input="".join(f"s3.bucket.create -name {bucket}\n" for bucket in missing), timeout=120)
-    log(f"object store up: http://seaweedfs.{STORE_NAMESPACE}:8333, buckets {', '.join(STORE_BUCKETS)}")
+
+
+def not_built_here(rendered: str) -> list[str]:
+    """The images of `rendered`'s Deployments with replicas that are not ours."""
+    prefix, foreign = os.environ["KFP_IMAGE_PREFIX"] + "/", []
+    for doc in yaml.safe_load_all(rendered):
+        if (doc or {}).get("kind") != "Deployment" or doc["spec"].get("replicas", 1) == 0:
+            continue
+        pod = doc["spec"]["template"]["spec"]
+        images = [c["image"] for c in pod.get("initContainers", []) + pod["containers"]]
+        foreign += [image for image in images if not image.startswith(prefix)]
+    return sorted(set(foreign))
+
+
+def kfp_volumes() -> list[dict]:
+    """A PersistentVolume per claim of KFP's manifests, bound to it, on a folder of the run state
+    (world-writable: a hostPath volume ignores the pods' fsGroup)."""
+    volumes = []
+    for claim, size in KFP_CLAIMS.items():
+        folder = VOLUMES / claim
+        folder.mkdir(parents=True, exist_ok=True)
+        folder.chmod(0o777)
+        volumes.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": f"kfp-{claim}"},
+                "spec": {
+                    "capacity": {"storage": size},
+                    "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "storageClassName": "",
+                    "claimRef": {"namespace": KFP_NAMESPACE, "name": claim},
+                    "hostPath": {"path": str(folder), "type": "Directory"},
+                },
+            }
+        )
+    return volumes
+
+
+def node_ctr() -> list[str]:
+    debian = part("CLUSTER_DEBIAN_ROOT")
+    return [str(debian / "usr/bin/ctr"), "--address", str(RUN / "containerd" / "containerd.sock"), "-n", "k8s.io"]
+
+
+def start_pipelines() -> None:
+    """KFP from upstream's manifests, its images imported into the node first; applying it again
+    changes nothing. The API server answers at http://ml-pipeline.kubeflow:8888 in the cluster."""
+    started = time.monotonic()
+    present = set(sh(*node_ctr(), "images", "ls", "-q").stdout.split())
+    for archive in sorted(part("CLUSTER_KFP_IMAGES_DIR").glob("*.tar")):
+        names = {entry["RepoTags"][0] for entry in json.loads(sh("tar", "-xOf", str(archive), "manifest.json").stdout)}
+        if not names <= present:
+            sh(*node_ctr(), "images", "import", str(archive))
+    manifests = part("CLUSTER_KFP_DIR") / "manifests"
+    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(manifests / KFP_CLUSTER_SCOPED))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(kfp_volumes()))
+    overlay = RUN / "kfp"
+    overlay.mkdir(exist_ok=True)
+    rendered = kubectl("kustomize", str(manifests / KFP_ENV)).stdout
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kfp_overlay(rendered), sort_keys=False))
+    foreign = not_built_here(kubectl("kustomize", str(overlay)).stdout)
+    if foreign:
+        sys.exit(f"cluster: KFP's manifests run images no part builds (nothing can be pulled here): {foreign}")
+    kubectl("apply", "--server-side", "--force-conflicts", "-k", str(overlay))
+    for name in KFP_SERVING:
+        kubectl("-n", KFP_NAMESPACE, "rollout", "status", f"deployment/{name}", "--timeout=600s")
+    log(f"Kubeflow Pipelines up in {time.monotonic() - started:.0f} s: http://ml-pipeline.{KFP_NAMESPACE}:8888")
 
 
 def healthy() -> bool:
@@ -879,7 +909,7 @@ def up() -> None:
     started = time.monotonic()
     RUN.mkdir(parents=True, exist_ok=True)
     if healthy():
-        start_object_store()
+        start_pipelines()
         log(f"the cluster is already running: export KUBECONFIG={KUBECONFIG}")
         return
     if any(pid_of(name) for name in COMPONENTS):
@@ -893,7 +923,7 @@ def up() -> None:
     wait_for(f"node {NODE} Ready", node_ready, 180, "kubelet")
     start_policy_enforcer()
     start_kubeflow()
-    start_object_store()
+    start_pipelines()
     log(f"cluster up in {time.monotonic() - started:.0f} s: export KUBECONFIG={KUBECONFIG}")
 
 
@@ -959,7 +989,8 @@ def down() -> None:
     # The cluster's state goes. The PKI stays for the next `up`, and so do the images imported into
     # containerd (containerd/root): nothing can be pulled here, and a runtime image takes minutes to
     # import. `purge` removes them too.
-    for name in ("etcd", "kubelet", "pod-logs", "containerd/state", "cni", "trainer-tmp", "webhook-certs"):
+    state = ("etcd", "kubelet", "pod-logs", "containerd/state", "cni", "trainer-tmp", "webhook-certs", "volumes", "kfp")
+    for name in state:
         shutil.rmtree(RUN / name, ignore_errors=True)
     KUBECONFIG.unlink(missing_ok=True)
     log("cluster down")

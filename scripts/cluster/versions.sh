@@ -16,7 +16,6 @@ KUBE_ROUTER_VERSION=v2.1.0
 # KFP 2.16+'s object store. SeaweedFS tags its releases without the "v" Go needs ("4.53"), so the
 # module proxy serves commits only: this one reports version 4.53.
 SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
-CLUSTER_SEAWEEDFS_IMAGE="invfold.test/seaweedfs:${SEAWEEDFS_VERSION##*-}"
 # Debian bookworm packages, extracted into a private root (no services, no post-install steps).
 DEBIAN_PACKAGES=(
   "etcd-server=3.4.23-4+b4"
@@ -28,3 +27,29 @@ DEBIAN_PACKAGES=(
   "libipset13=7.17-1"
 )
 GO_MIN=1.26.0
+# Kubeflow Pipelines' backend, built from upstream's source at its tag (the module proxy refuses
+# github.com/kubeflow/pipelines): the tarball ../shared/upstream holds, checked against its sha256,
+# or a clone of the tag where that is missing. KFP 2.17 pins Argo Workflows v4.0.5.
+KFP_VERSION=2.17.0
+KFP_COMMIT=4a3592cb2dd0a91a4652ab93893ec8beda1f3158
+KFP_SOURCE_SHA256=5a57c14baa45ff939f26aa7880305d326f0c78917118d0c5fc276f80f5f8c523
+ARGO_VERSION=v4.0.5
+# ML Metadata's store (the C++ library in PyPI's wheel, behind its generated gRPC service).
+MLMD_VERSION=1.17.1
+# Debian bookworm packages of the images of KFP's install (scripts/cluster/images).
+POSTGRESQL_VERSION=15.20-0+deb12u1
+WGET_VERSION=1.21.3-1+deb12u1
+NETCAT_VERSION=1.219-1
+NSS_WRAPPER_VERSION=1.1.12-1
+# The names those images have on the node (nothing is pulled there).
+KFP_IMAGE_PREFIX=invfold.test
+
+# The value of KEY in an images/bases/*.args file.
+pin() { sed -n "s/^$2=//p" "$1"; }
+# The key of the built images of KFP's install: they change with their Dockerfiles and files, the
+# parts they hold and the pins.
+kfp_images_key() {
+  { find scripts/cluster/images -type f -print0 | sort -z | xargs -0 sha256sum
+    echo "$KFP_VERSION $ARGO_VERSION $MLMD_VERSION $SEAWEEDFS_VERSION $POSTGRESQL_VERSION $WGET_VERSION $NETCAT_VERSION $NSS_WRAPPER_VERSION"
+    pin images/bases/bookworm.args PYTHON_VERSION; } | sha256sum | cut -c1-12
+}

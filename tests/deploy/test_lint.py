@@ -11,13 +11,19 @@ import pytest
 from tests.support.deploy_tools import REPO, run, tool
 
 DOCKERFILES = sorted(REPO.glob("images/*/Dockerfile"))
+# The test cluster's images of KFP's install (scripts/cluster/build.sh builds them).
+CLUSTER_DOCKERFILES = sorted(REPO.glob("scripts/cluster/images/*/Dockerfile"))
 
 
 def test_there_is_a_dockerfile_per_image():
     assert {p.parent.name for p in DOCKERFILES} == {"runtime", "mpi", "deepspeed", "horovod", "mlflow"}
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[p.parent.name for p in DOCKERFILES])
+@pytest.mark.parametrize(
+    "dockerfile",
+    DOCKERFILES + CLUSTER_DOCKERFILES,
+    ids=[p.parent.name for p in DOCKERFILES] + [f"cluster-{p.parent.name}" for p in CLUSTER_DOCKERFILES],
+)
 def test_hadolint_is_clean(dockerfile):
     proc = run([tool("hadolint"), "--no-color", "--failure-threshold", "style", str(dockerfile)], check=False)
     assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
