@@ -722,7 +722,7 @@ def start_kubeflow() -> None:
 # --- KFP's object store ------------------------------------------------------------------------
 
 STORE_NAMESPACE = "kubeflow"
-STORE_BUCKETS = ("mlpipeline", "mlflow")  # KFP's bucket; the chart's default MLflow artifact bucket
+STORE_BUCKETS = ("mlpipeline",)  # the only bucket KFP's store init creates (no other: installs have none)
 
 
 def store_keys() -> dict[str, str]:
@@ -842,7 +842,7 @@ def store_manifests(image: str, keys: dict[str, str]) -> list[dict]:
 
 
 def start_object_store() -> None:
-    """SeaweedFS in `kubeflow` with KFP's bucket and MLflow's, reachable in-cluster at
+    """SeaweedFS in `kubeflow` with KFP's bucket alone, reachable in-cluster at
     http://seaweedfs.kubeflow:8333 (and :9000); applying it again changes nothing."""
     folder, image = part("CLUSTER_SEAWEEDFS_DIR"), os.environ["CLUSTER_SEAWEEDFS_IMAGE"]
     debian = part("CLUSTER_DEBIAN_ROOT")
