@@ -1,18 +1,20 @@
-"""Training on a store whose keys cannot delete: KFP 2.16's profile keys.
+"""Training on a store whose keys cannot delete.
 
 A real SeaweedFS (`weed server -s3 -iam`, the binary scripts/cluster/build.sh builds for the test
-cluster's object store; no cluster is started) on loopback, and a namespace's keys minted as KFP's
-profile controller mints them: kubeflow/pipelines 2.16.0
-manifests/kustomize/base/installs/multi-user/pipelines-profile-controller/sync.py calls the store's
-IAM API with `create_access_key(UserName=<ns>)` and `put_user_policy` allowing s3:Put*, s3:Get*,
-s3:List* on mlpipeline/{artifacts,private-artifacts/<ns>,private/<ns>,shared}/*; 2.17.0 adds
-s3:DeleteObject. A real `invfold train` then checkpoints under s3://mlpipeline/private/<ns>/ with
-keep_checkpoints 1: under the 2.16 policy every delete is refused and training finishes (one
-warning, the summary says pruning stopped); under the 2.17 policy the old checkpoints go.
+cluster's object store; no cluster is started) on loopback, set up as KFP's manifests set it up,
+and a namespace's keys minted as KFP's profile controller mints them (kubeflow/pipelines
+manifests/kustomize/base/installs/multi-user/pipelines-profile-controller/sync.py:
+`create_access_key(UserName=<ns>)`, then `put_user_policy` on
+mlpipeline/{artifacts,private-artifacts/<ns>,private/<ns>,shared}/*). 2.16.0 allows s3:Put*,
+s3:Get*, s3:List*; 2.17.0 adds s3:DeleteObject and the bucket policy `ensure_bucket_list_policy`,
+without which this SeaweedFS refuses a profile's keys even the listing of their own prefix (found
+here: `invfold train` stops at its resume check). So the keys that cannot delete are 2.17's
+without s3:DeleteObject: a real `invfold train` checkpointing every step with keep_checkpoints 1
+finishes, with one warning, every checkpoint kept and the summary saying pruning stopped; with
+2.17's rights the old checkpoints go.
 
-The weed binary here is the lane's build (scripts/cluster/versions.sh SEAWEEDFS_VERSION), which is
-not the 4.00 image KFP 2.16.0's manifests run (seaweedfs-deployment.yaml): the policy is 2.16's,
-the server that enforces it is newer."""
+The weed here is the lane's build (scripts/cluster/versions.sh SEAWEEDFS_VERSION), not the 4.00
+image KFP 2.16.0's manifests run (seaweedfs-deployment.yaml), whose IAM may map the actions otherwise."""
 
 from __future__ import annotations
 
@@ -29,8 +31,40 @@ import pytest
 from tests.support.paths import REPO
 from tests.support.training import summary
 
-KFP_2_16 = ["s3:Put*", "s3:Get*", "s3:List*"]
+NO_DELETE = ["s3:Put*", "s3:Get*", "s3:List*"]  # 2.16.0's actions
 KFP_2_17 = ["s3:Put*", "s3:Get*", "s3:List*", "s3:DeleteObject"]
+
+
+def bucket_list_policy() -> dict:
+    """2.17.0 sync.py `ensure_bucket_list_policy`, as the profile controller sets it on mlpipeline."""
+    bucket = "arn:aws:s3:::mlpipeline"
+    own = ["private-artifacts/${aws:username}/*", "private/${aws:username}/*"]
+    allow = {"Effect": "Allow", "Principal": "*", "Action": "s3:ListBucket", "Resource": bucket}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "AllowOwnDeepList",
+                **allow,
+                "Condition": {"StringLike": {"s3:prefix": [*own, "artifacts/*", "shared/*"]}},
+            },
+            {"Sid": "AllowHeadBucket", **allow, "Condition": {"StringEquals": {"s3:RequestMethod": "HEAD"}}},
+            {
+                "Sid": "AllowTopLevelDelimitedBrowse",
+                **allow,
+                "Condition": {"Null": {"s3:prefix": "true"}, "StringEquals": {"s3:delimiter": "/"}},
+            },
+            {
+                "Sid": "DenyOtherDeepList",
+                **allow,
+                "Effect": "Deny",
+                "Condition": {
+                    "StringLike": {"s3:prefix": ["private-artifacts/*", "private/*"]},
+                    "StringNotLike": {"s3:prefix": own},
+                },
+            },
+        ],
+    }
 
 
 def resources(namespace: str) -> list[str]:
@@ -83,33 +117,26 @@ def free_ports(count: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """SeaweedFS with KFP's admin identity and bucket `mlpipeline`; yields (s3 url, iam url, admin keys)."""
+    """SeaweedFS set up as KFP's init does it (kubeflow/pipelines 2.16.0 / 2.17.0
+    manifests/kustomize/third-party/seaweedfs/base/seaweedfs/seaweedfs-deployment.yaml: `weed shell`
+    `s3.bucket.create --name mlpipeline` and `s3.configure -user kubeflow-admin ... -actions Admin
+    -apply`); yields (s3 url, iam url, admin keys)."""
     import boto3
 
     weed = weed_binary()
     root = tmp_path_factory.mktemp("seaweedfs")
+    (root / "data").mkdir()
     admin = {"accessKey": "kubeflow-admin-" + os.urandom(4).hex(), "secretKey": os.urandom(20).hex()}
-    config = root / "s3.json"
-    config.write_text(
-        json.dumps(
-            {
-                "identities": [
-                    {"name": "kubeflow-admin", "credentials": [admin], "actions": ["Admin", "Read", "Write", "List"]}
-                ]
-            }
-        )
-    )
     master, volume, filer, s3, iam = free_ports(5)
     log = open(root / "weed.log", "w")  # noqa: SIM115 - the server's lifetime
     proc = subprocess.Popen(
         [str(weed), "server", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
         + [f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", "-s3", f"-s3.port={s3}"]
-        + [f"-s3.config={config}", "-iam", f"-iam.port={iam}", "-master.volumeSizeLimitMB=64"],
+        + ["-iam", f"-iam.port={iam}", "-master.volumeSizeLimitMB=64"],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    (root / "data").mkdir(exist_ok=True)
     s3_url, iam_url = f"http://127.0.0.1:{s3}", f"http://127.0.0.1:{iam}"
     client = boto3.client(
         "s3",
@@ -118,16 +145,24 @@ def store(tmp_path_factory):
         aws_secret_access_key=admin["secretKey"],
         region_name="foobar",
     )
-    deadline = time.monotonic() + 120
+    shell = [str(weed), "shell", f"-master=127.0.0.1:{master}", f"-filer=127.0.0.1:{filer}"]
+    commands = (
+        "s3.bucket.create --name mlpipeline\n"
+        f"s3.configure -user kubeflow-admin -access_key {admin['accessKey']} -secret_key {admin['secretKey']} "
+        "-actions Admin -apply\n"
+    )
+    deadline = time.monotonic() + 180
     while True:
+        subprocess.run(shell, input=commands, capture_output=True, text=True, timeout=120)
         try:
-            client.create_bucket(Bucket="mlpipeline")  # what KFP's store init does
+            client.head_bucket(Bucket="mlpipeline")
             break
         except Exception:
             if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail(f"weed did not serve S3: {(root / 'weed.log').read_text()[-3000:]}")
-            time.sleep(1)
+                os.killpg(proc.pid, 9)
+                pytest.fail(f"weed did not serve S3 with the admin keys: {(root / 'weed.log').read_text()[-3000:]}")
+            time.sleep(2)
+    client.put_bucket_policy(Bucket="mlpipeline", Policy=json.dumps(bucket_list_policy()))
     yield s3_url, iam_url, admin
     os.killpg(proc.pid, 15)
     proc.wait(timeout=30)
@@ -170,6 +205,7 @@ def train(store, keys: dict, data: str, out: Path, root: str) -> subprocess.Comp
 
 
 def step_folders(store, keys: dict, namespace: str, name: str) -> list[str]:
+    """The checkpoint folders under s3://mlpipeline/private/<namespace>/<name>/ that hold objects."""
     import boto3
 
     client = boto3.client(
@@ -179,12 +215,13 @@ def step_folders(store, keys: dict, namespace: str, name: str) -> list[str]:
         aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
         region_name="foobar",
     )
-    listed = client.list_objects_v2(Bucket="mlpipeline", Prefix=f"private/{namespace}/{name}/", Delimiter="/")
-    return sorted(p["Prefix"].rstrip("/").rsplit("/", 1)[-1] for p in listed.get("CommonPrefixes", []))
+    prefix = f"private/{namespace}/{name}/"
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket="mlpipeline", Prefix=prefix).get("Contents", [])]
+    return sorted({key.removeprefix(prefix).split("/", 1)[0] for key in keys})  # folders holding objects
 
 
-def test_kfp_2_16_keys_cannot_delete_and_training_goes_on(store, sample_prepared, tmp_path):
-    keys = profile_keys(store, "team-a", KFP_2_16)
+def test_keys_that_cannot_delete_stop_the_pruning_not_the_training(store, sample_prepared, tmp_path):
+    keys = profile_keys(store, "team-a", NO_DELETE)
     proc = train(store, keys, sample_prepared, tmp_path / "out", "s3://mlpipeline/private/team-a/ckpt")
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stderr.count("refused to delete an old checkpoint") == 1, proc.stderr[-4000:]
