@@ -31,9 +31,11 @@ lint:
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
 	bash scripts/lint_imports.sh
+	.venv/bin/python scripts/lint_lazy_imports.py
 
 # every generated file in the repository, rewritten from its source (see ARCHITECTURE.md's table)
 generate:
+	.venv/bin/python scripts/generate_signatures.py
 	.venv/bin/invfold compile
 	.venv/bin/invfold compile --pipeline design
 	.venv/bin/python scripts/generate_schemas.py

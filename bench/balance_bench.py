@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 
+import conditions
 import numpy as np
 
 
@@ -58,6 +59,7 @@ def main() -> int:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--json")
     args = parser.parse_args()
+    watch = conditions.start()
 
     from invfold.components.prep.shards import open_prepared
 
@@ -81,9 +83,11 @@ def main() -> int:
                 f"| {world} | {budget} | {row['random']:.3f} | {row['pairs']:.3f} | **{row['interleaved']:.3f}** |",
                 flush=True,
             )
+    report = watch.finish(torch_info=False)  # the sampler's arithmetic: no torch
+    conditions.print_report(report)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"source": source, "rows": rows}, fh, indent=2)
+            json.dump({"source": source, "rows": rows, "conditions": report}, fh, indent=2)
     return 0
 
 

@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+import conditions
+
 
 def measure(argv: list[str]) -> tuple[float, float]:
     """(wall seconds, peak RSS in MB) of one child process."""
@@ -38,6 +40,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--compare", metavar="PYTHON", help="another venv's python: its invfold beside this one")
     args = parser.parse_args()
+    watch = conditions.start()
+    watch.track(every_s=0.25)  # the commands it times, while they run
     tmp = tempfile.mkdtemp(prefix="cli-startup-")
     garbage = os.path.join(tmp, "model.pt")
     with open(garbage, "wb") as fh:
@@ -75,7 +79,8 @@ def main() -> int:
         best, median = min(s for s, _ in runs), statistics.median(s for s, _ in runs)
         peak = max(m for _, m in runs)
         print(f"{name:42} {best:7.3f} {median:9.3f} {peak:8.1f} {best / floor:8.2f} {best / torch_s:8.2f}")
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; repeats {args.repeats}")
+    print(f"repeats {args.repeats}")
+    conditions.print_report(watch.finish())  # torch imported here, after every timing
     return 0
 
 

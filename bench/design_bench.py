@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import conditions
 import numpy as np
 
 REAL = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "real_chain_set.jsonl.gz"
@@ -132,6 +133,7 @@ def main(argv=None) -> int:
     from invfold.components.model.published import load_published
 
     torch.set_num_threads(args.threads)
+    watch = conditions.start(threads=args.threads)
     data = args.data or (str(REAL) if REAL.exists() else bundled_sample())
     proteins = pick_chains(data, [int(x) for x in args.lengths.split(",")])
     proteins.append(pick_complex(bundled_sample(), args.entry, args.chains.split(",")))
@@ -200,7 +202,9 @@ def main(argv=None) -> int:
         "temperature": args.temperature,
         "repeats": args.repeats,
         "proteins": results,
+        "conditions": watch.finish(),
     }
+    conditions.print_report(summary["conditions"])
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
     return 0

@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_bench import launcher_env  # noqa: E402  (bench/ is a folder of scripts, not a package)
+import conditions  # noqa: E402  (bench/ is a folder of scripts, not a package)
+from train_bench import launcher_env  # noqa: E402
 
 CHILD = "INVFOLD_ENCODER_BENCH_CHILD"
 MODES = ("fp32", "bf16", "compile", "bound")
@@ -169,6 +170,8 @@ def main() -> None:
         print(json.dumps(child(args)))
         return
     started = time.monotonic()
+    watch = conditions.start(threads=args.threads)
+    watch.track()  # the measuring child
     proc = subprocess.run(
         [sys.executable, __file__, *sys.argv[1:]],
         env={**launcher_env(args.threads), CHILD: "1"},
@@ -181,6 +184,8 @@ def main() -> None:
     result["wall_s"] = round(time.monotonic() - started, 1)
     print(table(result))
     print(f"wall {result['wall_s']} s, load after {result['load_after'][0]:.1f}")
+    result["conditions"] = watch.finish()
+    conditions.print_report(result["conditions"])
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 

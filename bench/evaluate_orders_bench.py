@@ -16,6 +16,7 @@ import json
 import tempfile
 import time
 
+import conditions
 import torch
 
 from invfold.components.evaluate.config import EvaluateConfig
@@ -34,6 +35,7 @@ def main() -> None:
     parser.add_argument("--prepared", default=None, help="prepared folder (default: the bundled sample)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    watch = conditions.start(threads=args.threads)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         prepared = args.prepared or f"{tmp}/prepared"
@@ -53,6 +55,8 @@ def main() -> None:
             result[f"orders_{orders}_test_chains"] = metrics["datasets"]["test"]["proteins"]
         result["ratio"] = round(result[f"orders_{args.orders}_s"] / result["orders_1_s"], 3)
     print(json.dumps(result))
+    result["conditions"] = watch.finish()
+    conditions.print_report(result["conditions"])
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=2)

@@ -28,6 +28,7 @@ import os
 import tempfile
 import time
 
+import conditions
 import torch
 
 from invfold.components.evaluate.metrics import score_dataset
@@ -105,6 +106,8 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     args.sides = args.sides.split(",")
+    watch = conditions.start(threads=args.threads)
+    watch.track()  # the training processes, as they run
 
     work = tempfile.mkdtemp(prefix="finetune-bench-")
     prepared = args.data
@@ -141,8 +144,10 @@ def main() -> None:
         "threads": args.threads,
         "tokens_per_batch": args.tokens_per_batch,
         **results,
+        "conditions": watch.finish(),
     }
     print(json.dumps(report, indent=2))
+    conditions.print_report(report["conditions"])
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=2)

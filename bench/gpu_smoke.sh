@@ -22,6 +22,7 @@ gpus=$("$PY" -c "import torch; print(torch.cuda.device_count() if torch.cuda.is_
 nproc=$(( gpus >= 2 ? 2 : 1 ))
 log "torch $("$PY" -c 'import torch; print(torch.__version__, torch.version.cuda)'), $gpus GPU(s), $nproc rank(s) per strategy"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+"$PY" bench/conditions.py  # CPU, torch's build, load: the conditions of this run
 
 data=$("$PY" -c "import invfold.data, os; print(os.path.dirname(invfold.data.__file__))")
 log "prep"

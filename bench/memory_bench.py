@@ -31,6 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import conditions
 import psutil
 
 from invfold.components.launch.processes import ENTRYPOINT
@@ -154,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     if "jemalloc" in settings and not SETTINGS["jemalloc"]:
         parser.error("jemalloc is not installed (apt install libjemalloc2)")
     results = {}
+    watch = conditions.start(threads=1)
+    watch.track()  # each setting's training process: the allocator it actually loaded
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.preset or ["default", "proteinmpnn", "small"]:
             runs: dict[str, list[dict]] = {s: [] for s in settings}
@@ -163,8 +166,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(preset, name, runs[name][-1], flush=True)
             results[preset] = summarize(preset, runs)
             print(json.dumps({preset: results[preset]}), flush=True)
+    report = watch.finish()
+    conditions.print_report(report)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+        Path(args.json).write_text(json.dumps({**results, "conditions": report}, indent=2) + "\n")
     return 0
 
 

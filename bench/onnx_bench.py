@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import conditions
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
@@ -112,6 +113,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-length", type=int, default=500)
     parser.add_argument("--json", default=None, help="write the results here")
     args = parser.parse_args(argv)
+    watch = conditions.start(threads=args.threads)
 
     import torch
 
@@ -139,8 +141,12 @@ def main(argv=None) -> int:
             f"overall speedup {result['speedup']:.2f}x best-of (medians {result['median_speedup']:.2f}x, "
             f"lowest per chain {result['min_speedup']:.2f}x), max |diff| {result['max_abs_diff']:.1e}"
         )
+    report = watch.finish()
+    conditions.print_report(report)
     if args.json:
-        Path(args.json).write_text(json.dumps({"data": Path(data).name, "results": results}, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"data": Path(data).name, "results": results, "conditions": report}, indent=2)
+        )
     return 0
 
 

@@ -26,6 +26,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import conditions
+
 TARGET = 1.3
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -54,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = Path(args.runs_dir or tempfile.mkdtemp(prefix="invfold-bench-")) / "runs"
     command = [sys.executable, "-m", "invfold", "run", "--runs-dir", str(runs), "--no-cache", *args.extra]
+    watch = conditions.start()
+    watch.track()  # every step's process
     start = time.perf_counter()
     proc = subprocess.run(command, check=False, capture_output=True, text=True, env={**os.environ})
     wall = time.perf_counter() - start
@@ -102,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         "outside_tasks_s": round(wall - in_tasks, 1),
         "steps": rows,
         "summary": proc.stdout.strip().splitlines()[-14:],
+        "conditions": watch.finish(),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
@@ -117,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         f"(target <= {TARGET})"
     )
     print("\n".join(report["summary"]))
+    conditions.print_report(report["conditions"])
     return 0 if wall / total_compute <= TARGET else 1
 
 

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import conditions
+
 TIME_TARGET = 2.0
 MEMORY_TARGET_GB = 1.5
 
@@ -88,6 +90,8 @@ def main() -> None:
             prep(rest[0], None if rest[1] == "-" else rest[1], rest[2])
         return
 
+    watch = conditions.start()
+    watch.track()  # the baseline and prep children
     with tempfile.TemporaryDirectory(prefix="invfold-prep-bench-", dir=args.workdir) as tmp:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests/support
         from invfold.components.protein.synthetic import SyntheticConfig, write_synthetic_set
@@ -129,6 +133,7 @@ def main() -> None:
             f"peak memory {prep_m:.2f} GB (target < {MEMORY_TARGET_GB}) "
             f"{'OK' if prep_m < MEMORY_TARGET_GB else 'MISSED'}"
         )
+    conditions.print_report(watch.finish())
 
 
 if __name__ == "__main__":

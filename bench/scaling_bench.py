@@ -31,6 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import conditions
 import numpy as np
 
 TARGETS = {"ddp": 0.90, "horovod": 0.85, "deepspeed": 0.85}  # of the ceiling-corrected ideal
@@ -283,6 +284,8 @@ def main() -> int:
         except json.JSONDecodeError:
             args.train_options[field] = value
     args.seeds = [int(s) for s in args.seeds.split(",")]
+    watch = conditions.start(threads=args.threads)
+    watch.track()  # every rank of every job
 
     with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
         root = Path(tmp)
@@ -295,6 +298,8 @@ def main() -> int:
             print_scaling(report, args)
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     log(f"largest peak RSS of any process of the bench: {peak:.1f} GB")
+    report["conditions"] = watch.finish()
+    conditions.print_report(report["conditions"])
     if args.json:
         report["args"] = {k: v for k, v in vars(args).items()}
         report["largest_process_peak_rss_gb"] = peak

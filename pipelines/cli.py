@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shlex
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
+from invfold import __version__
 from invfold.errors import ConfigError
 from invfold.options import add_command, from_args, option
-from invfold.pipelines.parameters import add_pipeline_options, check_parameters, given_parameters
+from invfold.pipelines.parameters import add_pipeline_options, check_parameters, given_parameters, pipeline_parameters
 
 # the subcommands this module adds, with their line in `invfold --help` (listed without building them)
 COMMANDS = {
@@ -31,7 +35,7 @@ EXAMPLES = {
         "invfold run --recipe full --max-steps 300 --print-config > run.yaml; invfold run --config run.yaml",
     ),
     "compile": (
-        "invfold compile --registry ghcr.io/acme/invfold --tag 0.1.0",
+        "invfold compile --registry registry.acme.example/invfold --tag 0.1.0",
         "invfold compile --pipeline design",
     ),
     "submit": (
@@ -167,8 +171,6 @@ def add_parser(subparsers) -> None:
 def pipeline_defaults(args: argparse.Namespace) -> dict:
     """What each pipeline parameter left unset runs with: --recipe's value (as `given_parameters`
     sets it), else the compiled pipeline's default (what `--print-config` shows, commented)."""
-    from invfold.pipelines.parameters import pipeline_parameters
-
     recipe = given_parameters(args)
     found = {}
     for pipeline in ("train", "design"):
@@ -202,8 +204,6 @@ def run_command(args: argparse.Namespace) -> int:
     if opts.pipeline == "design":
         return run_design_command(args, opts)
     if opts.model is not None:
-        from invfold.errors import ConfigError
-
         raise ConfigError("--model names the registered model of --pipeline design (training: --init-from)")
     from invfold.pipelines.local import run_local
 
@@ -257,7 +257,6 @@ def run_design_command(args: argparse.Namespace, opts: RunOptions) -> int:
     from invfold.pipelines import defaults
     from invfold.pipelines.estimate import chain_set_size, design_estimate_line, design_step_seconds
     from invfold.pipelines.local import run_design_local
-    from invfold.pipelines.parameters import pipeline_parameters
 
     params = design_parameters(args, opts.model, opts.data or str(SAMPLE_CHAIN_SET))
     version = params.get("model_version", "champion")
@@ -302,8 +301,6 @@ def run_design_command(args: argparse.Namespace, opts: RunOptions) -> int:
 
 def _gathered_file(result, name: str) -> str:
     """The gather step's output `name` under the run folder (the folder when not found)."""
-    from pathlib import Path
-
     found = sorted(Path(result.run_folder).glob(f"gather-designs*/**/{name}")) if result.run_folder else []
     return str(found[-1]) if found else str(result.run_folder)
 
@@ -341,9 +338,6 @@ def summary_table(result) -> object:
 def tool(name: str) -> str:
     """How to type this venv's command `name`: bare when the venv's bin folder is on PATH, else
     its path (relative when under the current folder: `.venv/bin/invfold`)."""
-    import os
-    from pathlib import Path
-
     bin_dir = Path(sys.prefix) / "bin"
     on_path = [Path(p) for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     if any(p.exists() and p.resolve() == bin_dir.resolve() for p in on_path):
@@ -353,9 +347,6 @@ def tool(name: str) -> str:
 
 def shlex_path(path) -> str:
     """A path as typed in a shell: relative to the current folder when under it, quoted if needed."""
-    import shlex
-    from pathlib import Path
-
     path = Path(path).absolute()
     try:
         text = str(path.relative_to(Path.cwd()))
@@ -368,9 +359,6 @@ def next_steps(result) -> list[str]:
     """What to type after a run, as plain lines to copy: activating the venv when its commands are
     not on PATH, the MLflow UI and its page, designing with the champion (a bundled test chain, so
     the command runs as printed), where the artifacts and the log are."""
-    import json
-    import shlex
-
     from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 
     lines = ["", "next:"]
@@ -403,7 +391,6 @@ def next_steps(result) -> list[str]:
 
 
 def compile_command(args: argparse.Namespace) -> int:
-    from invfold import __version__
     from invfold.pipelines.compile import compile_pipeline
     from invfold.runtime import DEFAULT_REGISTRY, runtime_image
 
@@ -419,9 +406,6 @@ def compile_command(args: argparse.Namespace) -> int:
 
 
 def submit_command(args: argparse.Namespace) -> int:
-    import os
-
-    from invfold.errors import ConfigError
     from invfold.pipelines.compile import COMMITTED_DESIGN_YAML, submit
 
     opts = from_args(SubmitOptions, args)

@@ -5,21 +5,16 @@ belongs to the pipeline alone (processes, MLflow names, retries)."""
 from __future__ import annotations
 
 from invfold.components.train import recipes
+from invfold.components.train.config import TrainConfig
+from invfold.options import pipeline_default, pipeline_fields
 
 _RECIPE = recipes.recipe(recipes.DEFAULT)
 _TRAIN = _RECIPE.values()
 
-STRATEGY = _TRAIN["strategy"]
-PRESET = _TRAIN["preset"]
-MODEL_OVERRIDES: dict = dict(_TRAIN["model_overrides"])
-TOKENS_PER_BATCH = _TRAIN["tokens_per_batch"]
-TIME_BUDGET_S = _TRAIN["time_budget_s"]
-LR = _TRAIN["lr"]
-WARMUP_STEPS = _TRAIN["warmup_steps"]
-PRECISION = _TRAIN["precision"]
-ZERO_STAGE = _TRAIN["zero_stage"]
-SEED = _TRAIN["seed"]
-THREADS = _TRAIN["threads"]
+# TrainConfig's pipeline parameters (option(pipeline=...)) -> their defaults: the recipe's values,
+# None as the parameter type's empty value (0, "")
+TRAIN: dict = {f.name: pipeline_default(hint, _TRAIN[f.name]) for f, hint in pipeline_fields(TrainConfig)}
+TIME_BUDGET_S = TRAIN["time_budget_s"]
 PROCS_PER_NODE = _RECIPE.procs_per_node
 REGISTERED_MODEL = "invfold-inverse-folding"
 EXPERIMENT = "invfold"

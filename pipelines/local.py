@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Console
+
 from invfold.allocator import allocator_env
 from invfold.components.tracking import default_tracking_uri, experiment_page, reachable, stop_pipeline_runs
 from invfold.environ import restored_environ
@@ -167,8 +169,6 @@ def run_local(
     Console) shows one line per step and a training bar, and with `verbose` the whole output
     live. Raises PipelineFailed when a step fails (the exit handler has then marked the MLflow
     runs FAILED)."""
-    from rich.console import Console
-
     params = _coerce(invfold_pipeline, params)
     error = None
     experiment = params.get("mlflow_experiment") or _pipeline_default("mlflow_experiment")
@@ -327,8 +327,6 @@ def run_design_local(
     given (the registered model is read from there). As run_local: everything the runner prints
     goes to runs/logs/design-<time>.log, `console` shows one line per step (`verbose`: the whole
     output live). Raises PipelineFailed when a step fails."""
-    from rich.console import Console
-
     params = _coerce(design_pipeline, params)
     experiment = params.get("mlflow_experiment") or _pipeline_default("mlflow_experiment")
     error = None

@@ -14,10 +14,9 @@ import json
 import re
 from functools import cache
 
+from invfold.components.train.config import TrainConfig
 from invfold.errors import ConfigError
-
-# The imports inside functions below keep `invfold --help` fast: pipelines/cli.py imports this
-# module to build its parser.
+from invfold.options import check_value, choices_of, field_types, from_pipeline
 
 # pipeline parameter -> the step input it becomes, where the two names differ. The pipeline's
 # parameters share one flat form in the Kubeflow UI beside KFP's own (experiment, run name), so
@@ -72,9 +71,6 @@ def pipeline_parameters(pipeline: str = "train") -> dict[str, dict]:
 
 def _choices(name: str) -> tuple | None:
     """The choices of the config field the parameter sets, if it has any."""
-    from invfold.components.train.config import TrainConfig
-    from invfold.options import choices_of, field_types
-
     hints = field_types(TrainConfig)
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     return choices_of(fields[name], hints[name]) if name in fields else None
@@ -129,12 +125,10 @@ def check_parameters(params: dict, pipeline: str = "train") -> None:
     step that builds the config. The training pipeline's parameters named as TrainConfig fields;
     the design pipeline's num_sequences, seed and temperatures (DesignConfig)."""
     from invfold.components.design.config import DesignConfig, parse_temperatures
-    from invfold.components.train.config import TrainConfig
-    from invfold.options import check_value
 
     if pipeline == "train":
         fields = {f.name for f in dataclasses.fields(TrainConfig)}
-        for name, value in params.items():
+        for name, value in from_pipeline(TrainConfig, params).items():  # max_steps 0: not limited
             if name in fields:
                 check_value(TrainConfig, name, value)
         threshold = params.get("registration_threshold")

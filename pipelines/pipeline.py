@@ -64,24 +64,26 @@ def invfold_pipeline(
     data_uri: str,
     split_file: str = "",
     complexes: bool = False,
-    strategy: str = d.STRATEGY,
     nodes: int = 1,
     procs_per_node: int = d.PROCS_PER_NODE,
     gpus_per_node: int = 0,
-    preset: str = d.PRESET,
-    model_overrides: dict = d.MODEL_OVERRIDES,
-    init_from: str = "",
-    freeze_encoder: bool = False,
-    tokens_per_batch: int = d.TOKENS_PER_BATCH,
-    max_steps: int = 0,
-    epochs: int = 0,
-    time_budget_s: float = d.TIME_BUDGET_S,
-    lr: float = d.LR,
-    warmup_steps: int = d.WARMUP_STEPS,
-    precision: str = d.PRECISION,
-    zero_stage: int = d.ZERO_STAGE,
-    seed: int = d.SEED,
-    threads: int = d.THREADS,
+    # begin generated: train settings (scripts/generate_signatures.py, from TrainConfig)
+    preset: str = d.TRAIN["preset"],
+    model_overrides: dict = d.TRAIN["model_overrides"],
+    init_from: str = d.TRAIN["init_from"],
+    freeze_encoder: bool = d.TRAIN["freeze_encoder"],
+    strategy: str = d.TRAIN["strategy"],
+    zero_stage: int = d.TRAIN["zero_stage"],
+    precision: str = d.TRAIN["precision"],
+    tokens_per_batch: int = d.TRAIN["tokens_per_batch"],
+    max_steps: int = d.TRAIN["max_steps"],
+    epochs: int = d.TRAIN["epochs"],
+    lr: float = d.TRAIN["lr"],
+    warmup_steps: int = d.TRAIN["warmup_steps"],
+    seed: int = d.TRAIN["seed"],
+    threads: int = d.TRAIN["threads"],
+    time_budget_s: float = d.TRAIN["time_budget_s"],
+    # end generated: train settings
     registration_threshold: float = 0.0,
     mlflow_tracking_uri: str = "",
     mlflow_experiment: str = d.EXPERIMENT,
@@ -102,24 +104,10 @@ def invfold_pipeline(
         data_uri: Protein set: a CATH-style chain_set.jsonl[.gz], a TS50-style JSON list, or a folder of PDB/mmCIF files (path or s3://, gs://, https:// URI).
         split_file: chain_set_splits.json with train/validation/test names; empty to let prep make a cluster-disjoint split.
         complexes: Read the chains of one entry (a PDB/mmCIF file, chain-set lines 1abc.A, 1abc.B) as one multi-chain record, so the model trains on complexes.
-        strategy: @help: ddp, horovod or deepspeed.
+        @pipeline
         nodes: Training nodes (TrainJob numNodes on a cluster).
         procs_per_node: Training processes per node (one per GPU on GPU nodes).
         gpus_per_node: GPUs per training node (0 trains on CPU).
-        preset: @help: small (quick CPU demo), default (a deeper ProteinMPNN-style encoder with extra geometric features, one-shot), proteinmpnn (ProteinMPNN's network, autoregressive) or tiny; ignored with init_from.
-        model_overrides: @help, e.g. {"hidden": 64}; {} for the preset as is (with init_from only dropout and activation_checkpointing).
-        init_from: @help; empty to train from scratch. The result is registered only if its validation recovery beats these weights' on the same validation data. Pair it with the fine-tuning recipe (lr 3e-4, warmup_steps 20: what `invfold run --init-from` passes unless --lr/--warmup-steps are given; components/train/recipes.py).
-        freeze_encoder: @help (the encoder keeps the initial weights).
-        tokens_per_batch: @help (length-bucketed batches).
-        max_steps: @help (0 = not limited by steps).
-        epochs: @help (0 = not limited by epochs).
-        time_budget_s: @help; here its clock starts with the train step (0 = no budget).
-        lr: @help.
-        warmup_steps: @help.
-        precision: @help.
-        zero_stage: @help 0-3 (deepspeed only).
-        seed: @help.
-        threads: @help.
         registration_threshold: Minimum median validation recovery (0-1) for the model to be registered (models are chosen on validation; test figures are reported only).
         mlflow_tracking_uri: MLflow tracking URI; empty to use the MLFLOW_TRACKING_URI the cluster gives the steps.
         mlflow_experiment: MLflow experiment that records the run.
@@ -160,24 +148,26 @@ def invfold_pipeline(
         train = train_op(
             prepared=prep.outputs["prepared"],
             pipeline_run_name=RUN_NAME,
-            strategy=strategy,
             nodes=nodes,
             procs_per_node=procs_per_node,
             gpus_per_node=gpus_per_node,
+            # begin generated: train call
             preset=preset,
             model_overrides=model_overrides,
             init_from=init_from,
             freeze_encoder=freeze_encoder,
+            strategy=strategy,
+            zero_stage=zero_stage,
+            precision=precision,
             tokens_per_batch=tokens_per_batch,
             max_steps=max_steps,
             epochs=epochs,
-            time_budget_s=time_budget_s,
             lr=lr,
             warmup_steps=warmup_steps,
-            precision=precision,
-            zero_stage=zero_stage,
             seed=seed,
             threads=threads,
+            time_budget_s=time_budget_s,
+            # end generated: train call
             checkpoint_root=checkpoint_root,
             storage_root=storage_root,
             storage_secret=storage_secret,

@@ -17,6 +17,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+import psutil
+
 STOP_GRACE_S = 30.0  # a rank's checkpoint after SIGTERM; then SIGKILL
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -34,8 +36,6 @@ class ChildReaper:
     (a step killed first leaves its own children to init), until `close()`."""
 
     def __init__(self, grace_s: float = STOP_GRACE_S):
-        import psutil
-
         self.grace_s = grace_s
         self.me = psutil.Process()
         self.known: dict[int, psutil.Process] = {}
@@ -55,8 +55,6 @@ class ChildReaper:
         return sorted(self.known)
 
     def _descendants(self) -> list:
-        import psutil
-
         try:
             found = self.me.children(recursive=True)
         except psutil.Error:
@@ -83,8 +81,6 @@ class ChildReaper:
 
 def _alive(proc) -> bool:
     """Running (a zombie has exited: its parent reaps it, not us, so its exit status is kept)."""
-    import psutil
-
     try:
         return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -92,8 +88,6 @@ def _alive(proc) -> bool:
 
 
 def _send(proc, sig: int) -> None:
-    import psutil
-
     with contextlib.suppress(psutil.Error):
         proc.send_signal(sig)
 

@@ -10,12 +10,12 @@
 - `docker_engine`, `cpu_images`: the Docker engine and the CPU images (tests/support/docker_engine.py),
   shared by the image tests and the cluster lane.
 
-Markers (registered in pyproject.toml) are given here, in one table, by what a test needs:
-`docker` (the image fixtures), `pipeline` (whole pipeline runs), `multiproc` (several training
-processes), `cluster` (tests/cluster: the real Kubernetes of `make cluster-up`), `slow` (all of
-those, and anything past SLOW_S in the last recorded run).
-`make test-fast` deselects `slow`. A run with INVFOLD_TEST_DURATIONS=FILE writes each test's
-seconds there (`make test` keeps it in runs/test-durations.json).
+Tiers (`pipeline`, `multiproc`, `images`, `cluster`, `slow`; registered in pyproject.toml) are
+marks written in the test modules (tests/README.md); collection fails when a test leaves out the
+one it is in (tests/support/tiers.py). `make test-fast` deselects `slow`. A run with
+INVFOLD_TEST_DURATIONS=FILE writes each test's seconds there (`make test` keeps it in
+runs/test-durations.json); tests/durations.json, a copy of one, orders the work and is checked
+against the `slow` marks.
 
 Under pytest-xdist with `--dist loadscope --no-loadscope-reorder` (`make test`), a worker takes a
 whole module at a time (ModuleUnits), so a module's fixtures run once; the modules that drive the
@@ -39,22 +39,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.mlflow_server import mlflow_server, unreachable_uri  # noqa: F401 - fixtures
+from tests.support.tiers import DOCKER_FIXTURES, Declared, missing_marks, runs_pipeline
 
-DOCKER_FIXTURES = {"docker_engine", "cpu_images"}
-PIPELINE_MODULES = {"test_local_pipeline.py", "test_design_pipeline.py", "test_mlflow_outage.py"}
-MULTIPROC_MODULES = {
-    "tests/launch/test_mpi_runtimes.py",
-    "tests/launch/test_processes.py",
-    "tests/train/test_horovod_agreement.py",
-    "tests/train/test_init_from.py",
-    "tests/train/test_memory.py",
-    "tests/train/test_nonfinite.py",
-    "tests/train/test_preemption.py",
-    "tests/train/test_strategies.py",
-    "tests/train/test_checkpoint.py",
-}
-SHARED_ENGINE_MODULES = ("tests/cluster/", "tests/deploy/test_images.py")  # every `docker` test is in one
-SLOW_S = 20.0
+SHARED_ENGINE_MODULES = ("tests/cluster/", "tests/deploy/test_images.py")  # every Docker engine test is in one
 RECORDED = Path(__file__).with_name("durations.json")  # a clean-clone CI run's INVFOLD_TEST_DURATIONS
 
 
@@ -64,26 +51,25 @@ def unit_of(nodeid: str) -> str:
     return "shared-engine" if module.startswith(SHARED_ENGINE_MODULES) else module
 
 
+def declared(item) -> Declared:
+    module = getattr(item, "module", None)
+    return Declared(
+        nodeid=item.nodeid,
+        marks=frozenset(mark.name for mark in item.iter_markers()),
+        fixtures=frozenset(getattr(item, "fixturenames", ())),
+        runs_pipeline=module is not None and runs_pipeline(module),
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     recorded = json.loads(RECORDED.read_text()) if RECORDED.exists() else {}
-    root = Path(config.rootpath)
-    for item in items:
-        where = Path(item.fspath).relative_to(root).as_posix()
-        needs = set()
-        if DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
-            needs.add("docker")
-        if where.startswith("tests/pipelines/") and Path(where).name in PIPELINE_MODULES:
-            needs.add("pipeline")
-        if where in MULTIPROC_MODULES:
-            needs.add("multiproc")
-        if where.startswith("tests/cluster/"):
-            needs.add("cluster")
-        if needs or recorded.get(item.nodeid, 0.0) > SLOW_S:
-            needs.add("slow")
-        for name in sorted(needs):
-            item.add_marker(name)
-        if "docker" in needs and unit_of(item.nodeid) != "shared-engine":
-            raise pytest.UsageError(f"{item.nodeid} uses the Docker engine: add its module to SHARED_ENGINE_MODULES")
+    tests = [declared(item) for item in items]
+    problems = missing_marks(tests, recorded)
+    if problems:
+        raise pytest.UsageError("test tiers (tests/README.md):\n" + "\n".join(problems))
+    for test in tests:
+        if DOCKER_FIXTURES & test.fixtures and unit_of(test.nodeid) != "shared-engine":
+            raise pytest.UsageError(f"{test.nodeid} uses the Docker engine: add its module to SHARED_ENGINE_MODULES")
     if hasattr(config, "workerinput"):  # an xdist worker: longest unit first (stable: a module keeps its order)
         units = {item.nodeid: unit_of(item.nodeid) for item in items}
         seconds: dict[str, float] = {}

@@ -56,7 +56,7 @@ INTERNAL_GUARDS = {
     "components/prep/run.py": 1,  # the kernel's own error of an atomic folder swap, passed on as OSError
     "components/train/trainer.py": 1,  # a torn metrics line, caught on the next line and counted
     "components/evaluate/metrics.py": 1,  # bootstrap of per-chain recoveries (correct / count: finite by construction)
-    "src/invfold/options.py": 3,  # a config field without help, with min > max, or without a command-line form
+    "src/invfold/options.py": 5,  # a field without help, with clashing bounds, without a command-line or pipeline form
 }
 
 
@@ -116,7 +116,10 @@ CASES = [
     ("train --config {tmp}/choice.yaml", "choice.yaml:3: field 'strategy': expected one of ddp, horovod, deepspeed"),
     ("train --config {tmp}/twice.yaml", "twice.yaml:4: field 'max-steps': expected one key per option"),
     ("train --config {tmp}/again.yaml", "again.yaml:5: field 'max_steps': expected one max_steps (also on line 3)"),
-    ("train --config {tmp}/invalid.yaml", "invalid.yaml:4: field 'lr': expected > 0, got -1.0"),  # TrainConfig's check
+    (
+        "train --config {tmp}/invalid.yaml",
+        "invalid.yaml:4: field 'lr': expected a finite number in (0, 1.0], got -1.0",
+    ),  # its bounds
     ("train --config {tmp}/none.yaml", "none.yaml: expected an existing YAML config file"),
     ("prep --config {tmp}/prep.yaml", "prep.yaml:1: field 'input': {tmp}/nothing: expected an existing protein set"),
     ("design --config {tmp}/design.yaml", "design.yaml:4: field 'temperature': expected one or more temperatures"),
@@ -154,7 +157,7 @@ CASES = [
     ("score foo:bar {tmp}/x.pdb --out {tmp}/s.csv", "unknown published family 'foo'"),
     ("export {garbage} --out {tmp}/model.txt", "--out: expected a path ending in .onnx"),
     ("export {garbage} --out {tmp}/model.onnx", "expected an invfold model file"),
-    ("export {archive} --out {tmp}/model.onnx --tolerance 0", "--tolerance: expected > 0"),
+    ("export {archive} --out {tmp}/model.onnx --tolerance 0", "--tolerance: expected a finite number > 0"),
     ("train --data {tmp} --out {tmp}/t --zero-stage 2 --max-steps 1", "needs strategy 'deepspeed'"),
     ("train --data {tmp} --out {tmp}/t --model nonsense=1 --max-steps 1", "unknown ModelConfig fields ['nonsense']"),
     ("train --data {tmp} --out {tmp}/t --recipe full", "give --max-steps, --epochs, --time-budget-s or"),

@@ -94,7 +94,7 @@ def test_every_float_option_refuses_what_is_not_a_finite_number(words, flag, cou
         ("evaluate m.pt --data d --out o --tokens-per-batch 900000", "900,000 x 5 = 4,500,000 residues at once"),
         ("prep in --out o --max-length 100000000000000000000", "--max-length: expected an integer in [1,"),
         ("prep in --out o --split-fractions nan nan nan", "--split-fractions: expected a finite number in [0.0, 1.0]"),
-        ("train --data d --out o --max-steps 1 --lr 1e30", "--lr: expected a finite number <= 1.0"),
+        ("train --data d --out o --max-steps 1 --lr 1e30", "--lr: expected a finite number in (0, 1.0]"),
         ("run --lr nan", "--lr: expected a finite number"),
         ("run --registration-threshold nan", "--registration-threshold: expected a recovery in [0, 1]"),
         ("run --pipeline design --num-sequences 1000000000", "--num-sequences: expected an integer in [1,"),

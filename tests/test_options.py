@@ -9,7 +9,18 @@ from typing import Any, Literal
 import pytest
 
 from invfold.errors import ConfigError
-from invfold.options import add_options, check_values, from_args, option
+from invfold.options import (
+    add_options,
+    check_values,
+    fields_in,
+    from_args,
+    from_pipeline,
+    option,
+    pipeline_default,
+    pipeline_fields,
+    pipeline_type,
+    with_field_help,
+)
 
 
 @dataclass
@@ -107,6 +118,8 @@ class Bounded:
     pair: tuple[float, float] = option((0.1, 0.9), "low and high", max=1.0)
     limit: float = option(float("inf"), "no limit by default", finite=False)
     free: float = option(1.0, "any finite number")
+    speed: float = option(1.0, "above zero", above=0, below=10)
+    share: float = option(0.1, "a share below one", min=0.0, below=1)
 
     def __post_init__(self):
         check_values(self)
@@ -122,6 +135,13 @@ class Bounded:
         ({"free": float("-inf")}, r"Bounded\.free: expected a finite number, got -inf"),
         ({"pair": (0.1, float("nan"))}, r"Bounded\.pair: expected a finite number <= 1\.0, got \(0\.1, nan\)"),
         ({"pair": (0.1, 2.0)}, r"Bounded\.pair: expected a finite number <= 1\.0"),
+        ({"speed": 0.0}, r"Bounded\.speed: expected a finite number in \(0, 10\), got 0\.0"),
+        ({"speed": 10}, r"Bounded\.speed: expected a finite number in \(0, 10\), got 10"),
+        ({"share": 1.0}, r"Bounded\.share: expected a finite number in \[0\.0, 1\), got 1\.0"),
+        ({"count": 2.5}, r"Bounded\.count: expected an integer in \[1, 100\], got 2\.5"),
+        ({"count": True}, r"Bounded\.count: expected an integer in \[1, 100\], got True"),
+        ({"count": "3"}, r"Bounded\.count: expected an integer in \[1, 100\], got '3'"),
+        ({"rate": "fast"}, r"Bounded\.rate: expected a finite number >= 0\.0, got 'fast'"),
     ],
 )
 def test_bounds_and_finite_floats_are_checked_at_construction(changes, message):
@@ -136,3 +156,54 @@ def test_a_field_may_allow_what_is_not_finite_and_the_bounds_are_inclusive():
 def test_the_bounds_need_a_max_no_smaller_than_the_min():
     with pytest.raises(TypeError, match="min 2 > max 1"):
         option(1, "a count", min=2, max=1)
+
+
+def test_a_side_takes_one_bound():
+    with pytest.raises(TypeError, match="not both"):
+        option(1.0, "a rate", min=0.0, above=0.0)
+
+
+@dataclass
+class Stepped:
+    """A config with pipeline parameters and groups."""
+
+    steps: int | None = option(None, "steps to run", min=1, pipeline=" (0 = not limited)", groups=("resume",))
+    rate: float = option(0.1, "learning rate", pipeline=True, groups=("resume", "shown"))
+    source: str | None = option(None, "where from", pipeline=True)
+    mode: Literal["a", "b"] = option("a", "which mode", pipeline=True)
+    extra: dict[str, Any] = option(factory=dict, help="more settings", pipeline=True)
+    quiet: bool = option(False, "say less", groups=("shown",))
+
+
+def test_groups_and_pipeline_fields_are_read_from_the_fields():
+    assert fields_in(Stepped, "resume") == ("steps", "rate")
+    assert fields_in(Stepped, "shown") == ("rate", "quiet")
+    assert [f.name for f, _ in pipeline_fields(Stepped)] == ["steps", "rate", "source", "mode", "extra"]
+    kinds = {f.name: pipeline_type(hint) for f, hint in pipeline_fields(Stepped)}
+    assert kinds == {"steps": int, "rate": float, "source": str, "mode": str, "extra": dict}
+
+
+def test_an_optional_field_is_none_where_its_pipeline_parameter_is_empty():
+    values = {"steps": 0, "rate": 0.0, "source": "", "mode": "a", "other": 0}
+    assert from_pipeline(Stepped, values) == {"steps": None, "rate": 0.0, "source": None, "mode": "a", "other": 0}
+    assert from_pipeline(Stepped, {"steps": 5, "source": "s3://b"}) == {"steps": 5, "source": "s3://b"}
+    hints = dict((f.name, hint) for f, hint in pipeline_fields(Stepped))
+    assert pipeline_default(hints["steps"], None) == 0 and pipeline_default(hints["source"], None) == ""
+    assert pipeline_default(hints["rate"], 0.1) == 0.1
+
+
+def test_the_pipeline_mark_writes_a_line_per_pipeline_field_the_function_takes():
+    @with_field_help(Stepped)
+    def step(steps: int, rate: float, other: str):
+        """Run.
+
+        Args:
+            other: Something else.
+            @pipeline
+        """
+
+    assert step.__doc__.splitlines()[3:6] == [
+        "            other: Something else.",
+        "            steps: Steps to run (0 = not limited).",
+        "            rate: Learning rate.",
+    ]

@@ -31,6 +31,9 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
 from invfold import storage
 from invfold.components.design.design import (
     Design,
@@ -334,9 +337,6 @@ class _progress:
 
     def __enter__(self):
         if self.enabled:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
             self.bar = Progress(
                 TextColumn("design"),
                 BarColumn(),

@@ -10,6 +10,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from invfold import storage
+from invfold.errors import ConfigError
+from invfold.options import add_command, from_args
+
 # the subcommands this module adds, with their line in `invfold --help` (listed without building them)
 COMMANDS = {
     "design": "sample sequences for backbones with a trained model",
@@ -56,7 +60,6 @@ FOREIGN_FLAGS = {
 def add_parser(subparsers) -> None:
     from invfold.components.design.config import DesignConfig
     from invfold.components.tracking.tracker import CommandTracking
-    from invfold.options import add_command
 
     add_command(
         subparsers,
@@ -75,12 +78,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold import storage
     from invfold.components.design.config import DesignConfig
     from invfold.components.model.reference import check_model, resolve
     from invfold.components.tracking.tracker import CommandTracking
-    from invfold.errors import ConfigError
-    from invfold.options import from_args
 
     # every input judged before torch is imported: a mistake costs a fraction of a second
     cfg = from_args(DesignConfig, args)

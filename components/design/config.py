@@ -242,8 +242,6 @@ class DesignConfig:
 
     def __post_init__(self):
         check_values(self)
-        if isinstance(self.backbone_noise, bool) or not isinstance(self.backbone_noise, (int, float)):
-            raise ConfigError(f"DesignConfig.backbone_noise: expected a number (Angstrom), got {self.backbone_noise!r}")
         if self.numbering not in ("", *NUMBERINGS):
             raise ConfigError(f"DesignConfig.numbering: expected one of {NUMBERINGS}, got {self.numbering!r}")
         self.temperature = parse_temperatures(self.temperature)
@@ -252,9 +250,7 @@ class DesignConfig:
             raise ConfigError(f"DesignConfig.excluded: {unknown} are not among the 20 amino acids {ALPHABET}")
         if set(self.excluded.upper()) >= set(ALPHABET):
             raise ConfigError("DesignConfig.excluded: all 20 amino acids are excluded")
-        for flag in ("pssm_log_odds_flag", "pssm_bias_flag"):
-            if getattr(self, flag) not in (0, 1):
-                raise ConfigError(f"DesignConfig.{flag}: expected 0 or 1, got {getattr(self, flag)!r}")
+        for flag in ("pssm_log_odds_flag", "pssm_bias_flag"):  # 0 or 1: their choices
             if getattr(self, flag) and not self.pssm_jsonl:
                 raise ConfigError(f"DesignConfig.{flag}: a PSSM flag needs the PSSM (--pssm-jsonl FILE)")
         if isinstance(self.fixed_positions, str):

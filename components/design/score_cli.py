@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from invfold import storage
+from invfold.options import add_command, from_args
+
 # the subcommands this module adds, with their line in `invfold --help` (listed without building them)
 COMMANDS = {
     "score": "score sequences on a backbone (mean and per-residue NLL)",
@@ -41,7 +44,6 @@ FOREIGN_FLAGS = {
 def add_parser(subparsers) -> None:
     from invfold.components.design.config import ScoreConfig
     from invfold.components.model.reference import ModelSource
-    from invfold.options import add_command
 
     add_command(
         subparsers,
@@ -57,11 +59,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold import storage
     from invfold.allocator import reexec_under_jemalloc
     from invfold.components.design.config import ScoreConfig
     from invfold.components.model.reference import ModelSource, check_model, resolve_model
-    from invfold.options import from_args
 
     cfg = from_args(ScoreConfig, args)  # inputs judged before torch is imported
     check_model(cfg.model)

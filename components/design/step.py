@@ -21,6 +21,7 @@ from invfold import storage
 from invfold.components.design.batch import design_batch, read_structures
 from invfold.components.design.design import DesignConfig
 from invfold.components.tracking import RunContext, Tracker, fetch_registered_file
+from invfold.errors import ConfigError
 from invfold.runtime import record_timing
 
 MODEL_PT = "model_pt/model.pt"  # where the version's source run holds the checkpoint (train/record.py)
@@ -59,8 +60,6 @@ def plan_shards(structures: str, shards: int, design_chains: str = "") -> list[s
     complexes (one item per structure), as the design steps read it."""
 
     if shards < 1:
-        from invfold.errors import ConfigError
-
         raise ConfigError(f"design pipeline: shards: expected >= 1, got {shards}")
     count = sum(1 for _ in read_structures(structures, complexes=bool(design_chains)))
     n = max(1, min(shards, count))

@@ -7,6 +7,10 @@ import dataclasses
 import shlex
 import sys
 
+from invfold import storage
+from invfold.options import add_command, from_args
+from invfold.storage import redact
+
 # the subcommands this module adds, with their line in `invfold --help` (listed without building them)
 COMMANDS = {
     "evaluate": "perplexity, recovery, confusion matrix and a report for a trained model",
@@ -44,7 +48,6 @@ def summary_line(figure: dict) -> str:
 def add_parser(subparsers) -> None:
     from invfold.components.evaluate.config import EvaluateConfig
     from invfold.components.tracking.tracker import CommandTracking
-    from invfold.options import add_command
 
     add_command(
         subparsers,
@@ -62,13 +65,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold import storage
     from invfold.allocator import reexec_under_jemalloc
     from invfold.components.evaluate.config import EvaluateConfig
     from invfold.components.model.reference import check_model, resolve
     from invfold.components.tracking.tracker import CommandTracking
-    from invfold.options import from_args
-    from invfold.storage import redact
 
     cfg = from_args(EvaluateConfig, args)  # inputs judged before torch is imported
     tracking = from_args(CommandTracking, args)

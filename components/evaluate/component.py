@@ -14,9 +14,11 @@ from invfold.runtime import runtime_image
 def evaluate_op(
     prepared: Input[Dataset],
     model: Input[Model],
+    # begin generated: step inputs (scripts/generate_signatures.py, from step.py's evaluate_step)
     pipeline_run_id: str,
     tracking_uri: str,
     experiment: str,
+    # end generated: step inputs
     metrics: Output[Metrics],
     confusion: Output[ClassificationMetrics],
     report: Output[HTML],
@@ -25,11 +27,11 @@ def evaluate_op(
     """Score the model on the held-out test split and its subsets.
 
     Args:
-        prepared: The prepared data.
-        model: The trained model folder.
         pipeline_run_id: KFP run id (MLflow parent-run key).
         tracking_uri: MLflow tracking URI ('' = MLFLOW_TRACKING_URI of the pod).
         experiment: MLflow experiment name.
+        prepared: The prepared data.
+        model: The trained model folder.
         metrics: Perplexity and median recovery per dataset, and the constant baseline.
         confusion: Native x designed amino-acid confusion matrix on the test split.
         report: The evaluation report with its plots.
@@ -42,9 +44,11 @@ def evaluate_op(
         model_path=model.path,
         out=evaluation.path,
         report_path=report.path,
+        # begin generated: step call
         pipeline_run_id=pipeline_run_id,
         tracking_uri=tracking_uri,
         experiment=experiment,
+        # end generated: step call
     )
     for key, value in out["metrics"].items():
         metrics.log_metric(key, value)

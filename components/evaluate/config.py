@@ -47,7 +47,9 @@ class EvaluateConfig:
     designs_per_protein: int = option(
         2, "sequences sampled per test protein for the diversity figure (0: none)", min=0, max=100
     )
-    diversity_temperature: float = option(0.1, "sampling temperature for diversity and sampled recovery", max=10.0)
+    diversity_temperature: float = option(
+        0.1, "sampling temperature for diversity and sampled recovery", above=0, max=10.0
+    )
     orders: int = option(3, "decoding orders per chain (greedy recovery is their mean)", min=1, max=100)
     bootstrap_resamples: int = option(
         1000, "bootstrap resamples for the 95% interval of the median recovery", min=0, max=100_000
@@ -63,10 +65,6 @@ class EvaluateConfig:
         if self.designs_per_protein == 1:
             raise ConfigError(
                 f"EvaluateConfig.designs_per_protein: expected 0 or at least 2, got {self.designs_per_protein}"
-            )
-        if not 0 < self.diversity_temperature:
-            raise ConfigError(
-                f"EvaluateConfig.diversity_temperature: expected in (0, 10], got {self.diversity_temperature}"
             )
         if 0 < self.bootstrap_resamples < 100:
             raise ConfigError(

@@ -72,7 +72,15 @@ def evaluate_step(
     tracking_uri: str,
     experiment: str,
 ) -> dict:
+    """Evaluate the trained model into `out` (the report's HTML also to `report_path`) and record
+    it; returns what the component reports (metrics, confusion, metadata). Its inputs that are no
+    path are the component's parameters (scripts/generate_signatures.py writes them there).
 
+    Args:
+        pipeline_run_id: KFP run id (MLflow parent-run key).
+        tracking_uri: MLflow tracking URI ('' = MLFLOW_TRACKING_URI of the pod).
+        experiment: MLflow experiment name.
+    """
     ctx = RunContext(pipeline_run_id=pipeline_run_id, tracking_uri=tracking_uri, experiment=experiment)
     with Tracker(ctx, "evaluate") as tracker:
         start = time.perf_counter()

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from invfold import storage
+from invfold.options import add_command, from_args
+
 # the subcommands this module adds, with their line in `invfold --help` (listed without building them)
 COMMANDS = {
     "export": "export a model to ONNX or to ProteinMPNN's checkpoint format, gated on parity",
@@ -26,7 +29,6 @@ EXIT_CODES = {"export": (0, 1, 2, 141)}
 def add_parser(subparsers) -> None:
     from invfold.components.export.config import ExportConfig
     from invfold.components.model.reference import ModelSource
-    from invfold.options import add_command
 
     add_command(
         subparsers,
@@ -43,11 +45,9 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold import storage
     from invfold.allocator import reexec_under_jemalloc
     from invfold.components.export.config import ExportConfig
     from invfold.components.model.reference import ModelSource, check_model, resolve_model
-    from invfold.options import from_args
 
     cfg = from_args(ExportConfig, args)  # inputs judged before torch is imported
     check_model(cfg.model_path, onnx=False)

@@ -47,7 +47,7 @@ class ExportConfig:
         "PDB/mmCIF); default: the bundled real sample",
         aliases=("--data",),
     )
-    tolerance: float = option(1e-4, "largest allowed |logit difference|")
+    tolerance: float = option(1e-4, "largest allowed |logit difference|", above=0)
     parity_chains: int = option(4, "parity chains of different lengths", aliases=("--chains",), min=1, max=1000)
     max_length: int = option(500, "longest parity chain, in residues", min=1, max=100_000)
     seed: int = option(0, "seed of the decoding order of the parity check")
@@ -55,16 +55,10 @@ class ExportConfig:
 
     def __post_init__(self):
         check_values(self)
-        suffix = FORMATS[self.format] if self.format in FORMATS else None
-        if suffix is None:
-            raise ConfigError(f"ExportConfig.format: expected one of {tuple(FORMATS)}, got {self.format!r}")
+        suffix = FORMATS[self.format]  # one of them: check_values holds the choices
         if not str(self.out).endswith(suffix):
             raise ConfigError(
                 f"ExportConfig.out: expected a path ending in {suffix} (format {self.format}), got {self.out!r}"
             )
-        if isinstance(self.noise_level, bool) or not isinstance(self.noise_level, int | float):
-            raise ConfigError(f"ExportConfig.noise_level: expected a finite number >= 0, got {self.noise_level!r}")
-        if not self.tolerance > 0:
-            raise ConfigError(f"ExportConfig.tolerance: expected > 0, got {self.tolerance!r}")
         if self.parity_records is not None and not self.parity_records:
             raise ConfigError("ExportConfig.parity_records: expected at least one record, got an empty list")

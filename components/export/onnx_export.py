@@ -3,10 +3,12 @@ proteins of several lengths, or the export fails."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
 import os
+import tempfile
 import warnings
 from dataclasses import dataclass, field, fields
 from importlib import resources
@@ -200,8 +202,6 @@ def decoding_graphs(model, opset: int | None = None) -> dict[str, bytes]:
     """The encoder (once per structure), step and update graphs of incremental decoding
     (runtime.DECODING_GRAPHS), serialized: ProteinMPNN's sample() updates only the decoded
     position, so a design costs one encoder run and O(L * K) decoder work, not L full runs."""
-    import tempfile
-
     model = model.eval()
     cfg = model.cfg
     layers, k, h = cfg.decoder_layers, cfg.k_neighbors, cfg.hidden
@@ -258,8 +258,6 @@ def write_onnx(model, out_path: str | os.PathLike, opset: int | None = None) -> 
     """Export `model` (eval) to one self-contained file with dynamic batch and length, with the
     model config and alphabet as metadata (and, for an autoregressive model, the graphs of
     incremental decoding, base64 in metadata); returns the default-domain opset written."""
-    import base64
-
     import onnx
 
     batch, length = torch.export.Dim("batch"), torch.export.Dim("length")

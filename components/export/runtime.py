@@ -3,6 +3,7 @@ and the benchmark so all three run the graph the same way."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 
@@ -122,8 +123,6 @@ def model_config_of(sess):
 def decoding_sessions(sess, threads: int | None = None) -> dict | None:
     """{"encoder", "step", "update"} sessions of the graphs an autoregressive export embeds
     (None for a file without them: one-shot models, or files written before they existed)."""
-    import base64
-
     import onnxruntime as ort
 
     props = sess.get_modelmeta().custom_metadata_map

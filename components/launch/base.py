@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from invfold.components.train.config import TrainConfig
 from invfold.errors import ConfigError, InvfoldError
+from invfold.options import check_values, option
 
 
 class LaunchError(InvfoldError, RuntimeError):
@@ -25,17 +26,12 @@ class Resources:
     """How many machines and processes a job gets. nodes: training nodes; procs_per_node:
     processes per node (on a GPU node, one per GPU); gpus_per_node: 0 trains on CPU."""
 
-    nodes: int = 1
-    procs_per_node: int = 2
-    gpus_per_node: int = 0
+    nodes: int = option(1, "training nodes", min=1, cli=False)
+    procs_per_node: int = option(2, "processes per node", min=1, cli=False)
+    gpus_per_node: int = option(0, "GPUs per node (0: CPU)", min=0, cli=False)
 
     def __post_init__(self) -> None:
-        for name in ("nodes", "procs_per_node"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"Resources.{name}: expected a positive int, got {value!r}")
-        if not isinstance(self.gpus_per_node, int) or isinstance(self.gpus_per_node, bool) or self.gpus_per_node < 0:
-            raise ConfigError(f"Resources.gpus_per_node: expected an int >= 0, got {self.gpus_per_node!r}")
+        check_values(self)
         if self.gpus_per_node and self.procs_per_node > self.gpus_per_node:
             raise ConfigError(
                 f"Resources: {self.procs_per_node} processes per node need as many GPUs, "

@@ -9,6 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from invfold import storage
+from invfold.components.train.config import FINE_TUNE_OVERRIDES, TrainConfig
+from invfold.errors import ConfigError
+from invfold.options import add_command, from_args, given, marked_defaults, unmarked
+
 # the subcommands this module adds, with their line in `invfold --help` (listed without building them)
 COMMANDS = {
     "train": "train a model on prepared data with N local processes",
@@ -29,8 +34,6 @@ def add_parser(subparsers) -> None:
     from invfold.components.launch.processes import LocalProcesses
     from invfold.components.tracking.tracker import CommandTracking
     from invfold.components.train import recipes
-    from invfold.components.train.config import TrainConfig
-    from invfold.options import add_command, marked_defaults
 
     parser = add_command(
         subparsers,
@@ -58,7 +61,6 @@ def chosen_settings(args: argparse.Namespace) -> dict:
     """The TrainConfig fields as `--recipe` sets them (and --init-from's fine-tuning values),
     except those the user set on the command line."""
     from invfold.components.train import recipes
-    from invfold.options import given, unmarked
 
     settings = recipes.recipe(args.recipe).values()
     if unmarked(args.init_from):
@@ -69,9 +71,6 @@ def chosen_settings(args: argparse.Namespace) -> dict:
 def record_initial_preset(cfg, preset_given: bool) -> None:
     """Fine-tuning keeps the initial model's architecture: a --preset that names another one is
     refused, and the preset recorded (train_config.json, MLflow) is the initial model's."""
-    from invfold.components.train.config import FINE_TUNE_OVERRIDES
-    from invfold.errors import ConfigError
-
     initial = cfg.initial_model().cfg.preset_name(ignore=FINE_TUNE_OVERRIDES)
     if preset_given and initial != cfg.preset:
         raise ConfigError(
@@ -83,13 +82,10 @@ def record_initial_preset(cfg, preset_given: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold import storage
     from invfold.components.launch.processes import LocalProcesses, launch_local
     from invfold.components.model.reference import check_model, resolve_model
     from invfold.components.tracking.tracker import CommandTracking
     from invfold.components.train.budget import RECORDING_S, budget_from_process_start
-    from invfold.components.train.config import TrainConfig
-    from invfold.options import from_args, given, unmarked
 
     cfg = from_args(TrainConfig, args, **chosen_settings(args))
     processes = from_args(LocalProcesses, args)

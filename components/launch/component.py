@@ -29,20 +29,22 @@ def train_op(
     nodes: int,
     procs_per_node: int,
     gpus_per_node: int,
+    # begin generated: train settings (scripts/generate_signatures.py, from TrainConfig)
     preset: str,
     model_overrides: dict,
     init_from: str,
     freeze_encoder: bool,
+    zero_stage: int,
+    precision: str,
     tokens_per_batch: int,
     max_steps: int,
     epochs: int,
-    time_budget_s: float,
     lr: float,
     warmup_steps: int,
-    precision: str,
-    zero_stage: int,
     seed: int,
     threads: int,
+    time_budget_s: float,
+    # end generated: train settings
     checkpoint_root: str,
     storage_root: str,
     storage_secret: str,
@@ -61,24 +63,10 @@ def train_op(
         pipeline_run_name: KFP run name (MLflow parent run name).
         tracking_uri: MLflow tracking URI ('' = MLFLOW_TRACKING_URI of the pod).
         experiment: MLflow experiment name.
-        strategy: @help: ddp, horovod or deepspeed.
+        @pipeline
         nodes: Training nodes.
         procs_per_node: Processes per node.
         gpus_per_node: GPUs per node (0 = CPU).
-        preset: @help (small, default, proteinmpnn, tiny).
-        model_overrides: @help.
-        init_from: @help; '' = from scratch.
-        freeze_encoder: @help.
-        tokens_per_batch: @help.
-        max_steps: @help (0 = not limited by steps).
-        epochs: @help (0 = not limited by epochs).
-        time_budget_s: @help (0 = no budget).
-        lr: @help.
-        warmup_steps: @help.
-        precision: @help.
-        zero_stage: @help (0-3; deepspeed only).
-        seed: @help.
-        threads: @help.
         checkpoint_root: Where checkpoints go (a run-id folder under it); '' = beside the model locally, under storage_root on a cluster.
         storage_root: Object-storage URI for TrainJob outputs (cluster only).
         storage_secret: Secret holding the storage keys `accesskey` / `secretkey` (KFP's layout; cluster only; referenced, never copied).
@@ -104,20 +92,22 @@ def train_op(
         procs_per_node=procs_per_node,
         gpus_per_node=gpus_per_node,
         train_options={
+            # begin generated: train options
             "preset": preset,
             "model_overrides": model_overrides,
             "init_from": init_from,
             "freeze_encoder": freeze_encoder,
+            "zero_stage": zero_stage,
+            "precision": precision,
             "tokens_per_batch": tokens_per_batch,
             "max_steps": max_steps,
             "epochs": epochs,
-            "time_budget_s": time_budget_s,
             "lr": lr,
             "warmup_steps": warmup_steps,
-            "precision": precision,
-            "zero_stage": zero_stage,
             "seed": seed,
             "threads": threads,
+            "time_budget_s": time_budget_s,
+            # end generated: train options
         },
         checkpoint_root=checkpoint_root,
         storage_root=storage_root,

@@ -19,6 +19,7 @@ its owner reference to the step's pod covers the step dying without a chance to 
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
@@ -66,8 +67,6 @@ def _status_reason(err: Exception) -> tuple[int | None, str]:
     if isinstance(body, bytes):
         body = body.decode(errors="replace")
     try:
-        import json
-
         body = json.loads(body).get("message", body)
     except (ValueError, AttributeError):
         pass

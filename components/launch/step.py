@@ -22,6 +22,7 @@ from invfold.components.train.config import TrainConfig
 from invfold.components.train.record import processes, record_result, record_start
 from invfold.components.train.strategies import strategy_spec
 from invfold.errors import ConfigError
+from invfold.options import from_pipeline
 from invfold.runtime import record_timing
 
 SUMMARY_METRICS = ("step", "epoch", "elapsed_s", "residues", "residues_per_s")
@@ -111,11 +112,9 @@ def train_step(
         workspace_pvc,
         local_root=os.path.dirname(model_path),
     )
-    options = {k: v for k, v in train_options.items() if v not in (None, "")}
+    # an optional setting's empty parameter (0, "") is None, which is its default
+    options = {k: v for k, v in from_pipeline(TrainConfig, train_options).items() if v not in (None, "")}
     options["model_overrides"] = _model_overrides(options.get("model_overrides") or {})
-    for key in ("max_steps", "epochs", "time_budget_s"):
-        if not options.get(key):
-            options.pop(key, None)
     cfg = TrainConfig(data=data, out=model_path, checkpoint_dir=checkpoint_dir, strategy=strategy, **options)
     resources = Resources(nodes=nodes, procs_per_node=procs_per_node, gpus_per_node=gpus_per_node)
     prepared = open_prepared(prepared_path)

@@ -23,6 +23,7 @@ from invfold.components.launch.base import Resources
 from invfold.components.train.config import TrainConfig
 from invfold.components.train.strategies import strategy_spec
 from invfold.errors import ConfigError
+from invfold.options import check_values, option
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -84,14 +85,14 @@ class ClusterOptions:
     storage_endpoint: str | None = None
     image: str | None = None
     runtime_prefix: str = RUNTIME_PREFIX
-    runtime_kind: str = "ClusterTrainingRuntime"
+    runtime_kind: str = option("ClusterTrainingRuntime", "the kind of runtime a job references", choices=RUNTIME_KINDS)
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict] = field(default_factory=list)
     workspace_pvc: str | None = None
     workspace_mount: str = WORKSPACE_MOUNT
-    timeout_s: float = 7 * 24 * 3600.0
-    poll_s: float = 10.0
-    unschedulable_timeout_s: float = 900.0
+    timeout_s: float = option(7 * 24 * 3600.0, "seconds a job may run", above=0, finite=False)
+    poll_s: float = option(10.0, "seconds between looks at the job", above=0)
+    unschedulable_timeout_s: float = option(900.0, "seconds a pod may stay unschedulable", min=0, finite=False)
     owner_pod_name: str | None = None
     owner_pod_uid: str | None = None
     pipeline_run_id: str = ""
@@ -113,16 +114,7 @@ class ClusterOptions:
             )
         self.tolerations = list(self.tolerations or [])
         self.node_selector = dict(self.node_selector or {})
-        if self.runtime_kind not in RUNTIME_KINDS:
-            raise ConfigError(
-                f"ClusterOptions.runtime_kind: expected one of {RUNTIME_KINDS}, got {self.runtime_kind!r}"
-            )
-        if not self.unschedulable_timeout_s >= 0:
-            raise ConfigError(
-                f"ClusterOptions.unschedulable_timeout_s: must be >= 0, got {self.unschedulable_timeout_s}"
-            )
-        if not self.timeout_s > 0 or not self.poll_s > 0:
-            raise ConfigError(f"ClusterOptions: timeout_s and poll_s must be > 0, got {self.timeout_s}, {self.poll_s}")
+        check_values(self)
         if self.storage_root and "://" not in self.storage_root:
             raise ConfigError(
                 f"ClusterOptions.storage_root: expected an object-storage URI "

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from dataclasses import dataclass
 
 from invfold.components.model import published
+from invfold.components.tracking import fetch_model_uri
 from invfold.errors import ConfigError, InputError
 from invfold.options import option
 
@@ -135,10 +137,6 @@ def resolve(text: str, tracking_uri: str | None = None, *, dst: str | None = Non
     text = str(text)
     if not is_mlflow_uri(text):
         return ResolvedModel(text)
-    import tempfile
-
-    from invfold.components.tracking import fetch_model_uri
-
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
     dst = dst or tempfile.mkdtemp(prefix="invfold-model-")
     models, runs = _MODELS_URI.match(text), _RUNS_URI.match(text)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from invfold import storage
+from invfold.options import add_command, from_args
+
 # the subcommands this module adds, with their line in `invfold --help` (listed without building them)
 COMMANDS = {
     "prep": "validate, filter, split and shard a protein set, with a dataset card",
@@ -21,7 +24,6 @@ EXAMPLES = {
 
 def add_parser(subparsers) -> None:
     from invfold.components.prep.config import PrepConfig
-    from invfold.options import add_command
 
     add_command(
         subparsers,
@@ -35,9 +37,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfold import storage
     from invfold.components.prep.config import PrepConfig
-    from invfold.options import from_args
 
     cfg = from_args(PrepConfig, args)  # inputs judged before the readers are imported
     storage.require_local(cfg.input, "an existing protein set (file or folder)")

@@ -90,7 +90,9 @@ class PrepConfig:
     )
     split_by: Literal["auto", "cath", "cluster", "identity"] = option("auto", "what keeps related chains together")
     identity_tool: Literal["auto", "mmseqs", "kmer"] = option("auto", "sequence-identity search of a split by identity")
-    identity_threshold: float = option(0.4, "chains at least this identical stay on one side of the split")
+    identity_threshold: float = option(
+        0.4, "chains at least this identical stay on one side of the split", above=0, below=1
+    )
     check_identity: bool = option(False, "with --split-file, also report the highest train-test sequence identity")
     check_against: str | None = option(
         None,
@@ -149,8 +151,6 @@ class PrepConfig:
             raise ConfigError(
                 f"split_fractions must be 3 non-negative numbers (train > 0) summing to 1, got {self.split_fractions}"
             )
-        if not 0.0 < self.identity_threshold < 1.0:
-            raise ConfigError(f"identity_threshold must be in (0, 1), got {self.identity_threshold}")
         self.read_limits()  # each bound judged here, before anything is read
 
     def read_limits(self) -> ReadLimits:

@@ -46,6 +46,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from invfold import storage
 from invfold.components.prep import split as splitting
@@ -194,9 +196,6 @@ def _with_progress(items: Iterable, label: str, log_every: int) -> Iterator:
     start = time.monotonic()
     progress = None
     if _progress_enabled():
-        from rich.console import Console
-        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
         progress = Progress(
             SpinnerColumn(),
             TextColumn("{task.description}"),

@@ -18,10 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,9 +119,6 @@ def relocate_artifacts(uri: str, old: str) -> int:
     every location under `old` (the folder the store was made in) is rewritten under the one
     artifact_location gives now, so the copy writes and reads its own artifacts, never the
     original's. Returns how many values changed."""
-    import sqlite3
-    from contextlib import closing
-
     new = artifact_location(uri)
     changed = 0
     with closing(sqlite3.connect(uri[len("sqlite:///") :], timeout=30)) as db, db:

@@ -21,6 +21,12 @@ from invfold.options import check_values, config_from_dict, option
 FINE_TUNE_OVERRIDES = ("dropout", "activation_checkpointing")
 
 
+def _one_of(names) -> str:
+    """ "a, b or c"."""
+    names = list(names)
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
+
+
 @dataclass
 class TrainConfig:
     """Options of `train`.
@@ -60,55 +66,111 @@ class TrainConfig:
     max_nonfinite_steps: a step whose loss or gradient is NaN/inf on any rank is skipped on every
         rank (counted in metrics); this many such steps in a row fail the job (nothing is saved).
     The default recipe (default preset, lr 2e-3, noise 0.1 A, short warm-up) learns fast on CPU.
+
+    Marked on the fields (options.option): `pipeline`, a parameter of the pipeline and of its train
+    step (scripts/generate_signatures.py writes them); group "deciding", what the run a person
+    opens first records (train/record.py); group "resume", what a checkpoint resumes only under
+    (trainer.py).
     """
 
     data: str = option(help="prepared folder (invfold prep output; path or URI)")
     out: str = option(help="output folder (local)")
-    train_dataset: str = option("train", "dataset of the prepared folder to train on")
+    train_dataset: str = option("train", "dataset of the prepared folder to train on", groups=("resume",))
     validation_dataset: str | None = option("validation", "dataset to validate on (absent from the data: none)")
     checkpoint_dir: str | None = option(None, "default OUT/checkpoints; may be a URI (ddp, horovod)")
-    preset: str = option("default", "model preset", choices=tuple(PRESETS))
+    preset: str = option(
+        "default",
+        "model preset",
+        choices=tuple(PRESETS),
+        pipeline=": small (quick CPU demo), default (a deeper ProteinMPNN-style encoder with extra geometric "
+        "features, one-shot), proteinmpnn (ProteinMPNN's network, autoregressive) or tiny; ignored with init_from",
+        groups=("deciding",),
+    )
     model_overrides: dict[str, Any] = option(
         factory=dict,
         aliases=("--model",),
         metavar="NAME=VALUE",
         help="model config fields that override the preset (repeatable: --model-overrides hidden=64)",
+        pipeline=', e.g. {"hidden": 64}; {} for the preset as is (with init_from only dropout and '
+        "activation_checkpointing)",
+        groups=("deciding",),
     )
     init_from: str | None = option(
         None,
         "fine-tune from these weights: a model file/URI or published ProteinMPNN weights (e.g. "
         "proteinmpnn:v_48_020; `invfold weights list` names them); the architecture is theirs",
         metavar="MODEL",
+        pipeline="; empty to train from scratch. The result is registered only if its validation recovery "
+        "beats these weights' on the same validation data. Pair it with the fine-tuning recipe (lr 3e-4, "
+        "warmup_steps 20: what `invfold run --init-from` passes unless --lr/--warmup-steps are given; "
+        "components/train/recipes.py)",
+        groups=("deciding", "resume"),
     )
-    freeze_encoder: bool = option(False, "with init_from, train only the decoder and read-out")
-    strategy: str = option("ddp", "distributed training strategy", choices=STRATEGIES)  # the table's keys
-    zero_stage: Literal[0, 1, 2, 3] = option(0, "DeepSpeed ZeRO stage")
+    freeze_encoder: bool = option(
+        False,
+        "with init_from, train only the decoder and read-out",
+        pipeline=" (the encoder keeps the initial weights)",
+        groups=("deciding", "resume"),
+    )
+    strategy: str = option(
+        "ddp", "distributed training strategy", choices=STRATEGIES, pipeline=": " + _one_of(STRATEGIES)
+    )
+    zero_stage: Literal[0, 1, 2, 3] = option(
+        0, "DeepSpeed ZeRO stage", pipeline=" 0-3 (deepspeed only)", groups=("deciding",)
+    )
     precision: Literal["fp32", "bf16"] = option(
-        "fp32", "numeric precision: fp32, or bf16 autocast where the device supports it"
+        "fp32",
+        "numeric precision: fp32, or bf16 autocast where the device supports it",
+        pipeline=True,
+        groups=("deciding", "resume"),
     )
-    tokens_per_batch: int = option(3000, "residue budget per process and step")
-    pool_batches: int = option(50, "batches the sampler packs at once")
-    balance: str = option("interleaved", "how each step's batches are made alike across ranks", choices=BALANCE_MODES)
-    max_steps: int | None = option(None, "optimizer steps to train for")
-    epochs: int | None = option(None, "passes over the training data")
-    lr: float = option(2e-3, "peak learning rate (AdamW, warm-up, then the schedule)", max=1.0)
-    warmup_steps: int = option(50, "learning-rate warm-up steps")
-    schedule: Literal["noam", "one_cycle"] = option("noam", "learning-rate schedule after the warm-up")
-    weight_decay: float = option(0.01, "AdamW weight decay", min=0.0, max=1.0)
-    label_smoothing: float = option(0.1, "label smoothing of the loss", min=0.0)
+    tokens_per_batch: int = option(
+        3000,
+        "residue budget per process and step",
+        min=1,
+        pipeline=" (length-bucketed batches)",
+        groups=("deciding", "resume"),
+    )
+    pool_batches: int = option(50, "batches the sampler packs at once", min=1, groups=("resume",))
+    balance: str = option(
+        "interleaved",
+        "how each step's batches are made alike across ranks",
+        choices=BALANCE_MODES,
+        groups=("resume",),
+    )
+    max_steps: int | None = option(
+        None, "optimizer steps to train for", min=1, pipeline=" (0 = not limited by steps)", groups=("deciding",)
+    )
+    epochs: int | None = option(
+        None, "passes over the training data", min=1, pipeline=" (0 = not limited by epochs)", groups=("deciding",)
+    )
+    lr: float = option(
+        2e-3,
+        "peak learning rate (AdamW, warm-up, then the schedule)",
+        above=0,
+        max=1.0,
+        pipeline=True,
+        groups=("deciding", "resume"),
+    )
+    warmup_steps: int = option(50, "learning-rate warm-up steps", min=0, pipeline=True, groups=("deciding", "resume"))
+    schedule: Literal["noam", "one_cycle"] = option(
+        "noam", "learning-rate schedule after the warm-up", groups=("deciding", "resume")
+    )
+    weight_decay: float = option(0.01, "AdamW weight decay", min=0.0, max=1.0, groups=("resume",))
+    label_smoothing: float = option(0.1, "label smoothing of the loss", min=0.0, below=1, groups=("resume",))
     # 10 A moves atoms past their neighbours: no backbone is left to learn from (design's bound too)
     backbone_noise: float = option(
-        0.1, "std of the Gaussian noise added to coordinates, in Angstrom", min=0.0, max=10.0
+        0.1, "std of the Gaussian noise added to coordinates, in Angstrom", min=0.0, max=10.0, groups=("resume",)
     )
-    grad_clip: float = option(1.0, "max global gradient norm (0: no clipping)", min=0.0)
-    grad_accum: int = option(1, "micro-batches per optimizer step")
+    grad_clip: float = option(1.0, "max global gradient norm (0: no clipping)", min=0.0, groups=("resume",))
+    grad_accum: int = option(1, "micro-batches per optimizer step", min=1, groups=("resume",))
     activation_checkpointing: bool = option(False, "recompute activations in backward (less memory)")
-    validate_every: int = option(100, "optimizer steps between validations (0: only at the end)")
-    checkpoint_every: int = option(100, "optimizer steps between checkpoints (0: only at the end)")
-    keep_checkpoints: int = option(2, "newest complete checkpoints kept")
-    log_every: int = option(10, "optimizer steps between metric lines")
-    seed: int = option(0, "random seed of the whole run")
-    threads: int = option(1, "CPU threads per process")
+    validate_every: int = option(100, "optimizer steps between validations (0: only at the end)", min=0)
+    checkpoint_every: int = option(100, "optimizer steps between checkpoints (0: only at the end)", min=0)
+    keep_checkpoints: int = option(2, "newest complete checkpoints kept", min=1)
+    log_every: int = option(10, "optimizer steps between metric lines", min=0)
+    seed: int = option(0, "random seed of the whole run", min=0, pipeline=True, groups=("deciding", "resume"))
+    threads: int = option(1, "CPU threads per process", min=1, pipeline=True)
     resume: bool = option(True, "resume from the newest complete checkpoint (--no-resume: ignore them)")
     time_budget_s: float | None = option(
         None,
@@ -119,16 +181,21 @@ class TrainConfig:
         "counts from its pods' start, not their scheduling",
         aliases=("--time-budget",),
         metavar="SECONDS",
+        above=0,
+        pipeline="; here its clock starts with the train step (0 = no budget)",
+        groups=("deciding",),
     )
     cpu_time_budget_s: float | None = option(
         None,
         "stop (and save) after this many CPU seconds of each training process",
         aliases=("--cpu-time-budget",),
         metavar="SECONDS",
+        above=0,
+        groups=("deciding",),
     )
-    dist_timeout_s: float = option(600.0, "seconds a collective may wait for the other ranks")
+    dist_timeout_s: float = option(600.0, "seconds a collective may wait for the other ranks", above=0)
     max_nonfinite_steps: int = option(
-        10, "fail after this many steps in a row with a NaN/inf loss or gradient (each is skipped)"
+        10, "fail after this many steps in a row with a NaN/inf loss or gradient (each is skipped)", min=1
     )
 
     def __post_init__(self) -> None:
@@ -186,34 +253,6 @@ class TrainConfig:
             raise ConfigError(
                 "TrainConfig.schedule 'one_cycle' needs max_steps or epochs (its cosine ends at the last step)"
             )
-        positive_ints = {
-            "tokens_per_batch": self.tokens_per_batch,
-            "pool_batches": self.pool_batches,
-            "grad_accum": self.grad_accum,
-            "threads": self.threads,
-            "keep_checkpoints": self.keep_checkpoints,
-            "max_nonfinite_steps": self.max_nonfinite_steps,
-        }
-        for name in ("max_steps", "epochs"):
-            if getattr(self, name) is not None:
-                positive_ints[name] = getattr(self, name)
-        for name, value in positive_ints.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"TrainConfig.{name}: expected a positive int, got {value!r}")
-        for name in ("warmup_steps", "validate_every", "checkpoint_every", "log_every", "seed"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"TrainConfig.{name}: expected an int >= 0, got {value!r}")
-        if not self.lr > 0:
-            raise ConfigError(f"TrainConfig.lr: expected > 0, got {self.lr!r}")
-        if not 0 <= self.label_smoothing < 1:
-            raise ConfigError(f"TrainConfig.label_smoothing: expected 0 <= x < 1, got {self.label_smoothing!r}")
-        for name in ("time_budget_s", "cpu_time_budget_s"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(f"TrainConfig.{name}: expected > 0 seconds, got {value!r}")
-        if not self.dist_timeout_s > 0:
-            raise ConfigError(f"TrainConfig.dist_timeout_s: expected > 0, got {self.dist_timeout_s!r}")
 
     def model_config(self, initial=None):
         """The model's config: the preset with overrides, or (fine-tuning) the initial model's."""
@@ -230,7 +269,6 @@ class TrainConfig:
         if self.init_from is None:
             return None
 
-        # Imported here: the CLIs import this module at start-up, the model readers only when used.
         from invfold.components.model.io import load_model_or_published
 
         return load_model_or_published(self.init_from)

@@ -11,27 +11,13 @@ import json
 import os
 from typing import Any
 
+from invfold.components.model.config import ModelConfig
 from invfold.components.train.config import TrainConfig, preset_of
+from invfold.options import fields_in
 
-# TrainConfig fields that decide what a run was; with the processes and the strategy they are the
-# pipeline run's parameters.
-DECIDING = (
-    "preset",
-    "init_from",
-    "freeze_encoder",
-    "model_overrides",
-    "lr",
-    "warmup_steps",
-    "schedule",
-    "max_steps",
-    "epochs",
-    "time_budget_s",
-    "cpu_time_budget_s",
-    "tokens_per_batch",
-    "precision",
-    "zero_stage",
-    "seed",
-)
+# TrainConfig fields that decide what a run was (marked on the fields); with the processes and the
+# strategy they are the pipeline run's parameters.
+DECIDING = fields_in(TrainConfig, "deciding")
 # where the run's weights go: the registered version's source run is the training run, and
 # `invfold design`, the design pipeline and compare read the checkpoint from there
 MODEL_PT_ARTIFACT = "model_pt"
@@ -88,8 +74,6 @@ def record_result(tracker, cfg: TrainConfig, out: str) -> dict[str, Any]:
 def preset_that_ran(model_file: str) -> str:
     """The preset of the weights in model.pt (their config, no weights loaded into a network)."""
     import torch
-
-    from invfold.components.model.config import ModelConfig
 
     payload = torch.load(model_file, map_location="cpu", weights_only=True)
     return preset_of(ModelConfig.from_dict(payload["config"]))

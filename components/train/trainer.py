@@ -50,6 +50,7 @@ from invfold.components.train.distributed import DistInfo
 from invfold.components.train.strategies import make_strategy
 from invfold.components.train.timing import PHASES, StepClock, summarize
 from invfold.errors import ConfigError, InvfoldError
+from invfold.options import fields_in
 
 log = logging.getLogger(__name__)
 
@@ -247,28 +248,12 @@ class _Position:
     nonfinite_steps: int = 0  # updates skipped for a NaN/inf loss or gradient on some rank
 
 
-# TrainConfig fields that shape the trajectory: a checkpoint resumes only under the same values.
+# TrainConfig fields that shape the trajectory (group "resume", marked on the fields): a checkpoint
+# resumes only under the same values.
 # Left out on purpose: where things go (out, checkpoint_dir), how long (max_steps, epochs, budgets;
 # a longer run may resume a shorter one, except under one_cycle, whose schedule spans the run, see
 # run_settings), how often things are logged, validated or saved, threads and timeouts.
-RESUME_FIELDS = (
-    "train_dataset",
-    "init_from",
-    "freeze_encoder",
-    "precision",
-    "tokens_per_batch",
-    "pool_batches",
-    "balance",
-    "lr",
-    "warmup_steps",
-    "schedule",
-    "weight_decay",
-    "label_smoothing",
-    "backbone_noise",
-    "grad_clip",
-    "grad_accum",
-    "seed",
-)
+RESUME_FIELDS = fields_in(TrainConfig, "resume")
 
 
 def run_settings(cfg: TrainConfig, model_cfg, data_digest: str, total_steps: int | None) -> dict:

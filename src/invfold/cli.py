@@ -26,7 +26,7 @@ from invfold.options import add_command, from_args, option
 from invfold.storage import redact, remember_secrets
 
 # Each module exposes COMMANDS (name -> its line in `invfold --help`) and add_parser(subparsers),
-# and keeps heavy imports inside its handlers.
+# and keeps heavy imports inside its handlers (scripts/lint_lazy_imports.py says which and why).
 SUBCOMMAND_MODULES = (
     "invfold.components.prep.cli",
     "invfold.components.launch.cli",

@@ -14,11 +14,13 @@ and a value the config's own validation refuses later is reported against its ke
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from invfold import storage
 from invfold.errors import InputError, shown
 from invfold.options import name_value, unmarked
 
@@ -134,8 +136,6 @@ def apply_config(parser: argparse.ArgumentParser, argv: list[str]) -> ConfigFile
         line = lines[key]
         found = keys.get(_key(str(key)))
         if found is None:
-            import difflib
-
             near = difflib.get_close_matches(_key(str(key)), keys, n=1)
             hint = f" (did you mean {near[0]}?)" if near else ""
             raise InputError(path, line, str(key), f"an option of {parser.prog}{hint}")
@@ -156,8 +156,6 @@ def apply_config(parser: argparse.ArgumentParser, argv: list[str]) -> ConfigFile
 def _read(path: str) -> tuple[dict, dict[Any, int]]:
     """The file's top-level mapping and the 1-based line of each key."""
     import yaml
-
-    from invfold import storage
 
     storage.require_local(path, "an existing YAML config file")
     try:

@@ -20,6 +20,8 @@ code that raises them:
 
 from __future__ import annotations
 
+import reprlib
+
 # What `invfold` exits with (every --help ends with it; the README's table is this text)
 EXIT_STATUS = """exit status:
   0    done
@@ -49,8 +51,6 @@ def redact_text(text: str) -> str:
 def shown(value: object) -> str:
     """A value as an error message shows it: a few levels deep and a few items long at most, so a
     deeply nested value from a file costs neither a RecursionError nor a page of text."""
-    import reprlib
-
     short = reprlib.Repr()
     short.maxlevel, short.maxlist, short.maxdict, short.maxstring, short.maxother = 3, 6, 4, 60, 60
     return short.repr(value)

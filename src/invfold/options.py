@@ -8,16 +8,17 @@ one place (the field) and the CLI cannot drift from the Python API. The option i
 (`--name`, or `--no-name` when it defaults to True), `X | None` an optional X, `Literal[...]`
 (or `choices=`) its choices, `list[X]` a repeatable option, `tuple[X, X, X]` three values,
 `dict` a repeatable NAME=VALUE (VALUE read as JSON when it is JSON). `check_values` validates
-in `__post_init__` what the fields declare: the choices, `min`/`max` bounds, and that every float
-is finite (unless `finite=False`), so one rule holds for the CLI, `--config` files, the Python API
-and the pipeline parameters that set the same fields (`check_value`); `config_from_dict` builds a
-config from JSON, naming unknown keys."""
+in `__post_init__` what the fields declare: the choices, bounds (`min`/`max`; exclusive:
+`above`/`below`), and that every float is finite (unless `finite=False`), so one rule holds for
+the CLI, `--config` files, the Python API and the pipeline parameters that set the same fields
+(`check_value`); `config_from_dict` builds a config from JSON, naming unknown keys."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import functools
+import inspect
 import json
 import math
 import re
@@ -42,19 +43,31 @@ def option(
     type: Any = None,
     min: float | None = None,
     max: float | None = None,
+    above: float | None = None,
+    below: float | None = None,
     finite: bool = True,
+    pipeline: bool | str = False,
+    groups: tuple[str, ...] = (),
 ) -> Any:
     """A dataclass field that knows its command-line option. aliases: other spellings kept for
     existing users (e.g. "-n"); positional: an argument, not an --option; cli=False: not on the
     command line (e.g. in-memory records); choices: when they are not in the type (a table's
     keys); type: the option's value type when the field's is wider (e.g. `str | list[int]`).
     min/max: inclusive bounds of a number (each number of a tuple or list): a count that sizes
-    an allocation needs a max, or a few characters of input ask for gigabytes; finite=False: a
-    float field that may be inf or NaN (floats are finite otherwise). `check_values` holds them."""
+    an allocation needs a max, or a few characters of input ask for gigabytes; above/below: the
+    exclusive ones (a rate or a timeout above 0); a bounded int field takes ints only, a bounded
+    float field numbers only; finite=False: a float field that may be inf or NaN (floats are
+    finite otherwise). `check_values` holds them.
+    pipeline: the field is also a parameter of the pipeline and of its step's component (written
+    there by scripts/generate_signatures.py, described by `with_field_help`'s `@pipeline` mark); a
+    str is what the parameter's description adds after the help. groups: names of the lists the
+    field belongs to (`fields_in`), e.g. TrainConfig's settings a checkpoint resumes only under."""
     if not help:
         raise TypeError("option(): every option needs its help text")
     if min is not None and max is not None and min > max:
         raise TypeError(f"option(): min {min!r} > max {max!r}")
+    if (min is not None and above is not None) or (max is not None and below is not None):
+        raise TypeError("option(): a side takes min or above (max or below), not both")
     metadata = dict(
         help=help,
         aliases=tuple(aliases),
@@ -65,7 +78,11 @@ def option(
         type=type,
         min=min,
         max=max,
+        above=above,
+        below=below,
         finite=finite,
+        pipeline=None if pipeline is False else "" if pipeline is True else pipeline,
+        groups=tuple(groups),
     )
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)
@@ -240,39 +257,60 @@ def _numbers(value: Any) -> list:
     return [v for v in items if isinstance(v, (int, float)) and not isinstance(v, bool)]
 
 
-def _bounds_text(meta: Any, hint: Any) -> str:
-    low, high = meta.get("min"), meta.get("max")
+def _kind(hint: Any) -> Any:
+    """The number type of a field: its type, or the members' of a tuple or list."""
     base = _strip_optional(hint)
-    kind = typing.get_args(base)[0] if typing.get_origin(base) in (tuple, list) and typing.get_args(base) else base
+    return typing.get_args(base)[0] if typing.get_origin(base) in (tuple, list) and typing.get_args(base) else base
+
+
+# option() bounds: key, its sign, its bracket in an interval (a low side first)
+_SIDES = (("min", ">=", "["), ("above", ">", "("), ("max", "<=", "]"), ("below", "<", ")"))
+
+
+def _bounds_text(meta: Any, hint: Any) -> str:
+    kind = _kind(hint)
     finite = "an integer" if kind is int else "a finite number" if meta.get("finite", True) else "a number"
-    if low is not None and high is not None:
-        return f"{finite} in [{low:,}, {high:,}]"
-    if low is not None:
-        return f"{finite} >= {low:,}"
-    if high is not None:
-        return f"{finite} <= {high:,}"
+    # (text of one side, its sign alone, its bracket in an interval) per side declared
+    sides = [(f"{meta[key]:,}", sign, bracket) for key, sign, bracket in _SIDES if meta.get(key) is not None]
+    if len(sides) == 2:
+        (low, _, opening), (high, _, closing) = sides
+        return f"{finite} in {opening}{low}, {high}{closing}"
+    if sides:
+        value, sign, _ = sides[0]
+        return f"{finite} {sign} {value}"
     return finite
+
+
+def _breaks(meta: Any, number: Any) -> bool:
+    """Whether `number` is outside the bounds `meta` declares."""
+    return (
+        (meta.get("min") is not None and number < meta["min"])
+        or (meta.get("max") is not None and number > meta["max"])
+        or (meta.get("above") is not None and not number > meta["above"])
+        or (meta.get("below") is not None and not number < meta["below"])
+    )
 
 
 def check_value(cls, name: str, value: Any) -> None:
     """Raise ConfigError ("Cls.name: expected ..., got ...") when `value` breaks what field `name`
-    of dataclass `cls` declares: its choices, its min/max, a float's finiteness. The message names
-    the field, which the CLI shows as its flag (cli.with_flag_names)."""
+    of dataclass `cls` declares: its choices, its bounds (an int field's, ints only), a float's
+    finiteness. The message names the field, which the CLI shows as its flag (cli.with_flag_names)."""
     f = {f.name: f for f in dataclasses.fields(cls)}[name]
-    choices = choices_of(f, field_types(cls)[name])
+    hint = field_types(cls)[name]
+    choices = choices_of(f, hint)
     if choices is not None and value is not None and value not in choices:
         raise ConfigError(f"{cls.__name__}.{name}: expected one of {choices}, got {value!r}")
     meta = f.metadata
-    low, high, finite = meta.get("min"), meta.get("max"), meta.get("finite", True)
+    finite = meta.get("finite", True)
+    bounded = any(meta.get(side) is not None for side in ("min", "max", "above", "below"))
+    if bounded and value is not None:
+        members = value if isinstance(value, (list, tuple)) else [value]
+        number = (int,) if _kind(hint) is int else (int, float)
+        if any(isinstance(v, bool) or not isinstance(v, number) for v in members):
+            raise ConfigError(f"{cls.__name__}.{name}: expected {_bounds_text(meta, hint)}, got {value!r}")
     for number in _numbers(value):
-        if finite and isinstance(number, float) and not math.isfinite(number):
-            raise ConfigError(
-                f"{cls.__name__}.{name}: expected {_bounds_text(meta, field_types(cls)[name])}, got {value!r}"
-            )
-        if (low is not None and number < low) or (high is not None and number > high):
-            raise ConfigError(
-                f"{cls.__name__}.{name}: expected {_bounds_text(meta, field_types(cls)[name])}, got {value!r}"
-            )
+        if (finite and isinstance(number, float) and not math.isfinite(number)) or _breaks(meta, number):
+            raise ConfigError(f"{cls.__name__}.{name}: expected {_bounds_text(meta, hint)}, got {value!r}")
 
 
 def check_values(config) -> None:
@@ -290,6 +328,47 @@ def config_from_dict(cls, data: dict[str, Any], source: str = "<dict>"):
     if unknown:
         raise ConfigError(f"{source}: unknown {cls.__name__} fields {unknown}; expected some of {sorted(known)}")
     return cls(**data)
+
+
+def fields_in(cls, group: str) -> tuple[str, ...]:
+    """The names of dataclass `cls`'s fields in option(groups=...) `group`, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(cls) if group in f.metadata.get("groups", ()))
+
+
+def pipeline_fields(cls) -> list[tuple[dataclasses.Field, Any]]:
+    """(field, resolved type) of each field that is also a pipeline parameter (option(pipeline=))."""
+    return [(f, hint) for f, hint in cli_fields(cls) if f.metadata.get("pipeline") is not None]
+
+
+def pipeline_type(hint: Any) -> type:
+    """The type of the pipeline parameter that sets a field of type `hint`. KFP's parameters are
+    str, int, float, bool, dict or list and are never None: an optional field's empty value (0,
+    0.0, "") stands for None (`from_pipeline`)."""
+    base = _strip_optional(hint)
+    if typing.get_origin(base) is Literal:
+        return type(typing.get_args(base)[0])
+    base = typing.get_origin(base) or base
+    if base in (str, int, float, bool, dict, list):
+        return base
+    raise TypeError(f"no pipeline parameter type for {hint!r}")
+
+
+def pipeline_default(hint: Any, value: Any) -> Any:
+    """A field's value as the default of its pipeline parameter (None: the type's empty value)."""
+    return pipeline_type(hint)() if value is None else value
+
+
+def from_pipeline(cls, values: dict[str, Any]) -> dict[str, Any]:
+    """Pipeline parameter values as dataclass `cls`'s fields take them: an optional field's empty
+    value (0, 0.0, "") is None; other names pass as they are."""
+    hints = field_types(cls)
+    out = dict(values)
+    for name, value in values.items():
+        hint = hints.get(name)
+        optional = hint is not None and _strip_optional(hint) is not hint
+        if optional and value is not None and not isinstance(value, bool) and value == pipeline_type(hint)():
+            out[name] = None
+    return out
 
 
 class _Default:
@@ -325,6 +404,7 @@ def unmarked(value: Any) -> Any:
 
 
 HELP_MARK = "@help"
+PIPELINE_MARK = "@pipeline"
 
 
 def field_help(cls, name: str) -> str:
@@ -335,12 +415,21 @@ def field_help(cls, name: str) -> str:
 
 def with_field_help(cls):
     """Decorator: each docstring line `name: @help ...` gets field `name`'s help in place of the
-    mark, so a pipeline's or a component's `Args:` never restate a config field's help (KFP reads
-    the docstring into the compiled parameters' descriptions)."""
+    mark, and a line `@pipeline` becomes one such line per pipeline field of `cls` (option(pipeline=))
+    the function takes, its help then the field's pipeline note, so a pipeline's or a component's
+    `Args:` never restate a config field's help (KFP reads the docstring into the compiled
+    parameters' descriptions)."""
 
     def fill(func):
         lines = []
         for line in (func.__doc__ or "").splitlines():
+            if line.strip() == PIPELINE_MARK:
+                indent = line[: len(line) - len(line.lstrip())]
+                takes = inspect.signature(func).parameters
+                for f, _ in pipeline_fields(cls):
+                    if f.name in takes:
+                        lines.append(f"{indent}{f.name}: {field_help(cls, f.name)}{f.metadata['pipeline']}.")
+                continue
             name, sep, rest = line.strip().partition(": ")
             if sep and rest.startswith(HELP_MARK):
                 line = line.replace(HELP_MARK, field_help(cls, name), 1)

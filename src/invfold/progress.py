@@ -9,6 +9,16 @@ import logging
 import os
 import sys
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
 log = logging.getLogger("invfold.progress")
 
 
@@ -31,16 +41,6 @@ class progress:
 
     def __enter__(self):
         if self.enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
             self.bar = Progress(
                 TextColumn(self.label),
                 BarColumn(),

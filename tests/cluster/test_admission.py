@@ -33,6 +33,8 @@ from invfold.components.train.config import TrainConfig
 from tests.support.cluster import prefixed_runtimes
 from tests.support.deploy_tools import documents, rendering
 
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
 # Renderings with the PriorityClass-scoped compute quota (single-user and cpu-dev install into
 # KFP's own namespace, tenant cannot create the class: tests/deploy/test_admission.py).
 QUOTA_RENDERINGS = ("chart-default", "chart-gpu", "k8s-gpu-prod")

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from tests.support.cluster import CHART_NAMESPACE as NAMESPACE
 from tests.support.cluster import RELEASE, install_args
 from tests.support.deploy_tools import CHART
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 def helm_status(cluster) -> dict:

@@ -51,6 +51,8 @@ from tests.support.network_table import (
     SEAWEEDFS,
 )
 
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
 SCRIPT = (Path(__file__).parents[1] / "support" / "netprobe_pod.py").read_text()
 OUTSIDER_NAMESPACE = "netpol-outsider"
 PROBE_LABEL = "invfold.test/netpol-probe"

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.support.cluster import stale_node_images
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 # `ctr -n k8s.io images ls` on the test node (columns trimmed): each imported image has its name and
 # the `sha256:<id>` ref containerd's CRI adds; an older runtime generation was loaded before.

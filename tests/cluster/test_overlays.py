@@ -16,6 +16,8 @@ import pytest
 
 from tests.support.deploy_tools import OVERLAYS, documents, kustomize
 
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
 
 def rendered(overlay: str) -> list[dict]:
     return documents(kustomize(overlay))

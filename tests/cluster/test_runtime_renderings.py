@@ -26,6 +26,8 @@ from invfold.components.train.config import TrainConfig
 from tests.support.cluster import prefixed_runtimes, upstream_runtime
 from tests.support.deploy_tools import RENDERINGS, documents, rendering
 
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
 GPUS = 8
 NODES = (1, 2, 4)
 STRATEGIES = ("ddp", "deepspeed", "horovod")

@@ -31,6 +31,8 @@ import pytest
 from tests.support.paths import REPO
 from tests.support.training import summary
 
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
 NO_DELETE = ["s3:Put*", "s3:Get*", "s3:List*"]  # 2.16.0's actions
 KFP_2_17 = ["s3:Put*", "s3:Get*", "s3:List*", "s3:DeleteObject"]
 

@@ -33,6 +33,8 @@ from invfold.components.launch.trainjob import (
 from tests.support.cluster import NODE_IMAGES, STORE_ENDPOINT, store_keys
 from tests.support.training import read_metrics, summary, tiny_config
 
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
 NAMESPACE = "invfold-train"
 WORKSPACE_CLAIM = "invfold-workspace"  # the chart's `workspace.name`
 SECRET = "invfold-storage"

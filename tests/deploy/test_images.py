@@ -22,7 +22,7 @@ import pytest
 from tests.support.deploy_tools import REPO
 from tests.support.docker_engine import CPU_IMAGES
 
-pytestmark = pytest.mark.timeout(2400)
+pytestmark = [pytest.mark.timeout(2400), pytest.mark.images, pytest.mark.slow]
 OFFLINE = ("-e", "PIP_NO_INDEX=1", "-e", "OMP_NUM_THREADS=1")
 TRAIN_OPTIONS = (
     "--preset",

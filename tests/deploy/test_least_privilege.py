@@ -176,6 +176,7 @@ def call(port: int, path: str, auth: tuple[str, str], body: dict | None = None) 
         return err.code, {}
 
 
+@pytest.mark.slow  # a real MLflow server with its auth app
 def test_the_steps_account_works_without_admin_rights_on_the_real_server(tmp_path):
     """The MLflow Deployment as rendered: its init container's script makes the steps' account in
     MLflow's user store (SQLite here instead of PostgreSQL), the server starts with the admin from its

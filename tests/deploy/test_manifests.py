@@ -10,6 +10,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from invfold.components.launch.trainjob import runtime_name
+from invfold.components.train.strategies import STRATEGIES
 from tests.support.deploy_tools import CHART, REPO, documents, helm_template, run, tool
 
 KUBERNETES_VERSION = "1.33"
@@ -82,13 +84,9 @@ def test_validation_catches_a_misspelled_field(rendered):
 @pytest.mark.parametrize("name", RENDERINGS)
 def test_runtimes_are_prefixed_and_checkpoint_friendly(rendered, name):
     runtimes = [o for o in documents(rendered[name]) if o["kind"] in ("ClusterTrainingRuntime", "TrainingRuntime")]
-    assert sorted(r["metadata"]["name"] for r in runtimes) == [
-        "invfold-ddp",
-        "invfold-deepspeed",
-        "invfold-deepspeed-single-node",
-        "invfold-horovod",
-        "invfold-horovod-single-node",
-    ]
+    assert sorted(r["metadata"]["name"] for r in runtimes) == sorted(
+        {runtime_name(s, nodes=n) for s in STRATEGIES for n in (1, 2)}
+    )
     for runtime in runtimes:
         policy = runtime["spec"]["mlPolicy"]
         jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]

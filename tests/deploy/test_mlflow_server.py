@@ -113,6 +113,7 @@ def run_helm_test(pod: dict, tracking_uri: str, tmp_path, extra_env: dict | None
     )
 
 
+@pytest.mark.slow
 def test_helm_test_stores_and_returns_an_artifact_through_the_proxy(tmp_path, s3_server):
     """`helm test` fails when MLflow cannot reach its artifact store (the chart's NetworkPolicies
     blocking it made the first log_artifact hang while `helm test` passed), and passes when it can.

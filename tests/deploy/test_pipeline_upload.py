@@ -30,7 +30,7 @@ from tests.support.kfp_api import PREFIX, KfpApi
 PROFILE = "team-a"
 TOKEN = f"sa-token-{secrets.token_hex(8)}"
 # The hook refuses to upload steps on the placeholder registry: every install here names one.
-REGISTRY = ("--set", "images.registry=ghcr.io/acme/invfold")
+REGISTRY = ("--set", "images.registry=registry.acme.example/invfold")
 
 
 def hook_job(*args: str, namespace: str = PROFILE) -> dict:

@@ -9,6 +9,7 @@ from invfold.components.design.config import parse_temperatures
 from tests.support.design_files import read_fasta
 
 
+@pytest.mark.slow
 def test_folder_to_one_fasta_per_structure_with_temperatures_and_skips(tmp_path, structures, model):
     _, _, pdbs = structures
     out = tmp_path / "designs"

@@ -46,7 +46,7 @@ def _fasta(path):
     return list(zip(lines[::2], lines[1::2], strict=True))
 
 
-@pytest.mark.parametrize("decoding", ["autoregressive", "one_shot"])
+@pytest.mark.parametrize("decoding", [pytest.param("autoregressive", marks=pytest.mark.slow), "one_shot"])
 def test_design_chains_keep_context_native_and_backends_agree(tmp_path, pdb, models, decoding):
     record = select_record(str(pdb), None, None, complexes=True)
     assert record.name == ENTRY and record.chain_names == ("A", "D")
@@ -72,6 +72,7 @@ def test_design_chains_keep_context_native_and_backends_agree(tmp_path, pdb, mod
     assert [seq for _, seq in pt_fasta] == [seq for _, seq in onnx_fasta]
 
 
+@pytest.mark.slow
 def test_designed_chain_logits_depend_on_the_context_sequence(tmp_path, pdb):
     """Autoregressive: decoding the context chain first, the designed chain's logits change with the
     context's letters (the model conditions on them); a one-shot model reads structure only. 1tii's

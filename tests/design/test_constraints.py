@@ -56,6 +56,7 @@ def run_both(tmp_path, models, **kw):
     return out[0]
 
 
+@pytest.mark.slow
 def test_tied_repeats_get_one_letter_per_group(tmp_path, models, record):
     """ProteinMPNN's tied decoding (dauparas/ProteinMPNN protein_mpnn_utils.py, ProteinMPNN.tied_sample;
     the input shape of helper_scripts/make_tied_positions_dict.py): positions 1..10 tied to 11..20 as

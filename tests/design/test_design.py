@@ -40,7 +40,7 @@ def models(tmp_path_factory):
     return paths
 
 
-@pytest.mark.parametrize("decoding", ["one_shot", "autoregressive"])
+@pytest.mark.parametrize("decoding", [pytest.param("one_shot", marks=pytest.mark.slow), "autoregressive"])
 def test_checkpoint_and_onnx_design_the_same_sequences(tmp_path, data, models, decoding):
     _, _, pdb = data
     fastas = []

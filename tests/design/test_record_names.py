@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from invfold.components.design import DesignConfig
 from invfold.components.design.batch import design_batch, safe_name
 from invfold.components.design.fasta import read_fasta
@@ -15,6 +17,7 @@ from invfold.components.design.step import markdown_report
 NAMES = ["x/y", "x:y", "x y", "../../escape\n>forged sample=0"]
 
 
+@pytest.mark.slow
 def test_names_that_collapse_to_one_file_name_keep_all_their_designs(tmp_path, structures, model):  # noqa: F811
     jsonl, _, _ = structures
     lines = jsonl.read_text().splitlines()

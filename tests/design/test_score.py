@@ -43,6 +43,7 @@ def _cfg(model, out, **kw):
     return ScoreConfig(model=str(model), structure=SAMPLE, name=NAME, out=str(out), **kw)
 
 
+@pytest.mark.slow
 def test_native_score_checkpoint_and_onnx_agree_and_average_orders(tmp_path, models, record):
     pt, onnx = models
     a = score(_cfg(pt, tmp_path / "pt.csv", num_orders=4, batch_size=3, seed=5))[0]

@@ -46,6 +46,7 @@ def exported(tmp_path_factory, chain_set):
     return code, model, tmp
 
 
+@pytest.mark.slow
 def test_export_writes_one_self_contained_file_with_its_report(exported):
     code, model, tmp = exported
     assert code == 0
@@ -110,6 +111,7 @@ def test_parity_on_real_chains_up_to_500_residues(exported):
     assert parity["passed"], parity
 
 
+@pytest.mark.slow
 def test_proteinmpnn_featurization_exports_with_parity(tmp_path, chain_set):
     """The ProteinMPNN-compatible featurization (published weights) exports too: unobserved residues
     as neighbour candidates, X tokens, chains with breaks, in onnxruntime as in eager PyTorch."""
@@ -134,6 +136,7 @@ def test_proteinmpnn_featurization_exports_with_parity(tmp_path, chain_set):
     assert np.abs(got - ref)[real].max() < 1e-4
 
 
+@pytest.mark.slow
 def test_ca_only_model_exports_with_parity_and_designs_alike(tmp_path, chain_set):
     """A CA-only network (ProteinMPNN's CA weights' architecture, tiny) passes the gate, and
     `invfold design` with its .onnx designs on a CA-only PDB file (a real sample chain, N, C, O

@@ -21,13 +21,18 @@ from __future__ import annotations
 import pytest
 
 from invfold.components.launch import Resources
-from invfold.components.launch.trainjob import ClusterOptions, build_trainjob, job_name, replicated_jobs
+from invfold.components.launch.trainjob import ClusterOptions, build_trainjob, job_name, replicated_jobs, runtime_name
 from invfold.components.train.config import TrainConfig
+from invfold.components.train.strategies import STRATEGIES
 from invfold.errors import ConfigError
 from tests.support.deploy_tools import RENDERINGS, documents, rendering
 
-MPI = ("invfold-deepspeed", "invfold-horovod")
-SINGLE = tuple(f"{name}-single-node" for name in MPI)
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
+
+# the strategies whose jobs mpirun starts, and their runtimes
+MPI_STRATEGIES = tuple(name for name, spec in STRATEGIES.items() if spec.cluster_launcher == "mpirun")
+MPI = tuple(runtime_name(name) for name in MPI_STRATEGIES)
+SINGLE = tuple(runtime_name(name, nodes=1) for name in MPI_STRATEGIES)
 IMAGE = "registry.example.com/invfold/x:1"
 
 
@@ -47,7 +52,7 @@ def mpi_runtimes(text: str) -> list[dict]:
 @pytest.mark.parametrize("name", ["chart-default", "chart-gpu", "k8s-cpu-dev", "k8s-gpu-prod", "k8s-tenant"])
 def test_node_first_and_the_launcher_waits_for_ready_nodes(name):
     runtimes = mpi_runtimes(rendering(name))
-    assert len(runtimes) == 2
+    assert len(runtimes) == len(MPI)
     for runtime in runtimes:
         jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
         assert [j["name"] for j in jobs] == ["node", "launcher"], runtime["metadata"]["name"]
@@ -70,7 +75,7 @@ def trainjob(strategy: str, nodes: int, gpus: int = 8, image: str | None = IMAGE
     )
 
 
-@pytest.mark.parametrize("strategy", ["deepspeed", "horovod"])
+@pytest.mark.parametrize("strategy", MPI_STRATEGIES)
 def test_several_nodes_meet_at_the_launcher_where_rank_0_runs(strategy):
     job = trainjob(strategy, nodes=2, image=None)
     name, args = job["metadata"]["name"], job["spec"]["trainer"]["args"]
@@ -78,7 +83,7 @@ def test_several_nodes_meet_at_the_launcher_where_rank_0_runs(strategy):
     assert args[args.index("--hostfile") + 1] == "/etc/mpi/hostfile"
 
 
-@pytest.mark.parametrize("strategy", ["deepspeed", "horovod"])
+@pytest.mark.parametrize("strategy", MPI_STRATEGIES)
 def test_one_node_runs_every_rank_on_the_launcher(strategy):
     job = trainjob(strategy, nodes=1)
     args = job["spec"]["trainer"]["args"]
@@ -88,8 +93,8 @@ def test_one_node_runs_every_rank_on_the_launcher(strategy):
 
 @pytest.mark.parametrize("name", RENDERINGS)
 def test_single_node_runtimes_are_the_launcher_alone(runtimes_by_rendering, name):
-    for runtime_name, multi in zip(SINGLE, MPI, strict=True):
-        runtime = runtimes_by_rendering[name][runtime_name]
+    for single, multi in zip(SINGLE, MPI, strict=True):
+        runtime = runtimes_by_rendering[name][single]
         jobs = runtime["spec"]["template"]["spec"]["replicatedJobs"]
         assert [j["name"] for j in jobs] == ["launcher"] and "dependsOn" not in jobs[0]
         assert jobs[0]["template"]["metadata"]["labels"]["trainer.kubeflow.org/trainjob-ancestor-step"] == "trainer"
@@ -98,7 +103,7 @@ def test_single_node_runtimes_are_the_launcher_alone(runtimes_by_rendering, name
         assert jobs[0]["template"]["spec"] == launcher["template"]["spec"]  # the same pod as the launcher
 
 
-@pytest.mark.parametrize("strategy", ["deepspeed", "horovod"])
+@pytest.mark.parametrize("strategy", MPI_STRATEGIES)
 def test_several_node_mpi_jobs_refuse_an_image_trainer_would_give_the_launcher_only(strategy):
     """The real Trainer gives trainer.image to the launcher only
     (tests/cluster/test_runtime_renderings.py::test_trainer_gives_a_trainjob_image_to_the_mpi_launcher_only)."""
@@ -107,7 +112,7 @@ def test_several_node_mpi_jobs_refuse_an_image_trainer_would_give_the_launcher_o
 
 
 @pytest.mark.parametrize("name", RENDERINGS)
-@pytest.mark.parametrize("strategy", ["ddp", "deepspeed", "horovod"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("nodes", [1, 2, 4])
 def test_runtime_patches_name_exactly_the_jobs_of_the_referenced_runtime(runtimes_by_rendering, name, strategy, nodes):
     """Trainer v2.3 turns a patch naming a job its runtime lacks into a job of its own, with no

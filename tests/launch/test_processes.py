@@ -7,6 +7,8 @@ import pytest
 from invfold.components.launch.processes import ENTRYPOINT, launch_command
 from invfold.components.train.config import TrainConfig
 
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
+
 
 @pytest.mark.parametrize(
     "strategy, launcher, expected",

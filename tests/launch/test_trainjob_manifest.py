@@ -17,6 +17,7 @@ from invfold.components.launch import Resources
 from invfold.components.launch.schema import ManifestError, validate
 from invfold.components.launch.trainjob import ClusterOptions, build_trainjob, job_name, runtime_name
 from invfold.components.train.config import TrainConfig
+from invfold.components.train.strategies import STRATEGIES
 from tests.support.credentials import literal_credentials
 from tests.support.deploy_tools import documents, kustomize
 
@@ -64,7 +65,7 @@ def manifest(strategy: str = "ddp", gpus: int = 4, **option_overrides) -> dict:
     )
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "deepspeed", "horovod"])
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_generated_trainjobs_validate_and_reference_the_strategy_runtime(strategy):
     job = manifest(strategy)
     validate(job)
@@ -113,7 +114,7 @@ def test_runtimes_named_by_the_launcher_exist_in_k8s_and_validate():
     for runtime in runtimes:
         validate(runtime, source=runtime["metadata"]["name"])
     names = {r["metadata"]["name"] for r in runtimes}
-    assert {runtime_name(s, nodes=n) for s in ("ddp", "deepspeed", "horovod") for n in (1, 2)} <= names
+    assert {runtime_name(s, nodes=n) for s in STRATEGIES for n in (1, 2)} <= names
 
 
 def test_credentials_are_referenced_never_copied():

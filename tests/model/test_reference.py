@@ -57,7 +57,7 @@ def _design(registry, model: str, out, *extra: str) -> tuple[int, list[str]]:
 @pytest.mark.parametrize(
     "reference",
     [
-        "models:/{name}@champion",
+        pytest.param("models:/{name}@champion", marks=pytest.mark.slow),
         "models:/{name}/1",
         "models:/{name}/2",  # no checkpoint beside it: the registered ONNX model itself
         "runs:/{run}/model_pt/model.pt",

@@ -44,7 +44,7 @@ def test_compile_sets_registry_and_tag(tmp_path):
             "--out",
             str(out),
             "--registry",
-            "ghcr.io/acme/ml",
+            "registry.acme.example/ml",
             "--tag",
             "2.0.1",
         ],
@@ -53,7 +53,7 @@ def test_compile_sets_registry_and_tag(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     executors = _spec(out.read_text())["deploymentSpec"]["executors"]
-    assert {e["container"]["image"] for e in executors.values()} == {"ghcr.io/acme/ml/invfold-runtime:2.0.1"}
+    assert {e["container"]["image"] for e in executors.values()} == {"registry.acme.example/ml/invfold-runtime:2.0.1"}
 
 
 def test_pipeline_and_every_parameter_are_described():

@@ -22,6 +22,8 @@ from invfold.components.tracking import default_tracking_uri
 from invfold.data import SAMPLE_CHAIN_SET
 from invfold.pipelines.local import PipelineFailed, run_design_local
 
+pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
+
 MODEL = "invfold-design-test"
 
 

@@ -25,11 +25,12 @@ from invfold.components.register.step import compare_step
 from invfold.components.train import recipes
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 from invfold.pipelines.local import run_local
+from tests.support.docs import stores_found, where_things_land
 
 GATE = recipes.QUALITY_GATE.settings
 # The shared run trains a fixed number of steps, so its wall time follows the machine's load: on a
 # machine loaded ~10x past its 2 cores it took over 900 s (the suite's per-test limit).
-pytestmark = pytest.mark.timeout(2400)
+pytestmark = [pytest.mark.timeout(2400), pytest.mark.pipeline, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
@@ -287,6 +288,12 @@ def test_invfold_run_prints_a_line_per_step_and_a_summary_and_keeps_logs_and_art
     assert "Executing task 'train-op'" in logged and "| loss " in logged and len(logged.splitlines()) > 5 * len(lines)
     assert not (tmp_path / "mlruns").exists()
     assert list((tmp_path / "runs" / "artifacts").rglob("model.onnx"))
+    # ARCHITECTURE.md's "Where things land", row by row, against what this run left
+    runs, rows = tmp_path / "runs", where_things_land()
+    for pattern, kept in rows:
+        found = stores_found(runs, pattern)
+        assert bool(found) is kept, f"runs/{pattern}: ARCHITECTURE.md says {'kept' if kept else 'removed'}; {found}"
+    assert {p.name for p in runs.iterdir()} <= {pattern.split("/")[0] for pattern, _ in rows}
 
 
 def test_a_failing_step_fails_the_run_with_its_reason_and_marks_mlflow_runs_failed(workspace, tmp_path, capfd):

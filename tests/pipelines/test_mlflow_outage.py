@@ -11,6 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from mlflow import MlflowClient
 
 from invfold.components.launch.step import train_step
@@ -18,6 +19,8 @@ from invfold.components.prep.config import PrepConfig
 from invfold.components.prep.run import run_prep
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 from tests.support.mlflow_server import MlflowServer
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.slow]
 
 STEPS = 60
 

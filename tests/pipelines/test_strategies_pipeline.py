@@ -15,6 +15,8 @@ from mlflow import MlflowClient
 from invfold.data import SAMPLE_CHAIN_SET, SAMPLE_SPLITS
 from invfold.pipelines.local import run_local
 
+pytestmark = [pytest.mark.pipeline, pytest.mark.multiproc, pytest.mark.slow]
+
 
 @pytest.mark.parametrize(
     "strategy, module, extra",

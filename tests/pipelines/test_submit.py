@@ -21,7 +21,7 @@ from tests.support.kfp_api import PREFIX, KfpApi
 
 TOKEN = f"kfp-token-{secrets.token_hex(8)}"
 HEALTHZ, EXPERIMENTS, RUNS = f"{PREFIX}/healthz", f"{PREFIX}/experiments", f"{PREFIX}/runs"
-REGISTRY = "ghcr.io/acme/invfold"  # the committed YAML names a placeholder registry, which submit refuses
+REGISTRY = "registry.acme.example/invfold"  # the committed YAML names a placeholder registry, which submit refuses
 IMAGE = f"{REGISTRY}/invfold-runtime:{__version__}"
 ARGS = (
     "--registry",

@@ -25,7 +25,7 @@ from tests.support.kfp_api import PREFIX, KfpApi
 
 ROOT = Path(__file__).resolve().parents[2]
 PLACEHOLDER = f"{DEFAULT_REGISTRY}/invfold-runtime:{__version__}"
-REGISTRY = "ghcr.io/acme/invfold"
+REGISTRY = "registry.acme.example/invfold"
 
 
 @pytest.fixture(scope="module")

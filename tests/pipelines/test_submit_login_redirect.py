@@ -47,5 +47,5 @@ def gateway():
 def test_a_login_redirect_is_a_clear_error_not_a_run_without_id(gateway):
     with pytest.raises(SubmitError, match=r"login page.*--token or KFP_TOKEN.*port-forward svc/ml-pipeline"):
         submit(
-            gateway, {"data_uri": "s3://bucket/chain_set.jsonl"}, namespace="team-a", registry="ghcr.io/acme/invfold"
+            gateway, {"data_uri": "s3://bucket/chain_set.jsonl"}, namespace="team-a", registry="registry.acme.example/invfold"
         )

@@ -27,7 +27,7 @@ from invfold.pipelines.upload import UploadTarget, for_install
 from tests.support.deploy_tools import documents, helm_template
 
 DIGEST = "sha256:" + "ab" * 32
-REGISTRY = "ghcr.io/acme/invfold"
+REGISTRY = "registry.acme.example/invfold"
 VALUES = (
     "--set", f"images.registry={REGISTRY}",
     "--set", "images.tag=1.4.2",
@@ -122,6 +122,7 @@ def test_the_pull_secret_entry_is_kfp_kubernetes_own(tmp_path):
     assert list(yaml.safe_load_all(ours))[1] == theirs
 
 
+@pytest.mark.slow  # two real `invfold compile` runs
 @pytest.mark.parametrize("pipeline", ["train", "design"])
 def test_invfold_compile_pins_digest_and_pull_secrets_in_either_pipeline(tmp_path, pipeline):
     out = tmp_path / f"{pipeline}.yaml"

@@ -87,6 +87,7 @@ def _with_digest(evaluation: Path, tmp_path: Path, digest: str) -> Path:
     return copy
 
 
+@pytest.mark.slow
 def test_the_champion_is_scored_and_chosen_on_validation_data(mlflow_server, prepared, models, tmp_path):
     names = {"experiment": f"register-{uuid.uuid4().hex[:6]}", "model": f"invfold-{uuid.uuid4().hex[:6]}"}
     a, b = models["a"], models["b"]
@@ -173,6 +174,7 @@ def _ranked(models) -> tuple[dict, dict]:
     return (a, b) if recovery(a) > recovery(b) else (b, a)
 
 
+@pytest.mark.slow
 def test_two_interleaved_runs_the_later_register_decides_again_against_the_new_champion(
     mlflow_server, prepared, models, tmp_path
 ):
@@ -209,6 +211,7 @@ def test_two_interleaved_runs_the_later_register_decides_again_against_the_new_c
     assert "beats" in a["metadata"]["decision"] and "champion v1" in a["metadata"]["decision"]
 
 
+@pytest.mark.slow
 def test_a_champion_that_moves_while_registering_is_not_overwritten(mlflow_server, prepared, models, tmp_path):
     """The alias moves after register's first read, while the ONNX model is being registered (the
     other run's write is injected right after this run's version is created): the read just

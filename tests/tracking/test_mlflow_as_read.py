@@ -106,6 +106,7 @@ def pipeline_run(tmp_path_factory, sample_prepared, mlflow_server) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_the_pipeline_run_carries_the_options_that_decide_it_and_its_card_and_report(pipeline_run):
     client, parent = pipeline_run["client"], pipeline_run["parent"]
     params = parent.data.params

@@ -18,6 +18,8 @@ import torch
 from invfold.components.train import checkpoint as ckpt
 from invfold.errors import InputError
 
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
+
 
 @pytest.fixture(params=["local", "s3"])
 def root(request, tmp_path) -> str:

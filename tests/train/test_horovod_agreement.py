@@ -9,7 +9,11 @@ from __future__ import annotations
 import bisect
 import json
 
+import pytest
+
 from tests.support.training import run_job, summary, tiny_config
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
 
 AGREEMENT = "allreduce.invfold.agreement"  # Horovod prefixes the name HorovodStrategy gives it
 

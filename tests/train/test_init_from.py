@@ -13,6 +13,8 @@ from invfold.components.train.config import TrainConfig
 from invfold.components.train.trainer import encoder_parameters
 from tests.support.training import run_job, summary, tiny_config
 
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
+
 
 def _split(model):
     frozen = {id(p) for p in encoder_parameters(model)}

@@ -15,6 +15,8 @@ from invfold.components.train import memory
 from invfold.components.train.memory import allocator_env, estimated_peak_gb, memory_warning
 from tests.support.training import run_job, tiny_config
 
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
+
 HAS_JEMALLOC = ctypes.util.find_library("jemalloc") is not None
 
 

@@ -22,6 +22,8 @@ from invfold.components.protein.sampler import TokenBudgetSampler
 from invfold.components.train import checkpoint as ckpt
 from tests.support.training import STRATEGIES, read_metrics, run_job, summary, tiny_config
 
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
+
 TOKENS = 300  # about 5 synthetic chains a batch: the poisoned chain is in one step of four
 
 

@@ -10,11 +10,14 @@ import signal
 import subprocess
 
 import psutil
+import pytest
 
 from invfold.components.launch.processes import ENTRYPOINT, launch_command
 from invfold.components.train import checkpoint as ckpt
 from tests.support.training import read_metrics, run_job, summary, tiny_config
 from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
 
 
 def _logged_steps(out) -> int:

@@ -57,6 +57,7 @@ def test_a_checkpoint_without_recorded_settings_is_refused():
         ckpt.check_resumable("c", {"step": 4}, _settings(tiny_config("data", "out")))
 
 
+@pytest.mark.slow
 def test_a_rerun_with_another_learning_rate_is_refused_and_the_same_one_resumes(tmp_path, synthetic_prepared, capfd):
     """Real single-process runs: 4 steps with a checkpoint, then two reruns on that folder (a
     changed data digest is refused the same way: the unit test above)."""

@@ -16,6 +16,8 @@ from invfold.components.model.io import load_model
 from invfold.components.train import checkpoint as ckpt
 from tests.support.training import STRATEGIES, read_metrics, run_job, summary, tiny_config
 
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
+
 
 def test_horovod_and_deepspeed_are_installed():
     """A missing backend must fail CI, not skip: the product promises all three strategies."""

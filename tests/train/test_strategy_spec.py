@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import types
 from pathlib import Path
@@ -26,6 +27,7 @@ from invfold.components.train.strategies import STRATEGIES, StrategySpec, make_s
 from invfold.components.train.strategies.base import Strategy
 from invfold.errors import ConfigError
 from invfold.pipelines.parameters import pipeline_parameters
+from tests.support.docs import code_spans, generated_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -223,3 +225,19 @@ def test_a_new_strategy_is_one_record(monkeypatch, tmp_path):
     monkeypatch.setattr(StrategySpec, "load", lambda self: ToyStrategy if self.name == "toy" else None)
     made = make_strategy(cfg, info)
     assert isinstance(made, ToyStrategy) and made.cfg is cfg
+
+
+def test_adding_a_strategy_sends_its_author_to_sources_not_to_generated_files():
+    """The package docstring's recipe for a new strategy: every file it names exists, and a
+    generated one (ARCHITECTURE.md's table) comes with its source and `make generate`."""
+    from invfold.components.train import strategies
+
+    recipe = re.search(r"Adding a strategy.*?\)\.", strategies.__doc__, re.DOTALL).group(0)
+    named = re.findall(r"[\w.-]+(?:/[\w.-]+)+\.(?:py|yaml)", recipe)
+    assert named and all((ROOT / name).exists() for name in named), named
+    generated = generated_files()
+    for name in named:
+        if (ROOT / name) in generated:
+            sources = code_spans(generated[ROOT / name]["source"])
+            assert any(other.startswith(sources[0]) for other in named), f"{name}: name its source {sources[0]}"
+            assert "make generate" in recipe, f"{name}: say how it is regenerated"

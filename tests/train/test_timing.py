@@ -58,6 +58,7 @@ def test_summary_names_the_straggler_and_the_waiting_rank():
     assert values["sync_fraction"] == pytest.approx(0.15 / values["step_s"])
 
 
+@pytest.mark.slow
 def test_large_jobs_get_the_spread_without_one_series_per_rank():
     world = PER_RANK_METRICS_UP_TO + 1
     per_rank = np.ones((world, len(PHASES)))

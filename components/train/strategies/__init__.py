@@ -4,9 +4,11 @@ Everything that differs between ddp, horovod and deepspeed outside their classes
 `STRATEGIES`, read by TrainConfig (choices, ZeRO, checkpoint storage) and so by the CLIs and the
 pipeline's flags, by the local launcher (launch/processes.py), by distributed.py (who sets up the
 process group, with which env) and by the TrainJob builder (launch/trainjob.py: runtime, replicated
-jobs, command). Adding a strategy = one record here + one Strategy class (+ its runtime in
-k8s/base/runtimes.yaml for clusters). Importing this module is light: a strategy's class, and
-with it Horovod or DeepSpeed, is imported only when that strategy is chosen."""
+jobs, command). Adding a strategy = one record here + one Strategy class (+ its runtime for
+clusters in charts/invfold/templates/runtimes.yaml, then `make generate`, whose
+scripts/generate_k8s_base.py rewrites the generated k8s/base/runtimes.yaml from it). Importing this
+module is light: a strategy's class, and with it Horovod or DeepSpeed, is imported only when that
+strategy is chosen."""
 
 from __future__ import annotations
 
@@ -26,8 +28,8 @@ class StrategySpec:
         the default.
     cluster_launcher: what the TrainJob runs: torchrun (Trainer's torch runtime sets PET_*) or
         mpirun (the MPI runtimes' launcher pod, with the hostfile Trainer writes).
-    replicated_jobs: the replicated jobs of its runtime `invfold-<name>` (k8s/base/runtimes.yaml),
-        every one patched alike (node selector, tolerations, workspace volume).
+    replicated_jobs: the replicated jobs of its runtime `invfold-<name>` (the chart's
+        templates/runtimes.yaml), every one patched alike (node selector, tolerations, workspace volume).
     process_group: who sets up the process group (distributed.py): torch.distributed, DeepSpeed's
         init_distributed (over torch.distributed), or Horovod's own.
     zero_stages: the DeepSpeed ZeRO stages it can run (0: none).
