@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -84,6 +85,24 @@ class CompileOptions:
     )
     registry: str | None = option(None, "image registry prefix (default: registry.example.com/invfold, a placeholder)")
     tag: str | None = option(None, "image tag (default: the package version)")
+    digest: str | None = option(
+        None,
+        "pin the runtime image to this digest (sha256:<64 hex>): every step runs REGISTRY/invfold-runtime:TAG@DIGEST",
+    )
+    pull_secret: list[str] = option(
+        factory=list,
+        metavar="NAME",
+        help="a Secret every step pulls its image with (kfp-kubernetes set_image_pull_secrets); repeat for more",
+    )
+
+    def __post_init__(self):
+        if self.digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", self.digest):
+            raise ConfigError(f"--digest: expected sha256: and 64 lowercase hex digits, got {self.digest!r}")
+        for name in self.pull_secret:
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name) or len(name) > 253:
+                raise ConfigError(
+                    f"--pull-secret: expected a Secret name (lowercase letters, digits, '-', '.'), got {name!r}"
+                )
 
 
 @dataclass
@@ -378,9 +397,11 @@ def compile_command(args: argparse.Namespace) -> int:
     opts = from_args(CompileOptions, args)
     registry, tag = opts.registry or DEFAULT_REGISTRY, opts.tag or __version__
     out = opts.out or f"pipelines/{'invfold' if opts.pipeline == 'train' else 'design'}_pipeline.yaml"
-    compile_pipeline(out, registry, tag, pipeline=opts.pipeline)
-    print(f"wrote {out} (steps run in {runtime_image(registry, tag)})")
-    args.result = {"out": out, "image": runtime_image(registry, tag)}
+    image = runtime_image(registry, tag, opts.digest)
+    compile_pipeline(out, registry, tag, pipeline=opts.pipeline, digest=opts.digest, pull_secrets=opts.pull_secret)
+    secrets = f", pulled with {', '.join(opts.pull_secret)}" if opts.pull_secret else ""
+    print(f"wrote {out} (steps run in {image}{secrets})")
+    args.result = {"out": out, "image": image, "pull_secrets": opts.pull_secret}
     return 0
 
 

@@ -19,10 +19,16 @@ COMMITTED_DESIGN_YAML = Path(__file__).resolve().parent / "design_pipeline.yaml"
 
 
 def compile_pipeline(
-    out: str | os.PathLike, registry: str = DEFAULT_REGISTRY, tag: str = __version__, pipeline: str = "train"
+    out: str | os.PathLike,
+    registry: str = DEFAULT_REGISTRY,
+    tag: str = __version__,
+    pipeline: str = "train",
+    digest: str | None = None,
+    pull_secrets: tuple[str, ...] | list[str] = (),
 ) -> str:
     """Write the pipeline YAML (`pipeline`: "train", the training pipeline, or "design") naming
-    `registry`/invfold-runtime:`tag` in every step; returns the text."""
+    `registry`/invfold-runtime:`tag`[@`digest`] in every step, each step pulling with
+    `pull_secrets`; returns the text."""
     from kfp import compiler
 
     if pipeline == "design":
@@ -34,9 +40,11 @@ def compile_pipeline(
         path = os.path.join(tmp, "pipeline.yaml")
         compiler.Compiler().compile(definition, path)
         text = Path(path).read_text()
-    wanted = runtime_image(registry, tag)
+    wanted = runtime_image(registry, tag, digest)
     if wanted != runtime_image():
         text = with_runtime_image(text, wanted)
+    if pull_secrets:
+        text = with_pull_secrets(text, pull_secrets)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text)
     return text
@@ -70,6 +78,29 @@ def with_runtime_image(text: str, image: str, where: str = "the compiled pipelin
         container = executor.get("container", {})
         if _is_runtime_image(container.get("image", "")):
             container["image"] = image
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    return header + "---\n".join(yaml.safe_dump(doc, sort_keys=True) for doc in docs)
+
+
+def with_pull_secrets(text: str, names, where: str = "the compiled pipeline") -> str:
+    """The compiled pipeline `text` with every step pulling its image with the Secrets `names`: the
+    entry kfp-kubernetes' `set_image_pull_secrets(task, names)` writes into each executor's
+    Kubernetes platform config (kfp-kubernetes 2.17: `imagePullSecret` with `secretName` and a
+    constant `secretNameParameter`), added after the ones a step already has."""
+    docs = _documents(text, where)
+    executors = _executors(docs, where)
+    if len(docs) < 2 or not isinstance(docs[1], dict):
+        docs[1:2] = [{"platforms": {"kubernetes": {"deploymentSpec": {"executors": {}}}}}]
+    platform = docs[1].setdefault("platforms", {}).setdefault("kubernetes", {}).setdefault("deploymentSpec", {})
+    configs = platform.setdefault("executors", {})
+    for name in executors:
+        config = configs.setdefault(name, {})
+        present = [entry.get("secretName") for entry in config.get("imagePullSecret", [])]
+        config.setdefault("imagePullSecret", []).extend(
+            {"secretName": secret, "secretNameParameter": {"runtimeValue": {"constant": secret}}}
+            for secret in names
+            if secret not in present
+        )
     header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
     return header + "---\n".join(yaml.safe_dump(doc, sort_keys=True) for doc in docs)
 

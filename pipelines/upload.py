@@ -10,6 +10,11 @@ post-upgrade hook runs `python -m invfold.pipelines.upload` with its settings in
   host sends no credentials unless it is handed them.
 - With the install's own parameter defaults (PIPELINE_DEFAULTS, JSON: the chart's storage endpoint
   and root, its MLflow service, its workspace claim), so a run started from the KFP UI needs none.
+- With the install's own images: every step runs PIPELINE_IMAGE (the chart's runtime image,
+  registry, tag and digest: the image the hook itself runs) and pulls with the Secrets of
+  IMAGE_PULL_SECRETS (JSON list of names, the chart's images.pullSecrets); the result passes the
+  image guard `invfold submit` runs, so a package still naming the placeholder registry is refused
+  before anything is uploaded.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from datetime import UTC, datetime
 
 import yaml
 
-from invfold.pipelines.compile import SubmitError, kfp_errors
+from invfold.errors import ConfigError
+from invfold.pipelines.compile import SubmitError, check_images, kfp_errors, with_pull_secrets, with_runtime_image
 
 ENV = {
     "host": "KFP_HOST",
@@ -33,6 +39,8 @@ ENV = {
     "package": "PIPELINE_PACKAGE",
     "token_path": "KF_PIPELINES_SA_TOKEN_PATH",
     "defaults": "PIPELINE_DEFAULTS",
+    "image": "PIPELINE_IMAGE",
+    "pull_secrets": "IMAGE_PULL_SECRETS",
 }
 
 
@@ -47,21 +55,32 @@ class UploadTarget:
     package: str
     token_path: str | None = None
     defaults: dict[str, str] = field(default_factory=dict)
+    image: str | None = None
+    pull_secrets: list[str] = field(default_factory=list)
 
     @classmethod
     def from_env(cls, environ=os.environ) -> UploadTarget:
-        optional = ("token_path", "defaults")
+        optional = ("token_path", "defaults", "image", "pull_secrets")
         missing = [var for key, var in ENV.items() if key not in optional and not environ.get(var)]
         if missing:
             raise SubmitError(f"pipeline upload: set {', '.join(missing)}")
         values = {key: environ.get(var) or None for key, var in ENV.items()}
         try:
             defaults = json.loads(values["defaults"] or "{}")
+            pull_secrets = json.loads(values["pull_secrets"] or "[]")
         except json.JSONDecodeError as err:
-            raise SubmitError(f"pipeline upload: PIPELINE_DEFAULTS is not JSON: {err}") from None
+            raise SubmitError(f"pipeline upload: PIPELINE_DEFAULTS or IMAGE_PULL_SECRETS is not JSON: {err}") from None
         if not isinstance(defaults, dict):
             raise SubmitError(f"pipeline upload: PIPELINE_DEFAULTS must be a JSON object, got {defaults!r}")
-        return cls(**{**values, "defaults": {k: v for k, v in defaults.items() if v not in (None, "")}})
+        if not isinstance(pull_secrets, list) or not all(isinstance(s, str) and s for s in pull_secrets):
+            raise SubmitError(f"pipeline upload: IMAGE_PULL_SECRETS must be a JSON list of names, got {pull_secrets!r}")
+        return cls(
+            **{
+                **values,
+                "defaults": {k: v for k, v in defaults.items() if v not in (None, "")},
+                "pull_secrets": pull_secrets,
+            }
+        )
 
 
 def with_defaults(package_text: str, defaults: dict[str, str]) -> str:
@@ -75,6 +94,26 @@ def with_defaults(package_text: str, defaults: dict[str, str]) -> str:
             raise SubmitError(f"pipeline upload: {name!r} is not a string parameter of the pipeline (known: {known})")
         parameters[name]["defaultValue"] = str(value)
     return yaml.safe_dump_all(docs, sort_keys=True)
+
+
+def for_install(package_text: str, target: UploadTarget) -> str:
+    """The package as this install uploads it: its parameter defaults, every step on the install's
+    runtime image with its pull Secrets, then the image guard (a step still on the placeholder
+    registry refuses the upload: SubmitError, the hook fails and helm reports it)."""
+    text = with_defaults(package_text, target.defaults)
+    if target.image:
+        text = with_runtime_image(text, target.image, target.package)
+    if target.pull_secrets:
+        text = with_pull_secrets(text, target.pull_secrets, target.package)
+    try:
+        check_images(text, target.package)
+    except ConfigError:
+        raise SubmitError(
+            f"pipeline upload: the steps of {target.package} would run in {target.image or 'the package image'}, "
+            "a placeholder registry no cluster pulls from: set the chart's images.registry (and images.tag) to "
+            "where scripts/build_images.sh pushed the images"
+        ) from None
+    return text
 
 
 def version_name(prefix: str, now: datetime | None = None) -> str:
@@ -101,7 +140,7 @@ def upload(target: UploadTarget, now: datetime | None = None) -> dict:
     version = version_name(target.version_prefix, now)
     credentials = ServiceAccountTokenVolumeCredentials(target.token_path) if target.token_path else None
     with open(target.package) as fh:
-        text = with_defaults(fh.read(), target.defaults)
+        text = for_install(fh.read(), target)
     with tempfile.TemporaryDirectory() as tmp:
         package = os.path.join(tmp, "invfold_pipeline.yaml")
         with open(package, "w") as fh:

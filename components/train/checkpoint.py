@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import os
 import pickle
 import random
@@ -29,6 +30,7 @@ from invfold.errors import ConfigError, InputError
 
 MARKER = "COMPLETE"
 STEP_DIR = re.compile(r"^step-(\d{8})$")
+log = logging.getLogger(__name__)
 
 
 def step_dir(root: str, step: int) -> str:
@@ -236,8 +238,44 @@ def prune(root: str, keep: int) -> list[int]:
         step = int(match.group(1))
         if (step in steps[:-keep]) or (step not in steps and step < newest):
             fs.rm(entry, recursive=True)
+            # s3fs deletes a folder with DeleteObjects and drops the answer's per-key errors
+            # (AccessDenied among them): only a second look tells a refused delete.
+            fs.invalidate_cache(entry)
+            if fs.exists(entry):
+                raise PermissionError(f"{entry} is still there after its delete (the store refused it)")
             deleted.append(step)
     return sorted(deleted)
+
+
+class Pruner:
+    """`prune` after each save, until the store refuses a delete: then one warning, and from then on
+    every checkpoint is kept (training goes on; the run's summary says so: `refused`).
+
+    Why: the keys KFP 2.16's profile controller mints for a namespace may put, get and list under
+    mlpipeline/private/<ns>/ but not delete (kubeflow/pipelines 2.16.0
+    manifests/kustomize/base/installs/multi-user/pipelines-profile-controller/sync.py: s3:Put*,
+    s3:Get*, s3:List*; 2.17.0 adds s3:DeleteObject), so the first prune is refused: s3fs raises
+    AccessDenied as PermissionError, or (DeleteObjects' per-key errors) `prune` finds the folder
+    still there and raises it."""
+
+    def __init__(self, root: str, keep: int):
+        self.root, self.keep = root, keep
+        self.refused: str | None = None
+
+    def __call__(self) -> list[int]:
+        if self.refused:
+            return []
+        try:
+            return prune(self.root, self.keep)
+        except PermissionError as err:
+            self.refused = (
+                f"the store refused to delete an old checkpoint under {storage.display_uri(self.root)} "
+                f"({' '.join(str(err).split())[:200]}): checkpoints are no longer pruned in this run; "
+                "give the credentials delete rights (KFP 2.17's profile keys have s3:DeleteObject) or remove old "
+                "step-* folders yourself"
+            )
+            log.warning("%s", self.refused)
+            return []
 
 
 def capture_rng() -> dict:

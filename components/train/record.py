@@ -64,6 +64,8 @@ def record_result(tracker, cfg: TrainConfig, out: str) -> dict[str, Any]:
         tracker.log_params(preset, parent=True)
     tracker.log_metrics_file(os.path.join(out, "metrics.jsonl"))
     tracker.log_metrics({k: float(summary[k]) for k in SUMMARY_FIGURES if isinstance(summary.get(k), (int, float))})
+    if summary.get("checkpoint_pruning", "on") != "on":  # the store refused deletes (checkpoint.Pruner)
+        tracker.set_tags({"invfold.checkpoint_pruning": summary["checkpoint_pruning"]})
     tracker.log_artifact(os.path.join(out, "summary.json"))
     tracker.log_artifact(os.path.join(out, "model.pt"), MODEL_PT_ARTIFACT)
     return summary

@@ -288,6 +288,7 @@ class _Run:
     metrics: MetricsLog | None
     batches: object
     settings: dict  # run_settings: what each checkpoint records and a resume must match
+    pruner: ckpt.Pruner | None = None  # old checkpoints deleted after each save (rank 0)
     preemption: _Preemption = dataclasses.field(default_factory=_Preemption)
     finish: FinishEstimate | None = None  # what the time budget keeps in hand (budget.py)
     budget: BudgetClock | None = None
@@ -408,6 +409,7 @@ def _build(cfg: TrainConfig, info: DistInfo) -> _Run:
         metrics,
         sampler.iterate(pos.epoch, pos.position),
         settings,
+        pruner=ckpt.Pruner(cfg.checkpoint_dir, cfg.keep_checkpoints),
         window=_Window(info.world_size),
         last_saved=pos.step if latest else -1,
         finish=FinishEstimate(
@@ -515,7 +517,7 @@ def _after_step(run: _Run, stop: int) -> bool:
         run.clock.restart()
     if stop or (cfg.checkpoint_every and pos.step % cfg.checkpoint_every == 0):
         began = time.monotonic()
-        _save(run.strategy, cfg, run.info, pos, run.settings)
+        _save(run.strategy, cfg, run.info, pos, run.settings, run.pruner)
         run.finish.save_s = time.monotonic() - began
         if stop:
             run.phases["final_checkpoint_s"] = round(run.finish.save_s, 3)
@@ -548,7 +550,7 @@ def _finish_run(run: _Run) -> TrainResult:
         return TrainResult(EXIT_PREEMPTED, run.stop_reason, pos.step, summary)
 
     if run.last_saved != pos.step:
-        _timed(run, "final_checkpoint_s", lambda: _save(strategy, cfg, info, pos, run.settings))
+        _timed(run, "final_checkpoint_s", lambda: _save(strategy, cfg, info, pos, run.settings, run.pruner))
     if run.val_set is not None and not (cfg.validate_every and pos.step % cfg.validate_every == 0):
         run.val_summary = _timed(
             run, "final_validation_s", lambda: _validate(strategy, run.val_set, cfg, info, run.metrics, pos.step)
@@ -665,9 +667,12 @@ def _validate(strategy, val_set, cfg: TrainConfig, info: DistInfo, metrics: Metr
     return summary
 
 
-def _save(strategy, cfg: TrainConfig, info: DistInfo, pos: _Position, settings: dict) -> None:
+def _save(
+    strategy, cfg: TrainConfig, info: DistInfo, pos: _Position, settings: dict, pruner: ckpt.Pruner | None = None
+) -> None:
     """Collective: every rank writes its part, a barrier, then rank 0 writes COMPLETE (with the
-    run's settings, which a resume must match)."""
+    run's settings, which a resume must match) and prunes (a store that refuses deletes stops the
+    pruning, not the run: ckpt.Pruner)."""
     directory = ckpt.step_dir(cfg.checkpoint_dir, pos.step)
     trainer_state = {
         **dataclasses.asdict(pos),
@@ -687,7 +692,7 @@ def _save(strategy, cfg: TrainConfig, info: DistInfo, pos: _Position, settings: 
                 "settings": settings,
             },
         )
-        ckpt.prune(cfg.checkpoint_dir, cfg.keep_checkpoints)
+        (pruner or ckpt.Pruner(cfg.checkpoint_dir, cfg.keep_checkpoints))()
         log.info("checkpoint %s", directory)
     strategy.barrier()
 
@@ -746,6 +751,7 @@ def _summary(cfg, info, strategy, pos, run: _Run, model_path) -> dict:
         "validation": run.val_summary,
         "model": model_path,
         "checkpoint": ckpt.latest_complete(cfg.checkpoint_dir),
+        "checkpoint_pruning": run.pruner.refused if run.pruner and run.pruner.refused else "on",
         "params_digests": digests,
         "config": cfg.to_dict(),
     }

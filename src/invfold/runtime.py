@@ -19,8 +19,9 @@ RUNTIME_IMAGE = "invfold-runtime"
 TIMINGS_ENV = "INVFOLD_TIMINGS_FILE"
 
 
-def runtime_image(registry: str = DEFAULT_REGISTRY, tag: str = __version__) -> str:
-    return f"{registry.rstrip('/')}/{RUNTIME_IMAGE}:{tag}"
+def runtime_image(registry: str = DEFAULT_REGISTRY, tag: str = __version__, digest: str | None = None) -> str:
+    """REGISTRY/invfold-runtime:TAG, pinned as TAG@DIGEST when a digest (sha256:...) is given."""
+    return f"{registry.rstrip('/')}/{RUNTIME_IMAGE}:{tag}" + (f"@{digest}" if digest else "")
 
 
 def record_timing(step: str, compute_s: float, **figures) -> None:

@@ -103,7 +103,8 @@ def _check_free_space(cpu_images, refs: list[str]) -> None:
 
 def prerequisites(cluster) -> None:
     """The Secrets docs/deploy.md has the user create before the install: MLflow's keys to the
-    store (here KFP's admin keys of the cluster's SeaweedFS, whose `mlflow` bucket exists)."""
+    store (here KFP's admin keys of the cluster's SeaweedFS; the chart's default destination lies in
+    its `mlpipeline` bucket, the only one KFP creates)."""
     cluster.namespace(CHART_NAMESPACE)
     keys = store_keys(cluster)
     for name, data in (

@@ -156,7 +156,7 @@ def test_the_hook_creates_each_missing_secret_once_and_keeps_existing_ones(secre
     first = run_hook(job, kubeconfig)
     assert first.returncode == 0, first.stderr[-2000:]
     made = {name: obj["data"] for (ns, name), obj in store.items() if ns == "team-a"}
-    assert set(made) == {"invfold-postgresql", "invfold-mlflow-server", "invfold-mlflow-auth"}
+    assert set(made) == {"invfold-postgresql", "invfold-mlflow-server", "invfold-mlflow-admin", "invfold-mlflow-auth"}
     password = base64.b64decode(made["invfold-postgresql"]["POSTGRES_PASSWORD"]).decode()
     assert len(password) >= 32 and password not in first.stdout + first.stderr
     assert store[("team-a", "invfold-mlflow-auth")] is mine, "a Secret the team made is used as it is"

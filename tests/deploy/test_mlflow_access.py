@@ -1,6 +1,6 @@
 """Who may reach MLflow: the NetworkPolicy admits the install's own namespace, KFP's
-and the namespaces the values name (evaluated by tests/support/network_policy.py); multi-user installs
-run basic-auth by default with a generated admin account, and an Ingress without auth is refused;
+and the namespaces the values name (evaluated by tests/support/network_policy.py); every install
+runs basic-auth by default with a generated admin account, and an Ingress without auth is refused;
 the real MLflow server started with the chart's generated auth settings answers 401 without
 credentials and 200 with the generated ones."""
 
@@ -55,9 +55,9 @@ def mlflow_args(*values: str, namespace: str = NS) -> list[str]:
     return deploy["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
-def test_basic_auth_is_the_default_of_multi_user_installs():
+def test_basic_auth_is_the_default_of_every_install():
     assert "--app-name=basic-auth" in mlflow_args()
-    assert "--app-name=basic-auth" not in mlflow_args(namespace="kubeflow")  # single-user: KFP's namespace
+    assert "--app-name=basic-auth" in mlflow_args(namespace="kubeflow")  # single-user: KFP's namespace too
     assert "--app-name=basic-auth" not in mlflow_args("--set", "mlflow.auth.enabled=false")
 
 

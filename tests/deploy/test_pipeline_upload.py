@@ -29,16 +29,18 @@ from tests.support.kfp_api import PREFIX, KfpApi
 
 PROFILE = "team-a"
 TOKEN = f"sa-token-{secrets.token_hex(8)}"
+# The hook refuses to upload steps on the placeholder registry: every install here names one.
+REGISTRY = ("--set", "images.registry=registry.acme.example/invfold")
 
 
 def hook_job(*args: str, namespace: str = PROFILE) -> dict:
-    objects = documents(helm_template(*args, namespace=namespace))
+    objects = documents(helm_template(*REGISTRY, *args, namespace=namespace))
     return next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].endswith("-pipeline-upload"))
 
 
 @pytest.fixture(scope="module")
 def objects() -> list[dict]:
-    return documents(helm_template(namespace=PROFILE))
+    return documents(helm_template(*REGISTRY, namespace=PROFILE))
 
 
 @pytest.fixture(scope="module")

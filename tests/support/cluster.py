@@ -140,7 +140,10 @@ def install_args(images) -> list[str]:
     2-core node: trainer pods ask for 500m/1Gi instead of the production 2 CPUs/8Gi. MLflow's
     artifacts go to the cluster's SeaweedFS, as docs/deploy.md's walk-through S sets them. The
     cluster's DNS answers on the node's address (no kube-dns pods): the NetworkPolicies, which
-    kube-router enforces here, let pods reach it as they do a NodeLocal DNSCache."""
+    kube-router enforces here, let pods reach it as they do a NodeLocal DNSCache. MLflow's runs live
+    in SQLite inside its pod (no registry serves PostgreSQL here), where the chart's basic-auth has
+    no user store: auth is off (the chart refuses auth with an external backend and no
+    mlflow.auth.existingSecret)."""
     return [
         "--namespace",
         CHART_NAMESPACE,
@@ -154,6 +157,8 @@ def install_args(images) -> list[str]:
         "mlflow.backend.type=external",
         "--set",
         "mlflow.backend.external.existingSecret=mlflow-backend",
+        "--set",
+        "mlflow.auth.enabled=false",
         "--set",
         f"mlflow.artifacts.s3EndpointUrl={STORE_ENDPOINT}",
         "--set",

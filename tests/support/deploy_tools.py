@@ -60,6 +60,19 @@ def documents(text: str) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
+def pod_specs(node, where: str):
+    """(path, pod spec) for every mapping that holds `containers`, at any depth of a rendered
+    object: a pod template of any kind, one added later included."""
+    if isinstance(node, dict):
+        if "containers" in node:
+            yield where, node
+        for key, value in node.items():
+            yield from pod_specs(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from pod_specs(value, f"{where}[{i}]")
+
+
 def pod_templates(objs: list[dict]) -> dict[str, dict]:
     """`Kind/name` (runtimes: `Kind/name/replicated job`) -> pod spec, for every rendered pod template."""
     out = {}
