@@ -6,9 +6,10 @@
 #   trainer-<v>/      the Trainer controller, its CRDs, webhooks and shipped runtimes (github.com/kubeflow/trainer/v2)
 #   coredns-<v>/      cluster DNS (Trainer's rank 0 address is a pod DNS name)
 #   kube-router-<v>/  the NetworkPolicy enforcer (iptables + ipset; only its firewall runs)
-#   seaweedfs-<v>/    KFP's object store (`weed`, for its image and the tests)
+#   seaweedfs-<v>/    KFP's object store (`weed` and a one-file image of it for the node)
 #   debian-<hash>/    etcd, containerd, runc, CNI plugins, conntrack, ipset from Debian (apt-get download)
 #   pause-1/          the sandbox image: a static C binary that sleeps until signalled
+# and, asked for by name (INVFOLD_CLUSTER_KFP=1 make cluster-up asks), Kubeflow Pipelines' backend:
 #   argo-<v>/         Argo Workflows' controller and argoexec (KFP's workflow engine)
 #   kfp-<v>/          Kubeflow Pipelines' API server, persistence agent, v2 driver and launcher, from
 #                     its source at the tag; its kustomize manifests
@@ -218,6 +219,7 @@ build_seaweedfs() {
   # The module's own go.mod replaces go-bip39.
   wrapper_build --replace "github.com/tyler-smith/go-bip39 => github.com/cosmos/go-bip39 v1.0.0" \
     "$dest" github.com/seaweedfs/seaweedfs "$SEAWEEDFS_VERSION" github.com/seaweedfs/seaweedfs/weed
+  python3 scripts/cluster/image_tar.py "$dest/bin/weed" "$CLUSTER_SEAWEEDFS_IMAGE" "$dest/seaweedfs.tar" weed
   touch "$dest/.done"
 }
 
@@ -358,7 +360,6 @@ build_kfp_images() {
   done
   rm -rf "$ctx"; mkdir -p "$ctx/config"; cp "$kfp/bin/apiserver" "$ctx/"
   cp "$kfp/src/backend/src/apiserver/config/config.json" "$ctx/config/"
-  echo '{"loadSamplesOnRestart": false, "pipelines": []}' >"$ctx/config/sample_config.json"
   image "$KFP_IMAGE_PREFIX/kfp-api-server:$KFP_VERSION" kfp-apiserver "$ctx"
   rm -rf "$ctx"; mkdir "$ctx"; cp "$kfp/bin/persistence_agent" "$ctx/"
   image "$KFP_IMAGE_PREFIX/kfp-persistence-agent:$KFP_VERSION" kfp-persistence-agent "$ctx"
@@ -370,11 +371,15 @@ build_kfp_images() {
   image "$KFP_IMAGE_PREFIX/postgresql:15" postgresql "$ctx" --build-arg "POSTGRESQL_VERSION=$POSTGRESQL_VERSION" \
     --build-arg "NSS_WRAPPER_VERSION=$NSS_WRAPPER_VERSION"
   rm -rf "$ctx"; mkdir "$ctx"; cp "$weed" "$ctx/"
-  image "$KFP_IMAGE_PREFIX/seaweedfs:${SEAWEEDFS_VERSION##*-}" seaweedfs "$ctx" --build-arg "WGET_VERSION=$WGET_VERSION"
+  image "$KFP_IMAGE_PREFIX/kfp-seaweedfs:${SEAWEEDFS_VERSION##*-}" seaweedfs "$ctx" --build-arg "WGET_VERSION=$WGET_VERSION"
   rm -rf "$ctx"; mkdir "$ctx"
   image "$KFP_IMAGE_PREFIX/waiter:1" waiter "$ctx" --build-arg "NETCAT_VERSION=$NETCAT_VERSION"
   rm -rf "$ctx"
   touch "$dest/.done"
+  local old  # earlier generations of these images (other keys)
+  for old in "$CLUSTER_CACHE"/kfp-images-*/; do
+    [ "${old%/}" = "$dest" ] || rm -rf "$old"
+  done
 }
 
 # The Docker engine of the image tests (tests/support/docker_engine.py): reused when it answers,
@@ -387,8 +392,8 @@ docker_engine() {
   mkdir -p "$state"
   dockerd --data-root "$state/data" --exec-root "$state/exec" --pidfile "$state/docker.pid" -H "$DOCKER_HOST" \
     >>"$state/dockerd.log" 2>&1 &
-  local pid=$!
-  trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
+  DOCKERD_PID=$!
+  trap 'kill "$DOCKERD_PID" 2>/dev/null; wait "$DOCKERD_PID" 2>/dev/null' EXIT
   local i
   for i in $(seq 60); do
     docker version --format '{{.Server.Version}}' >/dev/null 2>&1 && return 0
@@ -403,14 +408,14 @@ docker_engine() {
 if [ "${1:-}" = --built ]; then
   for dest in "kubernetes-$K8S_VERSION" "jobset-$JOBSET_VERSION" "trainer-$TRAINER_VERSION" \
               "coredns-$COREDNS_VERSION" "kube-router-$KUBE_ROUTER_VERSION" "seaweedfs-$SEAWEEDFS_VERSION" \
-              pause-1 "argo-$ARGO_VERSION" "kfp-$KFP_VERSION" "kfp-images-$KFP_VERSION-$(kfp_images_key)"; do
+              pause-1; do
     [ -f "$CLUSTER_CACHE/$dest/.done" ] || exit 1
   done
   compgen -G "$CLUSTER_CACHE/debian-*/.done" >/dev/null || exit 1
   exit 0
 fi
 started=$(date +%s)
-for part in "${@:-debian pause kubernetes jobset trainer coredns kuberouter seaweedfs argo kfp kfp_images}"; do
+for part in "${@:-debian pause kubernetes jobset trainer coredns kuberouter seaweedfs}"; do
   for one in $part; do "build_$one"; done
 done
 if [ -d "$GOCACHE_DIR" ]; then

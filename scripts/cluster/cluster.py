@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import secrets
 import shlex
 import shutil
 import signal
@@ -718,6 +719,153 @@ def start_kubeflow() -> None:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(hooks))
 
 
+# --- KFP's object store ------------------------------------------------------------------------
+
+STORE_NAMESPACE = "kubeflow"
+STORE_BUCKETS = ("mlpipeline",)  # the only bucket KFP's store init creates (no other: installs have none)
+
+
+def store_keys() -> dict[str, str]:
+    """The store's admin keys: made once per cluster run folder, never printed."""
+    path = RUN / "object-store-keys.json"
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(json.dumps({"accesskey": secrets.token_hex(10), "secretkey": secrets.token_urlsafe(30)}))
+    return json.loads(path.read_text())
+
+
+def store_manifests(image: str, keys: dict[str, str]) -> list[dict]:
+    """What kubeflow/manifests' KFP 2.16+ installs for its store (pipelines
+    manifests/kustomize/third-party/seaweedfs): Deployment `seaweedfs` (label app=seaweedfs,
+    `weed server -s3 -iam`), its Service, and the admin keys in Secret `mlpipeline-minio-artifact`
+    (keys `accesskey`/`secretkey`). Differences: the keys reach weed as an -s3.config file instead of
+    an init Job's `weed shell` (this image has no shell), the data lies in an emptyDir, and the
+    Service also serves S3 on 8333 beside 9000."""
+    labels = {"app": "seaweedfs"}
+    identity = {
+        "identities": [
+            {
+                "name": "kubeflow-admin",
+                "credentials": [{"accessKey": keys["accesskey"], "secretKey": keys["secretkey"]}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            }
+        ]
+    }
+    meta = {"namespace": STORE_NAMESPACE}
+    restricted = {
+        "allowPrivilegeEscalation": False,
+        "runAsNonRoot": True,
+        "runAsUser": 65535,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": STORE_NAMESPACE}},
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "mlpipeline-minio-artifact", **meta},
+            "stringData": keys,
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "seaweedfs-s3-config", **meta},
+            "stringData": {"s3.json": json.dumps(identity)},
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "seaweedfs", "labels": labels, **meta},
+            "spec": {
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": {**labels, "application-crd-id": "kubeflow-pipelines"}},
+                    "spec": {
+                        "automountServiceAccountToken": False,
+                        "containers": [
+                            {
+                                "name": "seaweedfs",
+                                "image": image,
+                                "imagePullPolicy": "Never",
+                                "args": [
+                                    "server",
+                                    "-dir=/data",
+                                    "-s3",
+                                    "-iam",
+                                    "-s3.config=/etc/seaweedfs/s3.json",
+                                    # Each bucket grows 7 volumes at its first write; the default
+                                    # 8 volume slots leave the second bucket none.
+                                    "-master.volumeSizeLimitMB=256",
+                                    "-volume.max=64",
+                                ],
+                                "ports": [{"containerPort": p} for p in (8333, 8111, 9333, 19333, 8888, 18888)],
+                                "readinessProbe": {"httpGet": {"path": "/status", "port": 8333}, "periodSeconds": 2},
+                                "securityContext": restricted,
+                                "resources": {"requests": {"cpu": "20m", "memory": "100Mi"}},
+                                "volumeMounts": [
+                                    {"name": "data", "mountPath": "/data"},
+                                    {"name": "tmp", "mountPath": "/tmp"},
+                                    {"name": "config", "mountPath": "/etc/seaweedfs", "readOnly": True},
+                                ],
+                            }
+                        ],
+                        "volumes": [
+                            {"name": "data", "emptyDir": {}},
+                            {"name": "tmp", "emptyDir": {}},
+                            {"name": "config", "secret": {"secretName": "seaweedfs-s3-config"}},
+                        ],
+                    },
+                },
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "seaweedfs", **meta},
+            "spec": {
+                "selector": labels,
+                "ports": [
+                    {"name": "http-s3", "port": 8333, "targetPort": 8333},
+                    {"name": "http", "port": 9000, "targetPort": 8333},
+                    {"name": "http-iam", "port": 8111, "targetPort": 8111},
+                    {"name": "http-master", "port": 9333, "targetPort": 9333},
+                    {"name": "grpc-master", "port": 19333, "targetPort": 19333},
+                    {"name": "http-filer", "port": 8888, "targetPort": 8888},
+                    {"name": "grpc-filer", "port": 18888, "targetPort": 18888},
+                ],
+            },
+        },
+    ]
+
+
+def start_object_store() -> None:
+    """SeaweedFS in `kubeflow` with KFP's bucket alone, reachable in-cluster at
+    http://seaweedfs.kubeflow:8333 (and :9000); applying it again changes nothing."""
+    folder, image = part("CLUSTER_SEAWEEDFS_DIR"), os.environ["CLUSTER_SEAWEEDFS_IMAGE"]
+    debian = part("CLUSTER_DEBIAN_ROOT")
+    ctr = [str(debian / "usr/bin/ctr"), "--address", str(RUN / "containerd" / "containerd.sock"), "-n", "k8s.io"]
+    if image not in sh(*ctr, "images", "ls", "-q").stdout.split():
+        sh(*ctr, "images", "import", str(folder / "seaweedfs.tar"))
+    docs = store_manifests(image, store_keys())
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=yaml.safe_dump_all(docs))
+    kubectl("-n", STORE_NAMESPACE, "rollout", "status", "deployment/seaweedfs", "--timeout=180s")
+    pod_ip = kubectl(
+        "-n", STORE_NAMESPACE, "get", "pods", "-l", "app=seaweedfs", "-o", "jsonpath={.items[0].status.podIP}"
+    ).stdout.strip()
+    # Buckets through weed's own admin shell, as KFP's init Job does (from here: the pod has no shell).
+    weed = [str(folder / "bin" / "weed"), "shell", f"-master={pod_ip}:9333"]
+    listed = {
+        line.split()[0] for line in sh(*weed, input="s3.bucket.list\n", timeout=120).stdout.splitlines() if line.strip()
+    }
+    missing = [bucket for bucket in STORE_BUCKETS if bucket not in listed]
+    if missing:
+        sh(*weed, input="".join(f"s3.bucket.create -name {bucket}\n" for bucket in missing), timeout=120)
+    log(f"object store up: http://seaweedfs.{STORE_NAMESPACE}:8333, buckets {', '.join(STORE_BUCKETS)}")
+
+
 # --- Kubeflow Pipelines ------------------------------------------------------------------------
 
 KFP_NAMESPACE = "kubeflow"
@@ -764,7 +912,7 @@ def kfp_images() -> dict[str, tuple[str, str]]:
         "ml_metadata_store_server": (f"{prefix}/ml-metadata-server", os.environ["MLMD_VERSION"]),
         "postgres": (f"{prefix}/postgresql", "15"),
         "alpine": (f"{prefix}/waiter", "1"),
-        "seaweedfs": (f"{prefix}/seaweedfs", os.environ["SEAWEEDFS_VERSION"].rsplit("-", 1)[-1]),
+        "seaweedfs": (f"{prefix}/kfp-seaweedfs", os.environ["SEAWEEDFS_VERSION"].rsplit("-", 1)[-1]),
     }
 
 
@@ -781,10 +929,16 @@ def upstream_images(rendered: str) -> set[str]:
 def kfp_overlay(rendered: str) -> dict:
     """The kustomization that installs KFP: upstream's variant plus the changes named above (each
     of our images replaces the upstream image of the same last name in `rendered`, upstream's
-    manifests as kustomize renders them), and two that its manifests need: the API server's driver
-    and launcher images (the PostgreSQL variant's env replaces the base's list and drops
-    V2_DRIVER_IMAGE / V2_LAUNCHER_IMAGE, so runs would name the `:latest` driver), and Argo's
-    executor image (a flag)."""
+    manifests as kustomize renders them), Argo's executor image (a flag), and what 2.17.0's
+    PostgreSQL variant gets wrong, without which its API server never starts (each seen here):
+    - its env list replaces the base's (`$patch: replace`) and drops, besides MySQL's settings,
+      the store's address (OBJECTSTORECONFIG_HOST/PORT: the server stops), V2_DRIVER_IMAGE and
+      V2_LAUNCHER_IMAGE (runs would name the `:latest` driver and launcher) and more: those
+      entries are put back (dropped_env);
+    - it sets DB_DRIVER_NAME, which the server does not read, so it dials MySQL until it is killed;
+    - pipeline-install-config names host `postgres`; the Service is `postgres-service`;
+    - Secret `postgres-secret` gives `root_password: password` under `data`, so the database's
+      password is what that decodes to and the server's `password` is refused."""
     prefix, kfp, argo = os.environ["KFP_IMAGE_PREFIX"], os.environ["KFP_VERSION"], os.environ["ARGO_VERSION"]
     ours = kfp_images()
     images = [
@@ -792,10 +946,11 @@ def kfp_overlay(rendered: str) -> dict:
         for name in sorted(upstream_images(rendered))
         if name.rsplit("/", 1)[-1] in ours
     ]
-    env = [
-        {"name": "V2_DRIVER_IMAGE", "value": f"{prefix}/kfp-driver:{kfp}"},
-        {"name": "V2_LAUNCHER_IMAGE", "value": f"{prefix}/kfp-launcher-v2:{kfp}"},
-    ]
+    ours = {"V2_DRIVER_IMAGE": f"{prefix}/kfp-driver:{kfp}", "V2_LAUNCHER_IMAGE": f"{prefix}/kfp-launcher-v2:{kfp}"}
+    env = [{**item, **({"value": ours[item["name"]]} if item["name"] in ours else {})} for item in dropped_env()]
+    # The server reads its driver from config key DBDriverName (env DBDRIVERNAME), not the
+    # variant's DB_DRIVER_NAME=postgres, and names PostgreSQL's `pgx`.
+    env.append({"name": "DBDRIVERNAME", "value": "pgx"})
     return {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -804,6 +959,17 @@ def kfp_overlay(rendered: str) -> dict:
         "images": images,
         "replicas": [{"name": name, "count": 0} for name in KFP_IDLE],
         "patches": [
+            {
+                "target": {"kind": "ConfigMap", "name": "pipeline-install-config"},
+                "patch": json.dumps([{"op": "replace", "path": "/data/postgresHost", "value": "postgres-service"}]),
+            },
+            {
+                # `data` holds base64: the variant's `root_password: password` decodes to six other bytes.
+                "target": {"kind": "Secret", "name": "postgres-secret"},
+                "patch": json.dumps(
+                    [{"op": "replace", "path": "/data/root_password", "value": base64.b64encode(b"password").decode()}]
+                ),
+            },
             {
                 "target": {"kind": "Deployment", "name": "ml-pipeline"},
                 "patch": json.dumps(
@@ -825,6 +991,23 @@ def kfp_overlay(rendered: str) -> dict:
             },
         ],
     }
+
+
+def dropped_env() -> list[dict]:
+    """The API server's env entries of KFP's base Deployment that the PostgreSQL variant's
+    `$patch: replace` leaves out, but MySQL's (they name `mysql-secret` or `mysql*` keys)."""
+    manifests = part("CLUSTER_KFP_DIR") / "manifests" / "base"
+    base = yaml.safe_load((manifests / "pipeline" / "ml-pipeline-apiserver-deployment.yaml").read_text())
+    patch = yaml.safe_load(
+        (manifests / "postgresql" / "pipeline" / "ml-pipeline-apiserver-deployment-patch.yaml").read_text()
+    )
+    kept = {item.get("name") for item in patch["spec"]["template"]["spec"]["containers"][0]["env"]}
+    dropped = []
+    for item in base["spec"]["template"]["spec"]["containers"][0]["env"]:
+        source = json.dumps(item.get("valueFrom", {}))
+        if item["name"] not in kept and "mysql" not in source and "MYSQL" not in item["name"]:
+            dropped.append(item)
+    return dropped
 
 
 def not_built_here(rendered: str) -> list[str]:
@@ -874,11 +1057,12 @@ def start_pipelines() -> None:
     """KFP from upstream's manifests, its images imported into the node first; applying it again
     changes nothing. The API server answers at http://ml-pipeline.kubeflow:8888 in the cluster."""
     started = time.monotonic()
-    present = set(sh(*node_ctr(), "images", "ls", "-q").stdout.split())
-    for archive in sorted(part("CLUSTER_KFP_IMAGES_DIR").glob("*.tar")):
-        names = {entry["RepoTags"][0] for entry in json.loads(sh("tar", "-xOf", str(archive), "manifest.json").stdout)}
-        if not names <= present:
+    # A generation of the images is imported once (their tags stay when their content changes).
+    images, stamp = part("CLUSTER_KFP_IMAGES_DIR"), RUN / "containerd" / "kfp-images"
+    if not stamp.exists() or stamp.read_text() != images.name:
+        for archive in sorted(images.glob("*.tar")):
             sh(*node_ctr(), "images", "import", str(archive))
+        stamp.write_text(images.name)
     manifests = part("CLUSTER_KFP_DIR") / "manifests"
     kubectl("apply", "--server-side", "--force-conflicts", "-k", str(manifests / KFP_CLUSTER_SCOPED))
     kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
@@ -896,6 +1080,17 @@ def start_pipelines() -> None:
     log(f"Kubeflow Pipelines up in {time.monotonic() - started:.0f} s: http://ml-pipeline.{KFP_NAMESPACE}:8888")
 
 
+def start_store() -> None:
+    """KFP's store alone (the default), or with INVFOLD_CLUSTER_KFP=1 all of KFP from its own
+    manifests, SeaweedFS included (switch between them on a stopped cluster: both name it
+    `seaweedfs`). KFP is opt-in while 2.17.0's API server does not start on its PostgreSQL
+    variant (docs/cluster-contract.md, "KFP's backend on the test cluster")."""
+    if os.environ.get("INVFOLD_CLUSTER_KFP") == "1":
+        start_pipelines()
+    else:
+        start_object_store()
+
+
 def healthy() -> bool:
     if not all(pid_of(name) for name in COMPONENTS) or not KUBECONFIG.exists():
         return False
@@ -909,7 +1104,7 @@ def up() -> None:
     started = time.monotonic()
     RUN.mkdir(parents=True, exist_ok=True)
     if healthy():
-        start_pipelines()
+        start_store()
         log(f"the cluster is already running: export KUBECONFIG={KUBECONFIG}")
         return
     if any(pid_of(name) for name in COMPONENTS):
@@ -923,7 +1118,7 @@ def up() -> None:
     wait_for(f"node {NODE} Ready", node_ready, 180, "kubelet")
     start_policy_enforcer()
     start_kubeflow()
-    start_pipelines()
+    start_store()
     log(f"cluster up in {time.monotonic() - started:.0f} s: export KUBECONFIG={KUBECONFIG}")
 
 

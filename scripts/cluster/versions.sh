@@ -16,6 +16,7 @@ KUBE_ROUTER_VERSION=v2.1.0
 # KFP 2.16+'s object store. SeaweedFS tags its releases without the "v" Go needs ("4.53"), so the
 # module proxy serves commits only: this one reports version 4.53.
 SEAWEEDFS_VERSION=v0.0.0-20261109003541-7506e5f91cd6
+CLUSTER_SEAWEEDFS_IMAGE="invfold.test/seaweedfs:${SEAWEEDFS_VERSION##*-}"
 # Debian bookworm packages, extracted into a private root (no services, no post-install steps).
 DEBIAN_PACKAGES=(
   "etcd-server=3.4.23-4+b4"
@@ -27,7 +28,7 @@ DEBIAN_PACKAGES=(
   "libipset13=7.17-1"
 )
 GO_MIN=1.26.0
-# Kubeflow Pipelines' backend, built from upstream's source at its tag (the module proxy refuses
+# Kubeflow Pipelines' backend (opt-in: INVFOLD_CLUSTER_KFP=1), built from upstream's source at its tag (the module proxy refuses
 # github.com/kubeflow/pipelines): the tarball ../shared/upstream holds, checked against its sha256,
 # or a clone of the tag where that is missing. KFP 2.17 pins Argo Workflows v4.0.5.
 KFP_VERSION=2.17.0
@@ -36,8 +37,9 @@ KFP_SOURCE_SHA256=5a57c14baa45ff939f26aa7880305d326f0c78917118d0c5fc276f80f5f8c5
 ARGO_VERSION=v4.0.5
 # ML Metadata's store (the C++ library in PyPI's wheel, behind its generated gRPC service).
 MLMD_VERSION=1.17.1
-# Debian bookworm packages of the images of KFP's install (scripts/cluster/images).
-POSTGRESQL_VERSION=15.20-0+deb12u1
+# Debian bookworm packages of the images of KFP's install (scripts/cluster/images), as the local
+# base's one apt source (bookworm main, scripts/make_base_image.sh) serves them.
+POSTGRESQL_VERSION=15.18-0+deb12u1
 WGET_VERSION=1.21.3-1+deb12u1
 NETCAT_VERSION=1.219-1
 NSS_WRAPPER_VERSION=1.1.12-1

@@ -19,7 +19,9 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
   mkdir -p "$PGDATA" && chmod 700 "$PGDATA"
   pwfile=$(mktemp)
   printf '%s\n' "$POSTGRES_PASSWORD" >"$pwfile"
-  initdb --username="$POSTGRES_USER" --pwfile="$pwfile" --auth-host=scram-sha-256 --auth-local=trust >/dev/null
+  # UTF-8, as the official image (its LANG): pgx refuses another client encoding.
+  initdb --username="$POSTGRES_USER" --pwfile="$pwfile" --auth-host=scram-sha-256 --auth-local=trust \
+    --encoding=UTF8 --locale=C.UTF-8 >/dev/null
   rm -f "$pwfile"
   printf 'host all all all scram-sha-256\n' >>"$PGDATA/pg_hba.conf"
   if [ "$POSTGRES_DB" != postgres ]; then
