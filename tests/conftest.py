@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.mlflow_server import mlflow_server, unreachable_uri  # noqa: F401 - fixtures
-from tests.support.tiers import DOCKER_FIXTURES, Declared, missing_marks, runs_pipeline
+from tests.support.tiers import DOCKER_FIXTURES, check_tiers
 
 SHARED_ENGINE_MODULES = ("tests/cluster/", "tests/deploy/test_images.py")  # every Docker engine test is in one
 RECORDED = Path(__file__).with_name("durations.json")  # a clean-clone CI run's INVFOLD_TEST_DURATIONS
@@ -51,22 +51,9 @@ def unit_of(nodeid: str) -> str:
     return "shared-engine" if module.startswith(SHARED_ENGINE_MODULES) else module
 
 
-def declared(item) -> Declared:
-    module = getattr(item, "module", None)
-    return Declared(
-        nodeid=item.nodeid,
-        marks=frozenset(mark.name for mark in item.iter_markers()),
-        fixtures=frozenset(getattr(item, "fixturenames", ())),
-        runs_pipeline=module is not None and runs_pipeline(module),
-    )
-
-
 def pytest_collection_modifyitems(config, items):
     recorded = json.loads(RECORDED.read_text()) if RECORDED.exists() else {}
-    tests = [declared(item) for item in items]
-    problems = missing_marks(tests, recorded)
-    if problems:
-        raise pytest.UsageError("test tiers (tests/README.md):\n" + "\n".join(problems))
+    tests = check_tiers(items, recorded)
     for test in tests:
         if DOCKER_FIXTURES & test.fixtures and unit_of(test.nodeid) != "shared-engine":
             raise pytest.UsageError(f"{test.nodeid} uses the Docker engine: add its module to SHARED_ENGINE_MODULES")

@@ -8,9 +8,8 @@ import types
 
 import pytest
 
-from tests.conftest import pytest_collection_modifyitems
 from tests.support.paths import REPO
-from tests.support.tiers import SLOW_S, Declared, missing_marks, runs_pipeline
+from tests.support.tiers import SLOW_S, Declared, check_tiers, missing_marks, runs_pipeline
 
 
 def _collected(*args: str) -> list[str]:
@@ -108,9 +107,8 @@ class _Item:
 
 def test_collection_fails_naming_every_test_that_leaves_out_its_tier():
     items = [_Item("tests/cluster/test_new.py::test_a"), _Item("tests/cluster/test_new.py::test_b", ("cluster",))]
-    config = types.SimpleNamespace()
     with pytest.raises(pytest.UsageError) as raised:
-        pytest_collection_modifyitems(config, items)
+        check_tiers(items, {})
     lines = str(raised.value).splitlines()
     assert lines[0] == "test tiers (tests/README.md):"
     assert lines[1:] == [
@@ -118,4 +116,4 @@ def test_collection_fails_naming_every_test_that_leaves_out_its_tier():
         "tests/cluster/test_new.py::test_a: not marked `slow`, but it is cluster",
         "tests/cluster/test_new.py::test_b: not marked `slow`, but it is cluster",
     ]
-    pytest_collection_modifyitems(config, [_Item("tests/cluster/test_new.py::test_c", ("cluster", "slow"))])
+    check_tiers([_Item("tests/cluster/test_new.py::test_c", ("cluster", "slow"))], {})

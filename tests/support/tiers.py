@@ -99,3 +99,25 @@ if __name__ == "__main__":  # python -m tests.support.tiers: the figures of test
     if code != 0:
         sys.exit(code)
     print("\n".join(summary(plugin.marks, json.loads((REPO / "tests" / "durations.json").read_text()))))
+
+
+def declared(item) -> Declared:
+    """What a collected pytest item declares (its marks and fixtures) and what it runs."""
+    module = getattr(item, "module", None)
+    return Declared(
+        nodeid=item.nodeid,
+        marks=frozenset(mark.name for mark in item.iter_markers()),
+        fixtures=frozenset(getattr(item, "fixturenames", ())),
+        runs_pipeline=module is not None and runs_pipeline(module),
+    )
+
+
+def check_tiers(items, recorded: dict[str, float]) -> list[Declared]:
+    """The collection hook's check: every test declares its tier, or collection stops naming it."""
+    import pytest
+
+    tests = [declared(item) for item in items]
+    problems = missing_marks(tests, recorded)
+    if problems:
+        raise pytest.UsageError("test tiers (tests/README.md):\n" + "\n".join(problems))
+    return tests
