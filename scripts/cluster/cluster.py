@@ -916,14 +916,15 @@ def kfp_images() -> dict[str, tuple[str, str]]:
     }
 
 
+def pod_images(doc: dict | None) -> list[str]:
+    """The images of a rendered object's pod template (init containers too); none for other kinds."""
+    pod = (((doc or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    return [c["image"] for c in pod.get("initContainers", []) + pod.get("containers", [])]
+
+
 def upstream_images(rendered: str) -> set[str]:
     """The image names (without tags) of upstream's rendered manifests."""
-    names = set()
-    for doc in yaml.safe_load_all(rendered):
-        pod = ((doc or {}).get("spec", {}).get("template") or {}).get("spec") or {}
-        for container in pod.get("initContainers", []) + pod.get("containers", []):
-            names.add(container["image"].split("@")[0].rsplit(":", 1)[0])
-    return names
+    return {image.split("@")[0].rsplit(":", 1)[0] for doc in yaml.safe_load_all(rendered) for image in pod_images(doc)}
 
 
 def kfp_overlay(rendered: str) -> dict:
@@ -941,11 +942,10 @@ def kfp_overlay(rendered: str) -> dict:
       password is what that decodes to and the server's `password` is refused."""
     prefix, kfp, argo = os.environ["KFP_IMAGE_PREFIX"], os.environ["KFP_VERSION"], os.environ["ARGO_VERSION"]
     ours = kfp_images()
-    images = [
-        {"name": name, "newName": ours[name.rsplit("/", 1)[-1]][0], "newTag": ours[name.rsplit("/", 1)[-1]][1]}
-        for name in sorted(upstream_images(rendered))
-        if name.rsplit("/", 1)[-1] in ours
-    ]
+    images = []
+    for name in sorted(upstream_images(rendered)):
+        if (built := ours.get(name.rsplit("/", 1)[-1])) is not None:
+            images.append({"name": name, "newName": built[0], "newTag": built[1]})
     ours = {"V2_DRIVER_IMAGE": f"{prefix}/kfp-driver:{kfp}", "V2_LAUNCHER_IMAGE": f"{prefix}/kfp-launcher-v2:{kfp}"}
     env = [{**item, **({"value": ours[item["name"]]} if item["name"] in ours else {})} for item in dropped_env()]
     # The server reads its driver from config key DBDriverName (env DBDRIVERNAME), not the
@@ -1012,14 +1012,11 @@ def dropped_env() -> list[dict]:
 
 def not_built_here(rendered: str) -> list[str]:
     """The images of `rendered`'s Deployments with replicas that are not ours."""
-    prefix, foreign = os.environ["KFP_IMAGE_PREFIX"] + "/", []
+    prefix, foreign = os.environ["KFP_IMAGE_PREFIX"] + "/", set()
     for doc in yaml.safe_load_all(rendered):
-        if (doc or {}).get("kind") != "Deployment" or doc["spec"].get("replicas", 1) == 0:
-            continue
-        pod = doc["spec"]["template"]["spec"]
-        images = [c["image"] for c in pod.get("initContainers", []) + pod["containers"]]
-        foreign += [image for image in images if not image.startswith(prefix)]
-    return sorted(set(foreign))
+        if (doc or {}).get("kind") == "Deployment" and doc["spec"].get("replicas", 1) != 0:
+            foreign |= {image for image in pod_images(doc) if not image.startswith(prefix)}
+    return sorted(foreign)
 
 
 def kfp_volumes() -> list[dict]:
