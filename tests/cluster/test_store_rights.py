@@ -99,6 +99,15 @@ def weed_binary() -> Path:
     return weed
 
 
+def store_client(service: str, url: str, access_key: str, secret_key: str):
+    """A boto3 client of the local SeaweedFS (`s3` or `iam`) with the given keys."""
+    import boto3
+
+    return boto3.client(
+        service, endpoint_url=url, aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="foobar"
+    )
+
+
 def free_ports(count: int) -> list[int]:
     """Ports p with p + 10000 free as well (weed's gRPC ports)."""
     ports = []
@@ -123,7 +132,6 @@ def store(tmp_path_factory):
     manifests/kustomize/third-party/seaweedfs/base/seaweedfs/seaweedfs-deployment.yaml: `weed shell`
     `s3.bucket.create --name mlpipeline` and `s3.configure -user kubeflow-admin ... -actions Admin
     -apply`); yields (s3 url, iam url, admin keys)."""
-    import boto3
 
     weed = weed_binary()
     root = tmp_path_factory.mktemp("seaweedfs")
@@ -140,13 +148,7 @@ def store(tmp_path_factory):
         start_new_session=True,
     )
     s3_url, iam_url = f"http://127.0.0.1:{s3}", f"http://127.0.0.1:{iam}"
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_url,
-        aws_access_key_id=admin["accessKey"],
-        aws_secret_access_key=admin["secretKey"],
-        region_name="foobar",
-    )
+    client = store_client("s3", s3_url, admin["accessKey"], admin["secretKey"])
     shell = [str(weed), "shell", f"-master=127.0.0.1:{master}", f"-filer=127.0.0.1:{filer}"]
     commands = (
         "s3.bucket.create --name mlpipeline\n"
@@ -173,16 +175,9 @@ def store(tmp_path_factory):
 
 def profile_keys(store, namespace: str, actions: list[str]) -> dict[str, str]:
     """Keys for `namespace` minted as KFP's profile controller mints them (sync.py)."""
-    import boto3
 
     _, iam_url, admin = store
-    iam = boto3.client(
-        "iam",
-        endpoint_url=iam_url,
-        aws_access_key_id=admin["accessKey"],
-        aws_secret_access_key=admin["secretKey"],
-        region_name="foobar",
-    )
+    iam = store_client("iam", iam_url, admin["accessKey"], admin["secretKey"])
     key = iam.create_access_key(UserName=namespace)["AccessKey"]
     statement = {"Effect": "Allow", "Action": actions, "Resource": resources(namespace)}
     iam.put_user_policy(
@@ -208,15 +203,8 @@ def train(store, keys: dict, data: str, out: Path, root: str) -> subprocess.Comp
 
 def step_folders(store, keys: dict, namespace: str, name: str) -> list[str]:
     """The checkpoint folders under s3://mlpipeline/private/<namespace>/<name>/ that hold objects."""
-    import boto3
 
-    client = boto3.client(
-        "s3",
-        endpoint_url=store[0],
-        aws_access_key_id=keys["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=keys["AWS_SECRET_ACCESS_KEY"],
-        region_name="foobar",
-    )
+    client = store_client("s3", store[0], keys["AWS_ACCESS_KEY_ID"], keys["AWS_SECRET_ACCESS_KEY"])
     prefix = f"private/{namespace}/{name}/"
     keys = [o["Key"] for o in client.list_objects_v2(Bucket="mlpipeline", Prefix=prefix).get("Contents", [])]
     return sorted({key.removeprefix(prefix).split("/", 1)[0] for key in keys})  # folders holding objects
