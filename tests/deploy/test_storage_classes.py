@@ -11,12 +11,10 @@ default StorageClass")."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import yaml
 
-from tests.support.deploy_tools import CHART, run, tool
+from tests.support.deploy_tools import CHART, helper_chart, run, tool
 
 DEFAULT = {"storageclass.kubernetes.io/is-default-class": "true"}
 
@@ -29,15 +27,11 @@ def classes(*names: str, default: str | None = None) -> dict:
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    root = tmp_path_factory.mktemp("storage-classes")
-    (root / "templates").mkdir()
-    (root / "Chart.yaml").write_text("apiVersion: v2\nname: harness\nversion: 0.0.1\n")
-    shutil.copy(CHART / "templates" / "_helpers.tpl", root / "templates" / "_helpers.tpl")
     field = "postgresql.storage.storageClassName"
-    (root / "templates" / "check.yaml").write_text(
-        f'{{{{- include "invfold.storageClassCheck" (list .Values.classes .Values.name "{field}") }}}}\n'
+    return helper_chart(
+        tmp_path_factory.mktemp("storage-classes"),
+        f'{{{{- include "invfold.storageClassCheck" (list .Values.classes .Values.name "{field}") }}}}\n',
     )
-    return root
 
 
 def render(harness, found, name: str = ""):

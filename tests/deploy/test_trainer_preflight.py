@@ -10,12 +10,10 @@ fields as spec.versions[v1alpha1].schema.openAPIV3Schema.properties.spec.propert
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 import yaml
 
-from tests.support.deploy_tools import CHART, run, tool
+from tests.support.deploy_tools import CHART, helper_chart, run, tool
 
 V2_1 = ["runtimeRef", "initializer", "trainer", "labels", "annotations", "podTemplateOverrides", "suspend", "managedBy"]
 V2_3 = ["runtimeRef", "initializer", "trainer", "runtimePatches", "suspend", "activeDeadlineSeconds", "managedBy"]
@@ -32,12 +30,9 @@ def crd(fields: list[str]) -> dict:
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    root = tmp_path_factory.mktemp("harness")
-    (root / "templates").mkdir()
-    (root / "Chart.yaml").write_text("apiVersion: v2\nname: harness\nversion: 0.0.1\n")
-    shutil.copy(CHART / "templates" / "_helpers.tpl", root / "templates" / "_helpers.tpl")
-    (root / "templates" / "check.yaml").write_text('{{- include "invfold.trainerCheck" (list . .Values.crd) }}\n')
-    return root
+    return helper_chart(
+        tmp_path_factory.mktemp("harness"), '{{- include "invfold.trainerCheck" (list . .Values.crd) }}\n'
+    )
 
 
 def render(harness, value) -> object:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,16 @@ def tool(name: str) -> str:
         if path.is_file() and os.access(path, os.X_OK):
             return str(path)
     pytest.fail(f"{name} is not installed in {', '.join(str(d) for d in TOOL_DIRS)}: {INSTALL_HINT}")
+
+
+def helper_chart(root: Path, template: str) -> Path:
+    """A chart at `root` holding the chart's `_helpers.tpl` and one template, `template`: a named
+    template of ours rendered alone against the values a test gives."""
+    (root / "templates").mkdir()
+    (root / "Chart.yaml").write_text("apiVersion: v2\nname: harness\nversion: 0.0.1\n")
+    shutil.copy(CHART / "templates" / "_helpers.tpl", root / "templates" / "_helpers.tpl")
+    (root / "templates" / "check.yaml").write_text(template)
+    return root
 
 
 def run(cmd: list[str], *, check: bool = True, timeout: float = 300, **kwargs) -> subprocess.CompletedProcess:
