@@ -34,6 +34,7 @@ def test_a_fully_declared_test_passes():
         Declared("tests/cluster/test_x.py::test_a", frozenset({"cluster", "slow"}), frozenset({"cpu_images"})),
         Declared("tests/deploy/test_images.py::test_b", frozenset({"images", "slow"}), frozenset({"docker_engine"})),
         Declared("tests/pipelines/test_p.py::test_c", frozenset({"pipeline", "slow"}), runs_pipeline=True),
+        Declared("tests/cluster/test_k.py::test_k", frozenset({"cluster", "kfp", "slow"}), frozenset({"kfp_host"})),
         Declared("tests/train/test_t.py::test_d", frozenset({"multiproc", "slow"})),
         Declared("tests/design/test_e.py::test_e", frozenset({"slow"})),
         Declared("tests/design/test_f.py::test_f", frozenset()),
@@ -60,6 +61,11 @@ def test_a_fully_declared_test_passes():
             {},
             "tests/pipelines/test_p.py::test_c: not marked `pipeline`, but its module holds "
             "invfold.pipelines.local's whole-pipeline runner",
+        ),
+        (
+            Declared("tests/cluster/test_k.py::test_k", frozenset({"cluster", "slow"}), frozenset({"kfp_host"})),
+            {},
+            "tests/cluster/test_k.py::test_k: not marked `kfp`, but it uses kfp_host",
         ),
         (
             Declared("tests/train/test_t.py::test_d", frozenset({"multiproc"})),

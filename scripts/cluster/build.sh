@@ -370,6 +370,8 @@ build_kfp_images() {
   rm -rf "$ctx"; mkdir "$ctx"; cp "$images/postgresql/entrypoint.sh" "$ctx/"
   image "$KFP_IMAGE_PREFIX/postgresql:15" postgresql "$ctx" --build-arg "POSTGRESQL_VERSION=$POSTGRESQL_VERSION" \
     --build-arg "NSS_WRAPPER_VERSION=$NSS_WRAPPER_VERSION"
+  rm -rf "$ctx"; mkdir "$ctx"; cp "$images/mariadb/"{entrypoint.sh,server.cnf} "$ctx/"
+  image "$KFP_IMAGE_PREFIX/mariadb:10.11" mariadb "$ctx" --build-arg "MARIADB_VERSION=$MARIADB_VERSION"
   rm -rf "$ctx"; mkdir "$ctx"; cp "$weed" "$ctx/"
   image "$KFP_IMAGE_PREFIX/kfp-seaweedfs:${SEAWEEDFS_VERSION##*-}" seaweedfs "$ctx" --build-arg "WGET_VERSION=$WGET_VERSION"
   rm -rf "$ctx"; mkdir "$ctx"

@@ -870,9 +870,12 @@ def start_object_store() -> None:
 
 KFP_NAMESPACE = "kubeflow"
 # KFP's own manifests, as upstream documents a standalone install: the cluster-scoped resources, then
-# the PostgreSQL variant (API server, persistence agent, Argo's controller, ML Metadata, SeaweedFS).
+# the default variant (API server, persistence agent, Argo's controller, ML Metadata, SeaweedFS, and
+# MySQL, served here by Debian's MariaDB). Not the PostgreSQL variant: 2.17.0's API server queries
+# its default experiment with unquoted CamelCase columns (storage/default_experiment_store.go), which
+# PostgreSQL folds to lower case, and stops at `column "defaultexperimentid" does not exist`.
 KFP_CLUSTER_SCOPED = "cluster-scoped-resources"
-KFP_ENV = "env/platform-agnostic-postgresql"
+KFP_ENV = "env/platform-agnostic"
 # What a cluster without a registry and with two cores changes, through kustomize alone: the
 # images (built here, on the node), and no replicas for the parts a submitted run does not use
 # (the v1 cache webhook and its deployer, the v1 metadata writer, recurring runs, the UI and its
@@ -888,8 +891,7 @@ KFP_IDLE = (
     "ml-pipeline-visualizationserver",
 )
 KFP_SERVING = (
-    "postgres",
-    "metadata-postgres-db",
+    "mysql",
     "seaweedfs",
     "metadata-grpc-deployment",
     "ml-pipeline",
@@ -897,7 +899,17 @@ KFP_SERVING = (
     "workflow-controller",
 )
 # Claims of KFP's manifests, each bound to a folder of this machine (no storage provisioner runs here).
-KFP_CLAIMS = {"postgres-pvc": "20Gi", "metadata-postgres": "20Gi", "seaweedfs-pvc": "20Gi"}
+KFP_CLAIMS = {"mysql-pv-claim": "20Gi", "seaweedfs-pvc": "20Gi"}
+# The arguments of upstream's `mysql` Deployment (MySQL 8.4's) and what MariaDB takes for them: its
+# native password plugin is its default, and it knows no --authentication-policy.
+MYSQL_ARGS = [
+    "--datadir",
+    "/var/lib/mysql",
+    "--authentication-policy=mysql_native_password",
+    "--mysql-native-password=ON",
+    "--disable-log-bin",
+]
+MARIADB_ARGS = ["--datadir", "/var/lib/mysql", "--skip-log-bin"]
 VOLUMES = RUN / "volumes"
 
 
@@ -910,7 +922,7 @@ def kfp_images() -> dict[str, tuple[str, str]]:
         "kfp-persistence-agent": (f"{prefix}/kfp-persistence-agent", kfp),
         "workflow-controller": (f"{prefix}/argo-workflow-controller", argo),
         "ml_metadata_store_server": (f"{prefix}/ml-metadata-server", os.environ["MLMD_VERSION"]),
-        "postgres": (f"{prefix}/postgresql", "15"),
+        "mysql": (f"{prefix}/mariadb", "10.11"),
         "alpine": (f"{prefix}/waiter", "1"),
         "seaweedfs": (f"{prefix}/kfp-seaweedfs", os.environ["SEAWEEDFS_VERSION"].rsplit("-", 1)[-1]),
     }
@@ -930,27 +942,25 @@ def upstream_images(rendered: str) -> set[str]:
 def kfp_overlay(rendered: str) -> dict:
     """The kustomization that installs KFP: upstream's variant plus the changes named above (each
     of our images replaces the upstream image of the same last name in `rendered`, upstream's
-    manifests as kustomize renders them), Argo's executor image (a flag), and what 2.17.0's
-    PostgreSQL variant gets wrong, without which its API server never starts (each seen here):
-    - its env list replaces the base's (`$patch: replace`) and drops, besides MySQL's settings,
-      the store's address (OBJECTSTORECONFIG_HOST/PORT: the server stops), V2_DRIVER_IMAGE and
-      V2_LAUNCHER_IMAGE (runs would name the `:latest` driver and launcher) and more: those
-      entries are put back (dropped_env);
-    - it sets DB_DRIVER_NAME, which the server does not read, so it dials MySQL until it is killed;
-    - pipeline-install-config names host `postgres`; the Service is `postgres-service`;
-    - Secret `postgres-secret` gives `root_password: password` under `data`, so the database's
-      password is what that decodes to and the server's `password` is refused."""
+    manifests as kustomize renders them), the driver and launcher images the API server writes into
+    runs, Argo's executor image (a flag), and MariaDB's arguments for MySQL's."""
     prefix, kfp, argo = os.environ["KFP_IMAGE_PREFIX"], os.environ["KFP_VERSION"], os.environ["ARGO_VERSION"]
     ours = kfp_images()
     images = []
     for name in sorted(upstream_images(rendered)):
         if (built := ours.get(name.rsplit("/", 1)[-1])) is not None:
             images.append({"name": name, "newName": built[0], "newTag": built[1]})
-    ours = {"V2_DRIVER_IMAGE": f"{prefix}/kfp-driver:{kfp}", "V2_LAUNCHER_IMAGE": f"{prefix}/kfp-launcher-v2:{kfp}"}
-    env = [{**item, **({"value": ours[item["name"]]} if item["name"] in ours else {})} for item in dropped_env()]
-    # The server reads its driver from config key DBDriverName (env DBDRIVERNAME), not the
-    # variant's DB_DRIVER_NAME=postgres, and names PostgreSQL's `pgx`.
-    env.append({"name": "DBDRIVERNAME", "value": "pgx"})
+    run_images = {
+        "V2_DRIVER_IMAGE": f"{prefix}/kfp-driver:{kfp}",
+        "V2_LAUNCHER_IMAGE": f"{prefix}/kfp-launcher-v2:{kfp}",
+    }
+    server = {"name": "ml-pipeline-api-server", "env": [{"name": k, "value": v} for k, v in run_images.items()]}
+    server_patch = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "ml-pipeline"},
+        "spec": {"template": {"spec": {"containers": [server]}}},
+    }
     return {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
@@ -959,21 +969,15 @@ def kfp_overlay(rendered: str) -> dict:
         "images": images,
         "replicas": [{"name": name, "count": 0} for name in KFP_IDLE],
         "patches": [
+            # a strategic merge: the entries of the same name are replaced in place
+            {"target": {"kind": "Deployment", "name": "ml-pipeline"}, "patch": yaml.safe_dump(server_patch)},
             {
-                "target": {"kind": "ConfigMap", "name": "pipeline-install-config"},
-                "patch": json.dumps([{"op": "replace", "path": "/data/postgresHost", "value": "postgres-service"}]),
-            },
-            {
-                # `data` holds base64: the variant's `root_password: password` decodes to six other bytes.
-                "target": {"kind": "Secret", "name": "postgres-secret"},
+                "target": {"kind": "Deployment", "name": "mysql"},
                 "patch": json.dumps(
-                    [{"op": "replace", "path": "/data/root_password", "value": base64.b64encode(b"password").decode()}]
-                ),
-            },
-            {
-                "target": {"kind": "Deployment", "name": "ml-pipeline"},
-                "patch": json.dumps(
-                    [{"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": item} for item in env]
+                    [
+                        {"op": "test", "path": "/spec/template/spec/containers/0/args", "value": MYSQL_ARGS},
+                        {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": MARIADB_ARGS},
+                    ]
                 ),
             },
             {
@@ -991,23 +995,6 @@ def kfp_overlay(rendered: str) -> dict:
             },
         ],
     }
-
-
-def dropped_env() -> list[dict]:
-    """The API server's env entries of KFP's base Deployment that the PostgreSQL variant's
-    `$patch: replace` leaves out, but MySQL's (they name `mysql-secret` or `mysql*` keys)."""
-    manifests = part("CLUSTER_KFP_DIR") / "manifests" / "base"
-    base = yaml.safe_load((manifests / "pipeline" / "ml-pipeline-apiserver-deployment.yaml").read_text())
-    patch = yaml.safe_load(
-        (manifests / "postgresql" / "pipeline" / "ml-pipeline-apiserver-deployment-patch.yaml").read_text()
-    )
-    kept = {item.get("name") for item in patch["spec"]["template"]["spec"]["containers"][0]["env"]}
-    dropped = []
-    for item in base["spec"]["template"]["spec"]["containers"][0]["env"]:
-        source = json.dumps(item.get("valueFrom", {}))
-        if item["name"] not in kept and "mysql" not in source and "MYSQL" not in item["name"]:
-            dropped.append(item)
-    return dropped
 
 
 def not_built_here(rendered: str) -> list[str]:
@@ -1080,8 +1067,7 @@ def start_pipelines() -> None:
 def start_store() -> None:
     """KFP's store alone (the default), or with INVFOLD_CLUSTER_KFP=1 all of KFP from its own
     manifests, SeaweedFS included (switch between them on a stopped cluster: both name it
-    `seaweedfs`). KFP is opt-in while 2.17.0's API server does not start on its PostgreSQL
-    variant (docs/cluster-contract.md, "KFP's backend on the test cluster")."""
+    `seaweedfs`). KFP is opt-in (docs/cluster-contract.md, "KFP's backend on the test cluster")."""
     if os.environ.get("INVFOLD_CLUSTER_KFP") == "1":
         start_pipelines()
     else:

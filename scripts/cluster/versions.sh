@@ -40,6 +40,7 @@ MLMD_VERSION=1.17.1
 # Debian bookworm packages of the images of KFP's install (scripts/cluster/images), as the local
 # base's one apt source (bookworm main, scripts/make_base_image.sh) serves them.
 POSTGRESQL_VERSION=15.18-0+deb12u1
+MARIADB_VERSION=1:10.11.18-0+deb12u1
 WGET_VERSION=1.21.3-1+deb12u1
 NETCAT_VERSION=1.219-1
 NSS_WRAPPER_VERSION=1.1.12-1
@@ -52,6 +53,6 @@ pin() { sed -n "s/^$2=//p" "$1"; }
 # parts they hold and the pins.
 kfp_images_key() {
   { find scripts/cluster/images -type f -print0 | sort -z | xargs -0 sha256sum
-    echo "$KFP_VERSION $ARGO_VERSION $MLMD_VERSION $SEAWEEDFS_VERSION $POSTGRESQL_VERSION $WGET_VERSION $NETCAT_VERSION $NSS_WRAPPER_VERSION"
+    echo "$KFP_VERSION $ARGO_VERSION $MLMD_VERSION $SEAWEEDFS_VERSION $POSTGRESQL_VERSION $MARIADB_VERSION $WGET_VERSION $NETCAT_VERSION $NSS_WRAPPER_VERSION"
     pin images/bases/bookworm.args PYTHON_VERSION; } | sha256sum | cut -c1-12
 }

@@ -4,19 +4,21 @@ A test's tier is a mark written in its module (`pytestmark`) or on the test, nev
 where it lives or from how long it took on one machine. What can be read off a test is checked
 against its marks instead, so a new test lands in its tier or collection fails naming it:
 a test under tests/cluster/ is `cluster`; one using the Docker engine's fixtures is `images` or
-`cluster`; one whose module holds a whole-pipeline entry point of invfold.pipelines.local is
-`pipeline`; every tier but `slow` is also `slow`; and a test recorded past SLOW_S in
-tests/durations.json is `slow`, so a faster machine cannot move it into `make test-fast`.
+`cluster`; one using KFP's API server on that cluster (`kfp_host`) is `kfp`; one whose module
+holds a whole-pipeline entry point of invfold.pipelines.local is `pipeline`; every tier but `slow`
+is also `slow`; and a test recorded past SLOW_S in tests/durations.json is `slow`, so a faster
+machine cannot move it into `make test-fast`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-TIERS = ("pipeline", "multiproc", "images", "cluster", "slow")  # what each is for: pyproject.toml's markers
+TIERS = ("pipeline", "multiproc", "images", "cluster", "kfp", "slow")  # what each is for: pyproject.toml's markers
 SLOW_S = 20.0
 CLUSTER_FOLDER = "tests/cluster/"
 DOCKER_FIXTURES = frozenset({"docker_engine", "cpu_images"})
+KFP_FIXTURES = frozenset({"kfp_host"})  # the API server of KFP's own backend on the test cluster
 PIPELINE_ENTRY_POINTS = frozenset({"run_local", "run_design_local"})
 PIPELINE_MODULE = "invfold.pipelines.local"
 
@@ -49,6 +51,8 @@ def missing_marks(tests: list[Declared], recorded: dict[str, float]) -> list[str
             needs["cluster"] = f"it is under {CLUSTER_FOLDER}"
         if DOCKER_FIXTURES & test.fixtures and not {"images", "cluster"} & test.marks:
             needs["images"] = f"it uses {', '.join(sorted(DOCKER_FIXTURES & test.fixtures))}"
+        if KFP_FIXTURES & test.fixtures:
+            needs["kfp"] = f"it uses {', '.join(sorted(KFP_FIXTURES & test.fixtures))}"
         if test.runs_pipeline:
             needs["pipeline"] = f"its module holds {PIPELINE_MODULE}'s whole-pipeline runner"
         tiers = (test.marks | needs.keys()) & (set(TIERS) - {"slow"})

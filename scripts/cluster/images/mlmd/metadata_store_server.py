@@ -26,7 +26,12 @@ SERVICE = metadata_store_service_pb2.DESCRIPTOR.services_by_name["MetadataStoreS
 
 def connection_config(args: argparse.Namespace) -> metadata_store_pb2.ConnectionConfig:
     config = metadata_store_pb2.ConnectionConfig()
-    if args.metadata_source_config_type == "postgresql":
+    if args.mysql_config_host:  # upstream's binary: MySQL when its host is given
+        mysql = config.mysql
+        mysql.host, mysql.port = args.mysql_config_host, int(args.mysql_config_port)
+        mysql.database = args.mysql_config_database
+        mysql.user, mysql.password = args.mysql_config_user, args.mysql_config_password
+    elif args.metadata_source_config_type == "postgresql":
         pg = config.postgresql
         pg.host, pg.port = args.postgres_config_host, str(args.postgres_config_port)
         pg.dbname = args.postgres_config_dbname
@@ -58,6 +63,11 @@ def handlers(store, lock: threading.Lock) -> tuple[grpc.GenericRpcHandler, list[
     return grpc.method_handlers_generic_handler(SERVICE.full_name, served), missing
 
 
+def channel_argument(item: str) -> tuple[str, int | str]:
+    name, _, value = item.partition("=")
+    return name, int(value) if value.lstrip("-").isdigit() else value
+
+
 _CODES = {code.value[0]: code.name for code in grpc.StatusCode}
 
 
@@ -71,6 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--postgres_config_user", default="root")
     parser.add_argument("--postgres_config_password", default="")
     parser.add_argument("--postgres_config_skip_db_creation", type=lambda v: v.lower() == "true", default=False)
+    parser.add_argument("--mysql_config_host", default="")
+    parser.add_argument("--mysql_config_port", default="3306")
+    parser.add_argument("--mysql_config_database", default="metadb")
+    parser.add_argument("--mysql_config_user", default="root")
+    parser.add_argument("--mysql_config_password", default="")
+    # gRPC channel options as upstream's flag gives them: name=value,...
+    parser.add_argument("--grpc_channel_arguments", default="")
     parser.add_argument("--sqlite_filename_uri", default="/tmp/mlmd.sqlite")
     parser.add_argument("--enable_database_upgrade", type=lambda v: v.lower() == "true", default=False)
     args = parser.parse_args(argv)
@@ -78,12 +95,14 @@ def main(argv: list[str] | None = None) -> int:
     migration = metadata_store_pb2.MigrationOptions(enable_upgrade_migration=args.enable_database_upgrade)
     store = extension.CreateMetadataStore(connection_config(args).SerializeToString(), migration.SerializeToString())
     handler, missing = handlers(store, threading.Lock())
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    options = [channel_argument(item) for item in args.grpc_channel_arguments.split(",") if item]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=options)
     server.add_generic_rpc_handlers((handler,))
     server.add_insecure_port(f"[::]:{args.grpc_port}")
     server.start()
+    source = "mysql" if args.mysql_config_host else args.metadata_source_config_type
     print(
-        f"metadata store ({args.metadata_source_config_type}) serving {SERVICE.full_name} on :{args.grpc_port};"
+        f"metadata store ({source}) serving {SERVICE.full_name} on :{args.grpc_port};"
         f" not in this store's library: {', '.join(missing) or 'none'}",
         flush=True,
     )
