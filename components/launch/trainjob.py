@@ -17,7 +17,7 @@ import os
 import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from invfold.components.launch.base import Resources
 from invfold.components.train.config import TrainConfig
@@ -37,6 +37,11 @@ ENTRY_MODULE = "invfold.components.launch.trainjob_entry"
 # are each strategy's StrategySpec.replicated_jobs).
 TRAINER_CONTAINER = "node"
 WORKSPACE_MOUNT = "/workspace"
+# Where each rank writes its output folder: the pod's /tmp emptyDir (the root filesystem is
+# read-only). The step's own output path means nothing in the job's pods (under KFP it is the
+# launcher's local mirror of the artifact store, /minio/...); rank 0 copies this folder to the
+# job's output URI and the step fetches it from there to its path.
+JOB_OUT = "/tmp/invfold-train-out"
 RENDEZVOUS_PORT = 29500  # allowed between a job's pods by k8s/base/network-policies.yaml
 # A one-node MPI job references `<runtime>-single-node`: the launcher alone, every rank on it.
 # Trainer v2.3 always starts max(numNodes - 1, 1) node pods beside a launcher that runs as a node
@@ -215,7 +220,8 @@ def _command(
     it: rank 0 is `<job>-launcher-0-0` (seen on a real cluster: OMPI_COMM_WORLD_RANK=0 in the
     launcher pod), reachable through the job's headless Service. A one-node job runs every rank
     on the launcher itself (localhost), the only pod of its launcher-only runtime."""
-    entry = [ENTRY_MODULE, "--config-json", json.dumps(cfg.to_dict(), sort_keys=True), "--output", output_uri]
+    job_cfg = replace(cfg, out=JOB_OUT).to_dict()
+    entry = [ENTRY_MODULE, "--config-json", json.dumps(job_cfg, sort_keys=True), "--output", output_uri]
     if strategy_spec(cfg.strategy).cluster_launcher == "torchrun":
         # The torch runtime sets PET_NNODES / PET_NPROC_PER_NODE / PET_NODE_RANK / PET_MASTER_*.
         return ["torchrun"], ["--module", *entry]

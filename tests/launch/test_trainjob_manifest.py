@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def manifest(strategy: str = "ddp", gpus: int = 4, **option_overrides) -> dict:
+def manifest(strategy: str = "ddp", gpus: int = 4, out: str = "/tmp/train", **option_overrides) -> dict:
     checkpoints = "/workspace/ckpt/run-1" if strategy == "deepspeed" else "s3://bucket/ckpt/run-1"
     cfg = TrainConfig(
         data="s3://bucket/prepared",
-        out="/tmp/train",
+        out=out,
         checkpoint_dir=checkpoints,
         strategy=strategy,
         preset="tiny",
@@ -95,6 +95,21 @@ def test_generated_trainjobs_validate_and_reference_the_strategy_runtime(strateg
         name = job["metadata"]["name"]
         assert f"MASTER_ADDR={name}-launcher-0-0.{name}" in trainer["args"]
         assert "MASTER_PORT=29500" in trainer["args"]
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_jobs_ranks_write_into_their_own_tmp_whatever_the_steps_output_path(strategy):
+    """The step's output path is a path of the step's pod: under KFP, the launcher's local mirror of
+    the artifact store (`/minio/mlpipeline/v2/artifacts/...`, `/s3/...`, `/gcs/...`), which the
+    job's pods (read-only root filesystem) cannot create: seen on Kubeflow Pipelines 2.17, every
+    rank died at `os.makedirs(cfg.out)` with EROFS. The ranks write into their /tmp emptyDir and
+    rank 0 copies that to the job's output URI, from where the step fetches it to its own path."""
+    step_out = "/minio/mlpipeline/v2/artifacts/invfold/run-1/train-op/abc/model"
+    args = manifest(strategy, out=step_out)["spec"]["trainer"]["args"]
+    config = json.loads(args[args.index("--config-json") + 1])
+    assert config["out"].startswith("/tmp/"), config["out"]
+    assert args[args.index("--output") + 1] == "s3://bucket/invfold/runs/x"
+    assert step_out not in json.dumps(args)
 
 
 def test_tenants_reference_their_namespaced_runtime():
