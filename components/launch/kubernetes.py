@@ -129,6 +129,29 @@ def unstartable_pods(pods) -> list[tuple[str, str]]:
     return found
 
 
+def crashed_containers(pods) -> list[tuple[str, str]]:
+    """(pod name, the container, its exit code, reason and restarts) of every container that
+    exited non-zero, now or before its current restart: a rank that crashed."""
+    found = []
+    for pod in pods:
+        pod = pod if isinstance(pod, dict) else pod.to_dict()
+        status = pod.get("status") or {}
+        for container in status.get("container_statuses") or status.get("containerStatuses") or []:
+            last = container.get("last_state") or container.get("lastState") or {}
+            ended = (container.get("state") or {}).get("terminated") or last.get("terminated") or {}
+            code = ended.get("exit_code", ended.get("exitCode"))
+            if code not in (0, None):
+                restarts = container.get("restart_count", container.get("restartCount")) or 0
+                found.append(
+                    (
+                        pod["metadata"]["name"],
+                        f"container {container.get('name')} exited {code} ({ended.get('reason') or 'Error'}), "
+                        f"restarted {restarts} times",
+                    )
+                )
+    return found
+
+
 def condition(job: dict, kind: str) -> dict | None:
     for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("type") == kind and str(cond.get("status")) == "True":
@@ -255,8 +278,9 @@ class KubernetesLauncher(Launcher):
                 ) from None
             raise
 
-    def _check_pods(self, name: str, first_seen: dict[str, float]) -> None:
-        """Report pods the scheduler cannot place; fail once one stayed so past the bounded wait."""
+    def _check_pods(self, name: str, first_seen: dict[str, float], crashes: dict[str, str]) -> None:
+        """Report pods the scheduler cannot place (fail once one stayed so past the bounded wait)
+        and ranks that crashed (kept in `crashes` for the job's failure: its pods may be gone by then)."""
         opts = self.options
         try:
             listed = self.pods_api.list_namespaced_pod(opts.namespace, label_selector=f"{JOBSET_LABEL}={name}")
@@ -268,6 +292,10 @@ class KubernetesLauncher(Launcher):
             self._pods_visible = False
             return
         items = listed.get("items", []) if isinstance(listed, dict) else listed.items
+        for pod, what in crashed_containers(items):
+            if crashes.get(pod) != what:
+                log.warning("TrainJob %s: pod %s: %s", name, pod, what)
+                crashes[pod] = what
         unplaced = dict(unschedulable_pods(items))
         stuck = {**dict(unstartable_pods(items)), **unplaced}
         now = self.clock()
@@ -302,20 +330,25 @@ class KubernetesLauncher(Launcher):
         deadline = self.clock() + self.options.timeout_s
         last_state = None
         first_seen: dict[str, float] = {}
+        crashes: dict[str, str] = {}
         while True:
             job = self._call("get_namespaced_custom_object", name=name)
             failed = condition(job, "Failed")
             if failed:
+                ns = self.options.namespace
+                crashed = "".join(
+                    f"; {pod}: {what} (kubectl logs -n {ns} {pod} --previous)" for pod, what in crashes.items()
+                )
                 raise LaunchError(
-                    f"TrainJob {self.options.namespace}/{name} failed: "
-                    f"{failed.get('reason', 'Failed')}: {failed.get('message', '(no message)')}"
+                    f"TrainJob {ns}/{name} failed: "
+                    f"{failed.get('reason', 'Failed')}: {failed.get('message', '(no message)')}{crashed}"
                 )
             if condition(job, "Complete"):
                 log.info("TrainJob %s complete", name)
                 return job
             state = "suspended" if condition(job, "Suspended") else "running"
             if state == "running" and self.options.unschedulable_timeout_s > 0 and self._pods_visible:
-                self._check_pods(name, first_seen)
+                self._check_pods(name, first_seen, crashes)
             if state != last_state:
                 log.info("TrainJob %s %s", name, state)
                 last_state = state

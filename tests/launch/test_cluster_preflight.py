@@ -20,7 +20,12 @@ from __future__ import annotations
 import pytest
 
 from invfold.components.launch import LaunchError, Resources
-from invfold.components.launch.kubernetes import JOBSET_LABEL, unschedulable_pods, unstartable_pods
+from invfold.components.launch.kubernetes import (
+    JOBSET_LABEL,
+    crashed_containers,
+    unschedulable_pods,
+    unstartable_pods,
+)
 from invfold.components.launch.trainjob import ClusterOptions, storage_root_problem
 from tests.support.trainjob_api import FakeClock, TrainJobApi, launcher, tiny
 
@@ -207,3 +212,38 @@ def test_a_retry_deletes_the_job_an_unclean_death_left_running(tmp_path):
     result = retry.run(cfg, Resources())
     assert api.deleted == [orphan]
     assert {name for _, name in api.jobs} == {done, other, result.job_name}
+
+
+class CrashingPods:
+    """A running trainer pod whose container keeps exiting 1 (as kubelet reports a crash loop: the
+    last termination under lastState, the restart under way in state)."""
+
+    def list_namespaced_pod(self, namespace, label_selector):
+        job = label_selector.split("=", 1)[1]
+        container = {
+            "name": "node",
+            "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s restarting failed container"}},
+            "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}},
+        }
+        status = {"phase": "Running", "containerStatuses": [container]}
+        return {"items": [{"metadata": {"name": f"{job}-node-0-0-abcde"}, "status": status}]}
+
+
+def test_a_crashing_rank_is_named_when_the_job_fails(tmp_path, caplog):
+    """Seen on a real cluster: every rank crashed at start-up four times and the JobSet failed
+    six minutes later with `FailedJobs` alone; the step now says which pod's container exited
+    with what, while it happens and in its failure."""
+    clock = FakeClock()
+    api = TrainJobApi("fail", polls_until_done=5)
+    k8s = launcher(api, tmp_path, clock, unschedulable_timeout_s=300.0)
+    k8s._pods_api = CrashingPods()
+    with caplog.at_level("WARNING"), pytest.raises(LaunchError) as failed:
+        k8s.run(tiny("s3://b/prepared", tmp_path / "out"), Resources())
+    name = api.created[0]["metadata"]["name"]
+    crash = f"{name}-node-0-0-abcde: container node exited 1 (Error), restarted 3 times"
+    assert crash in str(failed.value) and "kubectl logs -n" in str(failed.value)
+    assert [r.message for r in caplog.records if crash in r.message], caplog.text
+    assert crashed_containers([CrashingPods().list_namespaced_pod("a", f"{JOBSET_LABEL}=j")["items"][0]]) == [
+        ("j-node-0-0-abcde", "container node exited 1 (Error), restarted 3 times")
+    ]
