@@ -20,11 +20,12 @@ def fetch_model_op(model_name: str, model_version: str, tracking_uri: str, model
         model: Folder with model.pt.
     """
     from invfold.components.design.step import fetch_model_step
+    from invfold.runtime import artifact_metadata
 
     found = fetch_model_step(
         model_name=model_name, model_version=model_version, tracking_uri=tracking_uri, out_dir=model.path
     )
-    model.metadata.update(found)
+    model.metadata.update(artifact_metadata(found))
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -80,6 +81,7 @@ def design_shard_op(
 
     from invfold import storage
     from invfold.components.design.step import design_shard_step
+    from invfold.runtime import artifact_metadata
 
     storage.use_endpoint(storage_endpoint)
 
@@ -95,7 +97,7 @@ def design_shard_op(
         out_dir=designs.path,
         design_chains=design_chains,
     )
-    designs.metadata.update({k: summary[k] for k in ("designed", "designs", "skip_counts")})
+    designs.metadata.update(artifact_metadata({k: summary[k] for k in ("designed", "designs", "skip_counts")}))
 
 
 @dsl.component(base_image=runtime_image(), install_kfp_package=False)
@@ -124,6 +126,7 @@ def gather_designs_op(
         metrics: Design counts, mean recovery and NLL.
     """
     from invfold.components.design.step import gather_step
+    from invfold.runtime import artifact_metadata
 
     out = gather_step(
         shard_dirs=[s.path for s in shards],
@@ -137,4 +140,6 @@ def gather_designs_op(
     )
     for key, value in out["metrics"].items():
         metrics.log_metric(key, value)
-    designs.metadata.update({"designs": out["summary"]["designs"], "skip_counts": out["summary"]["skip_counts"]})
+    designs.metadata.update(
+        artifact_metadata({"designs": out["summary"]["designs"], "skip_counts": out["summary"]["skip_counts"]})
+    )

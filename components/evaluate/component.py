@@ -38,6 +38,7 @@ def evaluate_op(
         evaluation: metrics.json, confusion.json, plots and reports.
     """
     from invfold.components.evaluate.step import evaluate_step
+    from invfold.runtime import artifact_metadata
 
     out = evaluate_step(
         prepared_path=prepared.path,
@@ -53,4 +54,4 @@ def evaluate_op(
     for key, value in out["metrics"].items():
         metrics.log_metric(key, value)
     confusion.log_confusion_matrix(out["confusion"]["labels"], out["confusion"]["matrix"])
-    evaluation.metadata.update(out["metadata"])
+    evaluation.metadata.update(artifact_metadata(out["metadata"]))

@@ -78,6 +78,7 @@ def train_op(
         task_config: Node selector and tolerations passed through to the TrainJob.
     """
     from invfold.components.launch.step import train_step
+    from invfold.runtime import artifact_metadata
 
     out = train_step(
         prepared_path=prepared.path,
@@ -119,4 +120,4 @@ def train_op(
     )
     for key, value in out["metrics"].items():
         metrics.log_metric(key, value)
-    model.metadata.update(out["metadata"])
+    model.metadata.update(artifact_metadata(out["metadata"]))

@@ -32,15 +32,18 @@ def prep_op(
         storage_endpoint: S3-compatible endpoint of the object store (KFP's SeaweedFS / MinIO); '' for AWS.
     """
     from invfold.components.prep.step import prep_step
+    from invfold.runtime import artifact_metadata
 
     prepared.metadata.update(
-        prep_step(
-            data_uri,
-            split_file,
-            data_digest,
-            prepared.path,
-            card.path,
-            complexes=complexes,
-            storage_endpoint=storage_endpoint,
+        artifact_metadata(
+            prep_step(
+                data_uri,
+                split_file,
+                data_digest,
+                prepared.path,
+                card.path,
+                complexes=complexes,
+                storage_endpoint=storage_endpoint,
+            )
         )
     )

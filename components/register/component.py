@@ -48,6 +48,7 @@ def compare_op(
 
     from invfold import storage
     from invfold.components.register.step import compare_step
+    from invfold.runtime import artifact_metadata
 
     storage.use_endpoint(storage_endpoint)  # init_from may be an s3:// URI
 
@@ -63,7 +64,7 @@ def compare_op(
     )
     with open(comparison.path, "w") as fh:
         json.dump(result.to_dict(), fh, indent=2)
-    comparison.metadata.update(result.to_dict())
+    comparison.metadata.update(artifact_metadata(result.to_dict()))
     return result.register
 
 
@@ -96,6 +97,7 @@ def register_op(
 
     from invfold.components.register.decision import Comparison
     from invfold.components.register.step import register_step
+    from invfold.runtime import artifact_metadata
 
     out = register_step(
         prepared_path=prepared.path,
@@ -109,4 +111,4 @@ def register_op(
     )
     for key, value in out["metrics"].items():
         metrics.log_metric(key, value)
-    onnx_model.metadata.update(out["metadata"])
+    onnx_model.metadata.update(artifact_metadata(out["metadata"]))

@@ -24,6 +24,15 @@ def runtime_image(registry: str = DEFAULT_REGISTRY, tag: str = __version__, dige
     return f"{registry.rstrip('/')}/{RUNTIME_IMAGE}:{tag}" + (f"@{digest}" if digest else "")
 
 
+def artifact_metadata(values: dict) -> dict:
+    """`values` as a KFP artifact's metadata, its None entries left out: KFP's launcher refuses an
+    output whose metadata holds a top-level null ("failed to convert RuntimeArtifact to MLMD
+    artifact: unknown/unsupported value type *structpb.Value_NullValue", kubeflow/pipelines 2.17.0
+    backend/src/v2/metadata/converter.go, seen on a real KFP) and fails the step after its work
+    is done; KFP's local runner accepts it. Nested nulls go through (as one struct value)."""
+    return {key: value for key, value in values.items() if value is not None}
+
+
 def record_timing(step: str, compute_s: float, **figures) -> None:
     """Append the step's own compute time and its key figures (shown on the step's line and in
     the summary) to the file named by INVFOLD_TIMINGS_FILE (set by `invfold run`), so the run
