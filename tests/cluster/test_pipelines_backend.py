@@ -10,13 +10,14 @@ its metadata), without the minutes invfold's steps take.
 
 No `from __future__ import annotations` here: KFP reads the components' annotations as objects."""
 
+import json
 import time
 
 import pytest
 from kfp import compiler, dsl
 from kfp.client import Client
 
-from tests.support.cluster import store_keys
+from tests.support.cluster import store_client, store_keys
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
 
@@ -45,7 +46,7 @@ def kfp_host(cluster) -> str:
             "Kubeflow Pipelines is not installed on the running cluster: stop it (make cluster-down) and "
             "start it with INVFOLD_CLUSTER_KFP=1 (make test-kfp does)"
         )
-    address = cluster.get("service", "ml-pipeline", "-n", KFP_NAMESPACE)["spec"]["clusterIP"]
+    address = json.loads(found.stdout)["spec"]["clusterIP"]
     return f"http://{address}:8888"
 
 
@@ -89,17 +90,9 @@ def orchestration():
 
 def stored(cluster, prefix: str) -> dict[str, bytes]:
     """The objects under `prefix` in KFP's bucket, read with the store's admin keys."""
-    import boto3
-
     keys = store_keys(cluster)
     address = cluster.get("service", "seaweedfs", "-n", KFP_NAMESPACE)["spec"]["clusterIP"]
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=f"http://{address}:8333",
-        aws_access_key_id=keys["accesskey"],
-        aws_secret_access_key=keys["secretkey"],
-        region_name="us-east-1",
-    )
+    s3 = store_client("s3", f"http://{address}:8333", keys["accesskey"], keys["secretkey"])
     listed = s3.list_objects_v2(Bucket="mlpipeline", Prefix=prefix).get("Contents", [])
     return {o["Key"]: s3.get_object(Bucket="mlpipeline", Key=o["Key"])["Body"].read() for o in listed}
 

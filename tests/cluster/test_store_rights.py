@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cluster import store_client
 from tests.support.paths import REPO
 from tests.support.training import summary
 
@@ -97,15 +98,6 @@ def weed_binary() -> Path:
         if proc.returncode != 0 or not weed.exists():
             pytest.fail(f"`scripts/cluster/build.sh seaweedfs` did not build {weed}")
     return weed
-
-
-def store_client(service: str, url: str, access_key: str, secret_key: str):
-    """A boto3 client of the local SeaweedFS (`s3` or `iam`) with the given keys."""
-    import boto3
-
-    return boto3.client(
-        service, endpoint_url=url, aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="foobar"
-    )
 
 
 def free_ports(count: int) -> list[int]:

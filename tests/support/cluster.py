@@ -131,6 +131,15 @@ def store_keys(cluster: Cluster) -> dict[str, str]:
     return {key: base64.b64decode(data[key]).decode() for key in ("accesskey", "secretkey")}
 
 
+def store_client(service: str, url: str, access_key: str, secret_key: str):
+    """A boto3 client (`s3` or `iam`) of a SeaweedFS at `url` with the given keys."""
+    import boto3
+
+    return boto3.client(
+        service, endpoint_url=url, aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="foobar"
+    )
+
+
 CHART_NAMESPACE = "kubeflow"  # single-user: KFP's own namespace, created by the KFP install (here: by us)
 RELEASE = "invfold"
 
