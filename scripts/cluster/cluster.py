@@ -375,6 +375,10 @@ def start_control_plane() -> None:
             "--enable-aggregator-routing=true",
             "--allow-privileged=true",
             "--profiling=false",
+            # Debian's etcd (3.4) has no watch progress requests, so with WatchList on (beta, the
+            # default since 1.34) every watch without a resourceVersion ends at once with an error
+            # and its client relists on a back-off of up to 30 s: Argo saw step pods that late.
+            "--feature-gates=WatchList=false",
         ],
     )
     wait_for("the API server ready", lambda: https_ok(f"{API}/readyz"), 120, "kube-apiserver")
@@ -441,12 +445,19 @@ state = "{containerd_dir / "state"}"
 """
     (containerd_dir / "config.toml").write_text(config)
     path = f"{debian / 'usr/bin'}:{debian / 'usr/sbin'}:{os.environ['PATH']}"
+    running, log_file = pid_of("containerd"), LOGS / "containerd.log"
+    offset = log_file.stat().st_size if log_file.exists() else 0
     start(
         "containerd",
         [str(debian / "usr/bin/containerd"), "--config", str(containerd_dir / "config.toml")],
         env={"PATH": path},
     )
     wait_for("containerd's socket", socket.exists, 60, "containerd")
+    if not running:
+        # The socket answers before the CRI plugin has recovered its state, and a kubelet started
+        # then exits ("server is not initialized yet"); the plugin logs this line just before it serves.
+        ready = b"Start streaming server"
+        wait_for("containerd's CRI plugin", lambda: ready in log_file.read_bytes()[offset:], 60, "containerd")
     pause = part("CLUSTER_PAUSE_TAR")
     ctr = [str(debian / "usr/bin/ctr"), "--address", str(socket), "-n", "k8s.io"]
     if "invfold.test/pause:1" not in sh(*ctr, "images", "ls", "-q").stdout.split():

@@ -1,4 +1,5 @@
-"""What every step shares at run time: the runtime image it runs in and its timing record.
+"""What every step shares at run time: the runtime image it runs in, its timing record, and how it
+reports a failure to Kubernetes.
 
 Images: every step runs in the project's runtime image (images/ builds it, with invfold and kfp
 installed, so nothing installs at run time). The committed YAML names a clearly fake registry
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 from invfold import __version__
@@ -42,3 +44,37 @@ def record_timing(step: str, compute_s: float, **figures) -> None:
         record = {"step": step, "compute_s": round(compute_s, 3), "end": time.time(), "figures": figures}
         with open(path, "a") as fh:
             fh.write(json.dumps(record, default=str) + "\n")
+
+
+TERMINATION_LOG = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
+TERMINATION_LIMIT = 4096  # bytes of a termination message the kubelet keeps
+
+
+def report_failures_to_kubernetes(path: str = TERMINATION_LOG) -> None:
+    """An uncaught error of this process becomes its container's termination message, one line
+    (the error's type and text, credentials hidden), as well as the usual traceback: Argo puts
+    the message into the failed step's status (`main: Error (exit code 1): InputError: ...`),
+    which KFP's run keeps and `kubectl describe pod` shows, so a failed run says why without its
+    logs. The runtime image calls it as Python starts (a .pth file); outside a container, or with
+    no termination log mounted, nothing changes."""
+    if not os.access(path, os.W_OK):
+        return
+    previous = sys.excepthook
+
+    def hook(kind, error, traceback):
+        try:
+            with open(path, "w") as fh:
+                fh.write(termination_message(error))
+        except OSError:
+            pass
+        previous(kind, error, traceback)
+
+    sys.excepthook = hook
+
+
+def termination_message(error: BaseException) -> str:
+    """`Type: text` on one line, credentials hidden, cut to what the kubelet keeps."""
+    from invfold import storage
+
+    line = storage.redact(f"{type(error).__name__}: {' '.join(str(error).split())}".rstrip(": "))
+    return line.encode()[: TERMINATION_LIMIT - 4].decode(errors="ignore")

@@ -26,6 +26,7 @@ from tests.support.cluster import (
     Cluster,
     ctr,
     install_args,
+    kfp_api_address,
     running,
     stale_node_images,
     store_keys,
@@ -128,3 +129,9 @@ def release(cluster, cpu_images, node_images):
     prerequisites(cluster)
     cluster.helm("upgrade", "--install", RELEASE, str(CHART), *install_args(cpu_images))
     return RELEASE
+
+
+@pytest.fixture(scope="package")
+def kfp_host(cluster) -> str:
+    """KFP's API server on the running cluster (installed by INVFOLD_CLUSTER_KFP=1 make cluster-up)."""
+    return kfp_api_address(cluster)

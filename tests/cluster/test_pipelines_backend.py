@@ -10,18 +10,16 @@ its metadata), without the minutes invfold's steps take.
 
 No `from __future__ import annotations` here: KFP reads the components' annotations as objects."""
 
-import json
 import time
 
 import pytest
 from kfp import compiler, dsl
 from kfp.client import Client
 
-from tests.support.cluster import store_client, store_keys
+from tests.support.cluster import KFP_NAMESPACE, step_states, stored, wait_for_run
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
 
-KFP_NAMESPACE = "kubeflow"
 # What a submitted run needs (scripts/cluster/cluster.py KFP_SERVING); the rest of KFP's manifests
 # is installed with no replicas.
 SERVING = (
@@ -35,19 +33,6 @@ SERVING = (
 IMAGE_PREFIX = "invfold.test/"  # scripts/cluster/versions.sh KFP_IMAGE_PREFIX
 SHELL_IMAGE = "invfold.test/waiter:1"  # scripts/cluster/images/waiter: Debian with a shell
 GREETING = "hello from a pod"
-
-
-@pytest.fixture(scope="module")
-def kfp_host(cluster) -> str:
-    """The API server's Service, which this machine reaches through kube-proxy's rules."""
-    found = cluster.kubectl("get", "service", "ml-pipeline", "-n", KFP_NAMESPACE, "-o", "json", check=False)
-    if found.returncode != 0:
-        pytest.fail(
-            "Kubeflow Pipelines is not installed on the running cluster: stop it (make cluster-down) and "
-            "start it with INVFOLD_CLUSTER_KFP=1 (make test-kfp does)"
-        )
-    address = json.loads(found.stdout)["spec"]["clusterIP"]
-    return f"http://{address}:8888"
 
 
 def test_kfps_deployments_are_available_and_run_only_images_built_here(cluster, kfp_host):
@@ -88,24 +73,6 @@ def orchestration():
     check_greeting(greeting=first.outputs["greeting"]).set_caching_options(False)
 
 
-def stored(cluster, prefix: str) -> dict[str, bytes]:
-    """The objects under `prefix` in KFP's bucket, read with the store's admin keys."""
-    keys = store_keys(cluster)
-    address = cluster.get("service", "seaweedfs", "-n", KFP_NAMESPACE)["spec"]["clusterIP"]
-    s3 = store_client("s3", f"http://{address}:8333", keys["accesskey"], keys["secretkey"])
-    listed = s3.list_objects_v2(Bucket="mlpipeline", Prefix=prefix).get("Contents", [])
-    return {o["Key"]: s3.get_object(Bucket="mlpipeline", Key=o["Key"])["Body"].read() for o in listed}
-
-
-def wait_for_run(client: Client, run_id: str, timeout: float) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        run = client.get_run(run_id).to_dict()
-        if run["state"] in ("SUCCEEDED", "FAILED", "CANCELED", "SKIPPED") or time.monotonic() > deadline:
-            return run
-        time.sleep(5)
-
-
 def test_a_submitted_pipeline_runs_through_the_driver_and_launcher_to_succeeded(cluster, kfp_host, tmp_path):
     package = tmp_path / "orchestration.yaml"
     compiler.Compiler().compile(orchestration, str(package))
@@ -113,7 +80,7 @@ def test_a_submitted_pipeline_runs_through_the_driver_and_launcher_to_succeeded(
     started = time.monotonic()
     run = client.create_run_from_pipeline_package(str(package), arguments={}, run_name="orchestration")
     result = wait_for_run(client, run.run_id, timeout=900)
-    tasks = {t["display_name"]: t["state"] for t in result["run_details"]["task_details"]}
+    tasks = step_states(result)
     pods = cluster.kubectl("get", "pods", "-n", KFP_NAMESPACE, "-o", "wide").stdout
     assert result["state"] == "SUCCEEDED", (result["state"], result.get("error"), tasks, pods)
     assert tasks.get("write-greeting") == "SUCCEEDED" and tasks.get("check-greeting") == "SUCCEEDED", tasks

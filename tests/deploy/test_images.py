@@ -91,6 +91,24 @@ def test_prep_runs_in_the_runtime_image(prepared):
     assert (prepared / "card.md").stat().st_size > 0
 
 
+def test_a_failing_step_in_the_runtime_image_leaves_its_reason_as_the_termination_message(cpu_images, work):
+    """What the kubelet mounts at /dev/termination-log (a file the container's user may write),
+    mounted here the same way: the one-line error is what Argo and KFP then show for the step."""
+    log = work / "termination-log"
+    log.write_text("")
+    log.chmod(0o666)
+    proc = cpu_images.engine.docker(
+        "run", "--rm", "--network", "none", "-v", f"{log}:/dev/termination-log", cpu_images["runtime"],
+        "python", "-c", "from invfold.errors import InputError; "
+        "raise InputError('s3://key:hidden@b/set.jsonl', 3, 'seq', 'a sequence', 'nothing')",
+        check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" in proc.stderr, proc.stderr[-2000:]
+    message = log.read_text()
+    assert message.startswith("InputError: ") and "set.jsonl" in message and "\n" not in message, message
+    assert "hidden" not in message, message
+
+
 @pytest.mark.parametrize("image", ["runtime", "mpi", "deepspeed", "ci-cpu"])
 def test_every_training_image_has_the_s3_client(cpu_images, image):
     """s3fs is an optional extra of the package: the images must install it (scripts/build_images.sh

@@ -140,6 +140,62 @@ def store_client(service: str, url: str, access_key: str, secret_key: str):
     )
 
 
+KFP_NAMESPACE = "kubeflow"  # KFP's own namespace: its API server, store and admin keys
+
+
+def kfp_api_address(cluster: Cluster) -> str:
+    """The address of KFP's API server (its Service, which this machine reaches through
+    kube-proxy's rules); fails naming the fix when KFP is not installed on the running cluster."""
+    found = cluster.kubectl("get", "service", "ml-pipeline", "-n", KFP_NAMESPACE, "-o", "json", check=False)
+    if found.returncode != 0:
+        pytest.fail(
+            "Kubeflow Pipelines is not installed on the running cluster: stop it (make cluster-down) and "
+            "start it with INVFOLD_CLUSTER_KFP=1 (make test-kfp does)"
+        )
+    return f"http://{json.loads(found.stdout)['spec']['clusterIP']}:8888"
+
+
+def stored(cluster: Cluster, prefix: str) -> dict[str, bytes]:
+    """The objects under `prefix` in KFP's bucket, read with the store's admin keys."""
+    s3 = kfp_store(cluster)
+    listed = s3.get_paginator("list_objects_v2").paginate(Bucket="mlpipeline", Prefix=prefix)
+    keys = [o["Key"] for page in listed for o in page.get("Contents", [])]
+    return {key: s3.get_object(Bucket="mlpipeline", Key=key)["Body"].read() for key in keys}
+
+
+def kfp_store(cluster: Cluster):
+    """A boto3 client of KFP's SeaweedFS (its Service from this machine) with the admin keys."""
+    keys = store_keys(cluster)
+    address = cluster.get("service", "seaweedfs", "-n", KFP_NAMESPACE)["spec"]["clusterIP"]
+    return store_client("s3", f"http://{address}:8333", keys["accesskey"], keys["secretkey"])
+
+
+FINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELED", "SKIPPED")
+
+
+def wait_for_run(client, run_id: str, timeout: float) -> dict:
+    """The KFP run (v2beta1, as a dict) once it has ended, or as it is at `timeout`; each change
+    of its steps' states is printed (a lane run takes minutes)."""
+    deadline = time.monotonic() + timeout
+    started, seen = time.monotonic(), None
+    while True:
+        run = client.get_run(run_id).to_dict()
+        states = {name: state for name, state in step_states(run).items() if name.endswith("-op")}
+        if states != seen:
+            steps = ", ".join(f"{name.removesuffix('-op')} {str(state).lower()}" for name, state in states.items())
+            print(f"{time.monotonic() - started:6.0f} s {str(run['state']).lower()}: {steps}", flush=True)
+            seen = states
+        if run["state"] in FINAL_STATES or time.monotonic() > deadline:
+            return run
+        time.sleep(5)
+
+
+def step_states(run: dict) -> dict[str, str]:
+    """Each named task of a KFP run (its Argo nodes: `train-op`, `train-op-driver`, ...) and its state."""
+    details = (run.get("run_details") or {}).get("task_details") or []
+    return {t["display_name"]: t["state"] for t in details if t.get("display_name")}
+
+
 CHART_NAMESPACE = "kubeflow"  # single-user: KFP's own namespace, created by the KFP install (here: by us)
 RELEASE = "invfold"
 

@@ -1,5 +1,11 @@
 """A stand-in for the Kubeflow Pipelines v2beta1 REST API, on 127.0.0.1 (random port).
 
+Kept for what the test cluster's real KFP (single-user, `make test-kfp`) cannot show: the
+multi-user rules below (namespaces, authorization answered 400/403, 401 without the projected
+token: they need KFP's multi-user mode and a profile controller), and submission and upload tests
+on machines without the cluster. Uploads and runs on the real API server:
+tests/cluster/test_pipeline_upload.py, tests/cluster/test_submitted_runs.py.
+
 It serves what `kfp.Client(host=...)` (kfp 2.17.0, kfp-server-api 2.17) calls for
 `create_run_from_pipeline_package`, with the paths, query parameters and JSON field names of
 kfp_server_api's generated client (`kfp_server_api/api/*_service_api.py`, `models/v2beta1_*.py`):

@@ -1,0 +1,50 @@
+"""The chart's upload hook against KFP 2.17's real API server on the test cluster, as docs/deploy.md's
+walk-through S installs it: `helm upgrade --install` with `pipelineUpload.enabled=true` and the
+install's images. The hook runs in the runtime image on the node with the pipeline's service account
+and uploads both pipelines; what the server then holds is read back through `kfp.Client`, as the
+Kubeflow UI shows it. (The multi-user rules of tests/deploy/test_pipeline_upload.py need KFP's
+multi-user mode and a profile controller, which this cluster does not run.)"""
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from kfp.client import Client
+
+from tests.support.cluster import RELEASE, STORE_ENDPOINT, install_args
+from tests.support.deploy_tools import CHART
+
+pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
+
+TRACKING_URI = "http://invfold-mlflow.kubeflow.svc.cluster.local:5000"
+STORAGE_ROOT = "s3://mlpipeline/private/kubeflow/invfold"
+
+
+def newest_version(client: Client, name: str):
+    pipeline_id = client.get_pipeline_id(name)
+    assert pipeline_id, f"no pipeline {name!r} on the server"
+    listed = client.list_pipeline_versions(pipeline_id, sort_by="created_at desc", page_size=1)
+    return listed.pipeline_versions[0]
+
+
+def test_the_install_hook_uploads_both_pipelines_on_the_installs_image(
+    cluster, kfp_host, release, cpu_images, node_images
+):
+    node_images("runtime")  # the hook's own image
+    before = datetime.now(UTC)
+    cluster.helm("upgrade", RELEASE, str(CHART), *install_args(cpu_images), "--set", "pipelineUpload.enabled=true")
+    revision = json.loads(cluster.helm("status", RELEASE, "-n", "kubeflow", "-o", "json").stdout)["version"]
+    client = Client(host=kfp_host)
+    image = f"invfold-test/invfold-runtime:{cpu_images.tag}-cpu"
+    for name in ("invfold", "invfold-design"):
+        version = newest_version(client, name)
+        assert version.created_at >= before, (name, version.created_at, before)
+        assert version.display_name.split("-r")[1].startswith(f"{revision}-"), version.display_name
+        spec = version.pipeline_spec.get("pipeline_spec", version.pipeline_spec)
+        images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
+        assert images == {image}, (name, images)
+        defaults = {k: v.get("defaultValue") for k, v in spec["root"]["inputDefinitions"]["parameters"].items()}
+        assert defaults["storage_endpoint"] == STORE_ENDPOINT, (name, defaults)
+        assert defaults["mlflow_tracking_uri"] == TRACKING_URI, (name, defaults)
+        if name == "invfold":
+            assert defaults["storage_root"] == STORAGE_ROOT, defaults

@@ -1,0 +1,272 @@
+"""invfold's two pipelines submitted to the test cluster's Kubeflow Pipelines as a user submits
+them: the chart installed as the lane installs it (its MLflow in `kubeflow`), the bundled sample put
+into KFP's store, `invfold submit --host ...` of the committed pipeline YAML with the install's
+images, and the runs watched to their end through KFP's API. Every step runs in the runtime image on
+the node; the train step launches a DDP TrainJob through the real Trainer with the pod's own
+credentials (KFP's `pipeline-runner`); MLflow is the chart's.
+
+One training run is shared by the tests below (about four minutes on 2 cores); the design
+run starts from the champion it registered. A registered-model name of their own keeps the run
+from competing with champions of earlier sessions in the same MLflow."""
+
+import gzip
+import hashlib
+import json
+import socket
+import subprocess
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+import pytest
+from kfp.client import Client
+
+from tests.support.cluster import (
+    KFP_NAMESPACE,
+    STORE_ENDPOINT,
+    kfp_store,
+    step_states,
+    stored,
+    wait_for_run,
+)
+from tests.support.deploy_tools import REPO, tool
+
+pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
+
+SAMPLE = REPO / "src" / "invfold" / "data"
+BUCKET = "mlpipeline"
+STORAGE_ROOT = f"s3://{BUCKET}/private/{KFP_NAMESPACE}/invfold"  # the chart's default root in KFP's namespace
+TRACKING_URI = "http://invfold-mlflow.kubeflow.svc.cluster.local:5000"  # the chart's MLflow, as steps reach it
+TRAIN_STEPS = ("fingerprint-op", "prep-op", "train-op", "evaluate-op", "compare-op", "register-op")
+DESIGN_STRUCTURES = 6  # the sample's first chains: the design run's input
+
+
+@dataclass(frozen=True)
+class Submitted:
+    run_id: str
+    run: dict  # KFP's v2beta1 run, once ended
+    seconds: float  # submitted to ended
+    model_name: str
+
+
+@pytest.fixture(scope="module")
+def lane_data(cluster) -> str:
+    """The sample (and a few of its chains for the design run) under a fresh prefix of the store."""
+    prefix = f"{STORAGE_ROOT.removeprefix(f's3://{BUCKET}/')}/lane-data/{uuid.uuid4().hex[:8]}"
+    s3 = kfp_store(cluster)
+    for name in ("sample_chain_set.jsonl.gz", "sample_chain_set_splits.json"):
+        s3.upload_file(str(SAMPLE / name), BUCKET, f"{prefix}/{name}")
+    with gzip.open(SAMPLE / "sample_chain_set.jsonl.gz", "rt") as fh:
+        first = [next(fh) for _ in range(DESIGN_STRUCTURES)]
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/design_set.jsonl", Body="".join(first).encode())
+    return f"s3://{BUCKET}/{prefix}"
+
+
+def submit(kfp_host: str, cpu_images, *args: str) -> str:
+    """`invfold --json submit` as a user runs it with the install's images; the KFP run's id."""
+    command = [
+        str(REPO / ".venv" / "bin" / "invfold"), "--json", "submit", "--host", kfp_host,
+        "--registry", "invfold-test", "--tag", f"{cpu_images.tag}-cpu",
+        "--storage-endpoint", STORE_ENDPOINT, "--mlflow-tracking-uri", TRACKING_URI, *args,
+    ]  # fmt: skip
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)["run_id"]
+
+
+def watch(kfp_host: str, run_id: str, timeout: float) -> tuple[dict, float]:
+    started = time.monotonic()
+    run = wait_for_run(Client(host=kfp_host), run_id, timeout=timeout)
+    return run, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def training_run(cluster, kfp_host, release, node_images, cpu_images, lane_data) -> Submitted:
+    node_images("runtime")
+    model_name = f"invfold-lane-{uuid.uuid4().hex[:8]}"
+    run_id = submit(
+        kfp_host, cpu_images,
+        "--data", f"{lane_data}/sample_chain_set.jsonl.gz", "--split-file", f"{lane_data}/sample_chain_set_splits.json",
+        "--storage-root", STORAGE_ROOT, "--registered-model-name", model_name,
+        "--strategy", "ddp", "--nodes", "1", "--procs-per-node", "1", "--gpus-per-node", "0",
+        "--preset", "tiny", "--max-steps", "20", "--threads", "1", "--run-name", "lane-training",
+    )  # fmt: skip
+    run, seconds = watch(kfp_host, run_id, timeout=2400)
+    print(f"training run {run_id}: {run['state']} in {seconds:.0f} s")
+    return Submitted(run_id, run, seconds, model_name)
+
+
+@pytest.fixture(scope="module")
+def mlflow_client(cluster, release):
+    """The chart's MLflow as a user's browser reaches it, through `kubectl port-forward` to its
+    Service (MLflow answers 403 to a Host header it was not told of, such as the Service's IP)."""
+    from mlflow import MlflowClient
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    forward = subprocess.Popen(
+        [tool("kubectl"), "port-forward", "-n", KFP_NAMESPACE, "service/invfold-mlflow", f"{port}:5000"],
+        env=cluster.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        line = forward.stdout.readline()
+        assert line.startswith("Forwarding from"), line
+        yield MlflowClient(tracking_uri=f"http://127.0.0.1:{port}")
+    finally:
+        forward.terminate()
+        forward.wait(timeout=30)
+
+
+# ML Metadata's own client (the wheel in its image) asked, inside its pod, for a run's artifacts
+# and the metadata each step's launcher recorded on them.
+ARTIFACTS_OF_RUN = """
+import json, sys
+from google.protobuf.json_format import MessageToDict
+from ml_metadata.metadata_store import metadata_store
+from ml_metadata.proto import metadata_store_pb2
+store = metadata_store.MetadataStore(metadata_store_pb2.MetadataStoreClientConfig(host="localhost", port=8080))
+context = store.get_context_by_type_and_name("system.PipelineRun", sys.argv[1])
+found = []
+for artifact in store.get_artifacts_by_context(context.id) if context else []:
+    values = {k: MessageToDict(v) for k, v in artifact.custom_properties.items()}
+    found.append({k: next(iter(v.values()), None) for k, v in values.items()} | {"uri": artifact.uri})
+print(json.dumps(found))
+"""
+
+
+def run_artifacts(cluster, run_id: str) -> list[dict]:
+    """The artifacts ML Metadata holds for a KFP run: each one's custom properties (the launcher
+    records the output's name as `display_name` and its metadata beside it) and URI."""
+    out = cluster.kubectl(
+        "exec", "-n", KFP_NAMESPACE, "deploy/metadata-grpc-deployment", "--",
+        "/opt/mlmd/bin/python", "-c", ARTIFACTS_OF_RUN, run_id,
+    )  # fmt: skip
+    return json.loads(out.stdout)
+
+
+def step_pods(cluster, run_id: str) -> list[dict]:
+    """The pods Argo ran for a KFP run (their workflow carries the run's id as a label)."""
+    return cluster.get("pods", "-n", KFP_NAMESPACE, "-l", f"pipeline/runid={run_id}")["items"]
+
+
+def pod_seconds(pods: list[dict]) -> dict[str, float]:
+    """Seconds each kind of a run's pods ran (their main container, start to end): KFP's
+    drivers, the steps' own containers (launcher and step), and the rest (DAG drivers)."""
+    seconds = {"driver": 0.0, "step": 0.0}
+    for pod in pods:
+        for status in pod["status"].get("containerStatuses", []):
+            ended = status["state"].get("terminated")
+            if status["name"] != "main" or not ended:
+                continue
+            ran = (
+                datetime.fromisoformat(ended["finishedAt"]) - datetime.fromisoformat(ended["startedAt"])
+            ).total_seconds()
+            seconds["step" if "-system-container-impl-" in pod["metadata"]["name"] else "driver"] += ran
+    return seconds
+
+
+def test_the_submitted_training_run_succeeds_through_every_step(cluster, training_run):
+    """Fingerprint, prep, train, evaluate, compare and register, each in its pod; the train
+    step's TrainJob (named after the run) trained on the node and left its model in the store."""
+    tasks = step_states(training_run.run)
+    assert training_run.run["state"] == "SUCCEEDED", (training_run.run.get("error"), tasks)
+    assert {step: tasks.get(step) for step in TRAIN_STEPS} == dict.fromkeys(TRAIN_STEPS, "SUCCEEDED"), tasks
+    job = f"invfold-ddp-{hashlib.sha256(training_run.run_id.encode()).hexdigest()[:8]}-"
+    outputs = stored(cluster, f"{STORAGE_ROOT.removeprefix(f's3://{BUCKET}/')}/runs/{job}")
+    assert any(key.endswith("/model.pt") for key in outputs), sorted(outputs)
+    ran = pod_seconds(step_pods(cluster, training_run.run_id))
+    wall, steps, drivers = training_run.seconds, ran["step"], ran["driver"]
+    print(f"submitted to Succeeded {wall:.0f} s: step pods ran {steps:.0f} s, drivers {drivers:.0f} s")
+
+
+def test_the_train_step_launches_its_trainjob_as_the_pipelines_service_account(cluster, training_run):
+    """The step pod holds no kubeconfig: it creates the TrainJob with the credentials KFP gives
+    every step (`pipeline-runner`), which the chart's Role lets create TrainJobs."""
+    pods = step_pods(cluster, training_run.run_id)
+    assert pods, f"no pods labelled with run {training_run.run_id}"
+    assert {pod["spec"]["serviceAccountName"] for pod in pods} == {"pipeline-runner"}
+    for pod in pods:
+        env = {e["name"] for c in pod["spec"]["containers"] for e in c.get("env", [])}
+        assert "KUBECONFIG" not in env, pod["metadata"]["name"]
+    job = f"invfold-ddp-{hashlib.sha256(training_run.run_id.encode()).hexdigest()[:8]}"
+    jobs = [j for j in cluster.get("trainjobs", "-n", KFP_NAMESPACE)["items"] if j["metadata"]["name"].startswith(job)]
+    assert jobs, f"no TrainJob {job}-* in {KFP_NAMESPACE}"
+
+
+def test_the_run_registers_its_model_as_champion_in_the_charts_mlflow(cluster, training_run, mlflow_client):
+    """Read back from the chart's MLflow: the champion alias on the version this run registered,
+    and the links both ways (MLflow's run and version carry the KFP run's id; the KFP run's
+    register step names the MLflow run)."""
+    assert training_run.run["state"] == "SUCCEEDED", step_states(training_run.run)
+    client = mlflow_client
+    champion = client.get_model_version_by_alias(training_run.model_name, "champion")
+    assert champion.tags["kfp.pipeline_run_id"] == training_run.run_id
+    assert "beats" in champion.tags["invfold.decision"], champion.tags
+    experiment = client.get_experiment_by_name("invfold")
+    parents = client.search_runs(
+        [experiment.experiment_id], filter_string=f"tags.`kfp.pipeline_run_id` = '{training_run.run_id}'"
+    )
+    parent = [r for r in parents if "mlflow.parentRunId" not in r.data.tags]
+    assert len(parent) == 1, [r.info.run_id for r in parents]
+    assert parent[0].data.tags["invfold.registered_version"] == champion.version
+    assert parent[0].info.status == "FINISHED"
+    # The KFP side, as the Kubeflow UI shows it (from ML Metadata): the register step's ONNX
+    # model names the registered version and the MLflow run that logged it.
+    onnx = [a for a in run_artifacts(cluster, training_run.run_id) if a.get("display_name") == "onnx_model"]
+    assert len(onnx) == 1, run_artifacts(cluster, training_run.run_id)
+    assert onnx[0]["version"] == champion.version and onnx[0]["registered_model"] == training_run.model_name
+    assert client.get_run(onnx[0]["mlflow_run_id"]).data.tags["kfp.pipeline_run_id"] == training_run.run_id
+
+
+def test_the_design_pipeline_designs_from_that_champion(
+    cluster, kfp_host, cpu_images, lane_data, training_run, mlflow_client
+):
+    """`invfold submit --pipeline design` with the champion the training run registered: every
+    structure designed, the designs in KFP's store, the model named by version."""
+    assert training_run.run["state"] == "SUCCEEDED", step_states(training_run.run)
+    run_id = submit(
+        kfp_host, cpu_images, "--pipeline", "design", "--data", f"{lane_data}/design_set.jsonl",
+        "--model", f"models:/{training_run.model_name}@champion",
+        "--shards", "2", "--num-sequences", "2", "--score-orders", "1", "--threads", "1", "--run-name", "lane-design",
+    )  # fmt: skip
+    run, seconds = watch(kfp_host, run_id, timeout=1200)
+    print(f"design run {run_id}: {run['state']} in {seconds:.0f} s")
+    tasks = step_states(run)
+    assert run["state"] == "SUCCEEDED", (run.get("error"), tasks)
+    objects = stored(cluster, f"v2/artifacts/invfold-design/{run_id}/")
+    designs = [body for key, body in objects.items() if "/gather-designs-op/" in key and key.endswith("/designs.jsonl")]
+    assert len(designs) == 1, sorted(objects)
+    records = [json.loads(line) for line in designs[0].decode().splitlines()]
+    assert len({r["name"] for r in records}) == DESIGN_STRUCTURES and len(records) == 2 * DESIGN_STRUCTURES, records[:2]
+    version = mlflow_client.get_model_version_by_alias(training_run.model_name, "champion").version
+    assert {r["model"] for r in records} == {f"models:/{training_run.model_name}@champion (version {version})"}
+
+
+def test_a_bad_data_uri_fails_the_run_at_its_first_step_with_the_reason(cluster, kfp_host, cpu_images, release):
+    """A data URI with nothing behind it: the run ends Failed at fingerprint, nothing after it
+    runs, and the run KFP keeps says why in one line (the step's error, which the runtime image
+    leaves as the container's termination message and Argo copies into the step's status)."""
+    missing = f"{STORAGE_ROOT}/lane-data/{uuid.uuid4().hex[:8]}/absent.jsonl.gz"
+    run_id = submit(kfp_host, cpu_images, "--data", missing, "--run-name", "lane-bad-data")
+    run, _ = watch(kfp_host, run_id, timeout=900)
+    tasks = step_states(run)
+    assert run["state"] == "FAILED", (run["state"], tasks)
+    assert tasks.get("fingerprint-op") == "FAILED" and tasks.get("prep-op") is None, tasks  # prep never ran
+    reasons = failed_step_messages(kfp_host, run_id)
+    assert any("InputError" in m and "absent.jsonl.gz" in m for m in reasons.values()), reasons
+    assert all("Traceback" not in m and "\n" not in m for m in reasons.values()), reasons
+
+
+def failed_step_messages(kfp_host: str, run_id: str) -> dict[str, str]:
+    """The status message of each failed pod of a KFP run, from the workflow KFP keeps with the
+    run (its v1beta1 run API; the v2beta1 run has no field for a step's message)."""
+    with urllib.request.urlopen(f"{kfp_host}/apis/v1beta1/runs/{run_id}", timeout=30) as response:
+        workflow = json.loads(json.load(response)["pipeline_runtime"]["workflow_manifest"])
+    nodes = workflow["status"]["nodes"].values()
+    return {n["id"]: n.get("message", "") for n in nodes if n["type"] == "Pod" and n["phase"] in ("Failed", "Error")}
