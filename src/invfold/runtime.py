@@ -76,5 +76,6 @@ def termination_message(error: BaseException) -> str:
     """`Type: text` on one line, credentials hidden, cut to what the kubelet keeps."""
     from invfold import storage
 
-    line = storage.redact(f"{type(error).__name__}: {' '.join(str(error).split())}".rstrip(": "))
+    text = " ".join(str(error).split())
+    line = storage.redact(f"{type(error).__name__}: {text}" if text else type(error).__name__)
     return line.encode()[: TERMINATION_LIMIT - 4].decode(errors="ignore")

@@ -11,13 +11,17 @@ from datetime import UTC, datetime
 import pytest
 from kfp.client import Client
 
-from tests.support.cluster import RELEASE, STORE_ENDPOINT, install_args
+from tests.support.cluster import (
+    CHART_NAMESPACE,
+    CHART_STORAGE_ROOT,
+    CHART_TRACKING_URI,
+    RELEASE,
+    STORE_ENDPOINT,
+    install_args,
+)
 from tests.support.deploy_tools import CHART
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
-
-TRACKING_URI = "http://invfold-mlflow.kubeflow.svc.cluster.local:5000"
-STORAGE_ROOT = "s3://mlpipeline/private/kubeflow/invfold"
 
 
 def newest_version(client: Client, name: str):
@@ -33,7 +37,7 @@ def test_the_install_hook_uploads_both_pipelines_on_the_installs_image(
     node_images("runtime")  # the hook's own image
     before = datetime.now(UTC)
     cluster.helm("upgrade", RELEASE, str(CHART), *install_args(cpu_images), "--set", "pipelineUpload.enabled=true")
-    revision = json.loads(cluster.helm("status", RELEASE, "-n", "kubeflow", "-o", "json").stdout)["version"]
+    revision = json.loads(cluster.helm("status", RELEASE, "-n", CHART_NAMESPACE, "-o", "json").stdout)["version"]
     client = Client(host=kfp_host)
     image = f"invfold-test/invfold-runtime:{cpu_images.tag}-cpu"
     for name in ("invfold", "invfold-design"):
@@ -45,6 +49,6 @@ def test_the_install_hook_uploads_both_pipelines_on_the_installs_image(
         assert images == {image}, (name, images)
         defaults = {k: v.get("defaultValue") for k, v in spec["root"]["inputDefinitions"]["parameters"].items()}
         assert defaults["storage_endpoint"] == STORE_ENDPOINT, (name, defaults)
-        assert defaults["mlflow_tracking_uri"] == TRACKING_URI, (name, defaults)
+        assert defaults["mlflow_tracking_uri"] == CHART_TRACKING_URI, (name, defaults)
         if name == "invfold":
-            assert defaults["storage_root"] == STORAGE_ROOT, defaults
+            assert defaults["storage_root"] == CHART_STORAGE_ROOT, defaults

@@ -10,7 +10,6 @@ run starts from the champion it registered. A registered-model name of their own
 from competing with champions of earlier sessions in the same MLflow."""
 
 import gzip
-import hashlib
 import json
 import socket
 import subprocess
@@ -23,7 +22,11 @@ from datetime import datetime
 import pytest
 from kfp.client import Client
 
+from invfold.components.launch.trainjob import RUN_LABEL, run_label
 from tests.support.cluster import (
+    CHART_STORAGE_ROOT,
+    CHART_TRACKING_URI,
+    KFP_BUCKET,
     KFP_NAMESPACE,
     STORE_ENDPOINT,
     kfp_store,
@@ -36,9 +39,6 @@ from tests.support.deploy_tools import REPO, tool
 pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
 
 SAMPLE = REPO / "src" / "invfold" / "data"
-BUCKET = "mlpipeline"
-STORAGE_ROOT = f"s3://{BUCKET}/private/{KFP_NAMESPACE}/invfold"  # the chart's default root in KFP's namespace
-TRACKING_URI = "http://invfold-mlflow.kubeflow.svc.cluster.local:5000"  # the chart's MLflow, as steps reach it
 TRAIN_STEPS = ("fingerprint-op", "prep-op", "train-op", "evaluate-op", "compare-op", "register-op")
 DESIGN_STRUCTURES = 6  # the sample's first chains: the design run's input
 
@@ -54,14 +54,14 @@ class Submitted:
 @pytest.fixture(scope="module")
 def lane_data(cluster) -> str:
     """The sample (and a few of its chains for the design run) under a fresh prefix of the store."""
-    prefix = f"{STORAGE_ROOT.removeprefix(f's3://{BUCKET}/')}/lane-data/{uuid.uuid4().hex[:8]}"
+    prefix = f"{CHART_STORAGE_ROOT.removeprefix(f's3://{KFP_BUCKET}/')}/lane-data/{uuid.uuid4().hex[:8]}"
     s3 = kfp_store(cluster)
     for name in ("sample_chain_set.jsonl.gz", "sample_chain_set_splits.json"):
-        s3.upload_file(str(SAMPLE / name), BUCKET, f"{prefix}/{name}")
+        s3.upload_file(str(SAMPLE / name), KFP_BUCKET, f"{prefix}/{name}")
     with gzip.open(SAMPLE / "sample_chain_set.jsonl.gz", "rt") as fh:
         first = [next(fh) for _ in range(DESIGN_STRUCTURES)]
-    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/design_set.jsonl", Body="".join(first).encode())
-    return f"s3://{BUCKET}/{prefix}"
+    s3.put_object(Bucket=KFP_BUCKET, Key=f"{prefix}/design_set.jsonl", Body="".join(first).encode())
+    return f"s3://{KFP_BUCKET}/{prefix}"
 
 
 def submit(kfp_host: str, cpu_images, *args: str) -> str:
@@ -69,7 +69,7 @@ def submit(kfp_host: str, cpu_images, *args: str) -> str:
     command = [
         str(REPO / ".venv" / "bin" / "invfold"), "--json", "submit", "--host", kfp_host,
         "--registry", "invfold-test", "--tag", f"{cpu_images.tag}-cpu",
-        "--storage-endpoint", STORE_ENDPOINT, "--mlflow-tracking-uri", TRACKING_URI, *args,
+        "--storage-endpoint", STORE_ENDPOINT, "--mlflow-tracking-uri", CHART_TRACKING_URI, *args,
     ]  # fmt: skip
     proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -89,7 +89,7 @@ def training_run(cluster, kfp_host, release, node_images, cpu_images, lane_data)
     run_id = submit(
         kfp_host, cpu_images,
         "--data", f"{lane_data}/sample_chain_set.jsonl.gz", "--split-file", f"{lane_data}/sample_chain_set_splits.json",
-        "--storage-root", STORAGE_ROOT, "--registered-model-name", model_name,
+        "--storage-root", CHART_STORAGE_ROOT, "--registered-model-name", model_name,
         "--strategy", "ddp", "--nodes", "1", "--procs-per-node", "1", "--gpus-per-node", "0",
         "--preset", "tiny", "--max-steps", "20", "--threads", "1", "--run-name", "lane-training",
     )  # fmt: skip
@@ -171,14 +171,21 @@ def pod_seconds(pods: list[dict]) -> dict[str, float]:
     return seconds
 
 
+def run_trainjobs(cluster, run_id: str) -> list[str]:
+    """The names of the TrainJobs the train step launched for a KFP run (the launcher labels
+    each with a digest of the run's id)."""
+    found = cluster.get("trainjobs", "-n", KFP_NAMESPACE, "-l", f"{RUN_LABEL}={run_label(run_id)}")
+    return [job["metadata"]["name"] for job in found["items"]]
+
+
 def test_the_submitted_training_run_succeeds_through_every_step(cluster, training_run):
     """Fingerprint, prep, train, evaluate, compare and register, each in its pod; the train
-    step's TrainJob (named after the run) trained on the node and left its model in the store."""
+    step's TrainJob (labelled with the run) trained on the node and left its model in the store."""
     tasks = step_states(training_run.run)
     assert training_run.run["state"] == "SUCCEEDED", (training_run.run.get("error"), tasks)
     assert {step: tasks.get(step) for step in TRAIN_STEPS} == dict.fromkeys(TRAIN_STEPS, "SUCCEEDED"), tasks
-    job = f"invfold-ddp-{hashlib.sha256(training_run.run_id.encode()).hexdigest()[:8]}-"
-    outputs = stored(cluster, f"{STORAGE_ROOT.removeprefix(f's3://{BUCKET}/')}/runs/{job}")
+    (job,) = run_trainjobs(cluster, training_run.run_id)
+    outputs = stored(cluster, f"{CHART_STORAGE_ROOT.removeprefix(f's3://{KFP_BUCKET}/')}/runs/{job}/")
     assert any(key.endswith("/model.pt") for key in outputs), sorted(outputs)
     ran = pod_seconds(step_pods(cluster, training_run.run_id))
     wall, steps, drivers = training_run.seconds, ran["step"], ran["driver"]
@@ -194,9 +201,7 @@ def test_the_train_step_launches_its_trainjob_as_the_pipelines_service_account(c
     for pod in pods:
         env = {e["name"] for c in pod["spec"]["containers"] for e in c.get("env", [])}
         assert "KUBECONFIG" not in env, pod["metadata"]["name"]
-    job = f"invfold-ddp-{hashlib.sha256(training_run.run_id.encode()).hexdigest()[:8]}"
-    jobs = [j for j in cluster.get("trainjobs", "-n", KFP_NAMESPACE)["items"] if j["metadata"]["name"].startswith(job)]
-    assert jobs, f"no TrainJob {job}-* in {KFP_NAMESPACE}"
+    assert run_trainjobs(cluster, training_run.run_id), f"no TrainJob of run {training_run.run_id} in {KFP_NAMESPACE}"
 
 
 def test_the_run_registers_its_model_as_champion_in_the_charts_mlflow(cluster, training_run, mlflow_client):
@@ -218,8 +223,9 @@ def test_the_run_registers_its_model_as_champion_in_the_charts_mlflow(cluster, t
     assert parent[0].info.status == "FINISHED"
     # The KFP side, as the Kubeflow UI shows it (from ML Metadata): the register step's ONNX
     # model names the registered version and the MLflow run that logged it.
-    onnx = [a for a in run_artifacts(cluster, training_run.run_id) if a.get("display_name") == "onnx_model"]
-    assert len(onnx) == 1, run_artifacts(cluster, training_run.run_id)
+    artifacts = run_artifacts(cluster, training_run.run_id)
+    onnx = [a for a in artifacts if a.get("display_name") == "onnx_model"]
+    assert len(onnx) == 1, artifacts
     assert onnx[0]["version"] == champion.version and onnx[0]["registered_model"] == training_run.model_name
     assert client.get_run(onnx[0]["mlflow_run_id"]).data.tags["kfp.pipeline_run_id"] == training_run.run_id
 
@@ -252,7 +258,7 @@ def test_a_bad_data_uri_fails_the_run_at_its_first_step_with_the_reason(cluster,
     """A data URI with nothing behind it: the run ends Failed at fingerprint, nothing after it
     runs, and the run KFP keeps says why in one line (the step's error, which the runtime image
     leaves as the container's termination message and Argo copies into the step's status)."""
-    missing = f"{STORAGE_ROOT}/lane-data/{uuid.uuid4().hex[:8]}/absent.jsonl.gz"
+    missing = f"{CHART_STORAGE_ROOT}/lane-data/{uuid.uuid4().hex[:8]}/absent.jsonl.gz"
     run_id = submit(kfp_host, cpu_images, "--data", missing, "--run-name", "lane-bad-data")
     run, _ = watch(kfp_host, run_id, timeout=900)
     tasks = step_states(run)

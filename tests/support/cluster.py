@@ -122,12 +122,14 @@ def upstream_runtime(file: str) -> dict:
     return yaml.safe_load(path.read_text())
 
 
+KFP_NAMESPACE = "kubeflow"  # KFP's own namespace: its API server, store and admin keys
+KFP_BUCKET = "mlpipeline"  # the one bucket KFP's store creates
 STORE_ENDPOINT = "http://seaweedfs.kubeflow:8333"  # KFP 2.16+'s store, which `make cluster-up` installs
 
 
 def store_keys(cluster: Cluster) -> dict[str, str]:
     """The store's admin keys from KFP's Secret `mlpipeline-minio-artifact` (accesskey/secretkey)."""
-    data = cluster.get("secret", "mlpipeline-minio-artifact", "-n", "kubeflow")["data"]
+    data = cluster.get("secret", "mlpipeline-minio-artifact", "-n", KFP_NAMESPACE)["data"]
     return {key: base64.b64decode(data[key]).decode() for key in ("accesskey", "secretkey")}
 
 
@@ -138,9 +140,6 @@ def store_client(service: str, url: str, access_key: str, secret_key: str):
     return boto3.client(
         service, endpoint_url=url, aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="foobar"
     )
-
-
-KFP_NAMESPACE = "kubeflow"  # KFP's own namespace: its API server, store and admin keys
 
 
 def kfp_api_address(cluster: Cluster) -> str:
@@ -158,9 +157,9 @@ def kfp_api_address(cluster: Cluster) -> str:
 def stored(cluster: Cluster, prefix: str) -> dict[str, bytes]:
     """The objects under `prefix` in KFP's bucket, read with the store's admin keys."""
     s3 = kfp_store(cluster)
-    listed = s3.get_paginator("list_objects_v2").paginate(Bucket="mlpipeline", Prefix=prefix)
+    listed = s3.get_paginator("list_objects_v2").paginate(Bucket=KFP_BUCKET, Prefix=prefix)
     keys = [o["Key"] for page in listed for o in page.get("Contents", [])]
-    return {key: s3.get_object(Bucket="mlpipeline", Key=key)["Body"].read() for key in keys}
+    return {key: s3.get_object(Bucket=KFP_BUCKET, Key=key)["Body"].read() for key in keys}
 
 
 def kfp_store(cluster: Cluster):
@@ -198,6 +197,9 @@ def step_states(run: dict) -> dict[str, str]:
 
 CHART_NAMESPACE = "kubeflow"  # single-user: KFP's own namespace, created by the KFP install (here: by us)
 RELEASE = "invfold"
+# What the chart's defaults make of that release: the steps' MLflow and the pipelines' storage root.
+CHART_TRACKING_URI = f"http://{RELEASE}-mlflow.{CHART_NAMESPACE}.svc.cluster.local:5000"
+CHART_STORAGE_ROOT = f"s3://{KFP_BUCKET}/private/{CHART_NAMESPACE}/invfold"
 
 
 def install_args(images) -> list[str]:
