@@ -1075,11 +1075,39 @@ def start_pipelines() -> None:
     log(f"Kubeflow Pipelines up in {time.monotonic() - started:.0f} s: http://ml-pipeline.{KFP_NAMESPACE}:8888")
 
 
+def installed_store() -> str | None:
+    """Which store the running cluster holds: "kfp" (KFP's manifests label their selector with
+    application-crd-id), "lane" (ours), or None (none yet)."""
+    proc = kubectl(
+        "-n",
+        STORE_NAMESPACE,
+        "get",
+        "deployment",
+        "seaweedfs",
+        "-o",
+        "jsonpath={.spec.selector.matchLabels}",
+        check=False,
+    )
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    return "kfp" if "application-crd-id" in json.loads(proc.stdout) else "lane"
+
+
 def start_store() -> None:
     """KFP's store alone (the default), or with INVFOLD_CLUSTER_KFP=1 all of KFP from its own
-    manifests, SeaweedFS included (switch between them on a stopped cluster: both name it
-    `seaweedfs`). KFP is opt-in (docs/cluster-contract.md, "KFP's backend on the test cluster")."""
-    if os.environ.get("INVFOLD_CLUSTER_KFP") == "1":
+    manifests, SeaweedFS included. KFP is opt-in (docs/cluster-contract.md, "KFP's backend on the
+    test cluster"). Both name their store `seaweedfs`, with different selectors (immutable), and
+    KFP's pods would take the CPU the lane's quota tests count on: a running cluster keeps the one
+    it has, and the other is refused with what to do, not replaced (its objects would go)."""
+    wanted = "kfp" if os.environ.get("INVFOLD_CLUSTER_KFP") == "1" else "lane"
+    held = installed_store()
+    if held not in (None, wanted):
+        described = {"kfp": "Kubeflow Pipelines (INVFOLD_CLUSTER_KFP=1)", "lane": "the store alone (no KFP)"}
+        sys.exit(
+            f"cluster: the running cluster holds {described[held]}, and {described[wanted]} was asked for: "
+            "stop it first (`make cluster-down`; its objects go with it), then start it again"
+        )
+    if wanted == "kfp":
         start_pipelines()
     else:
         start_object_store()
@@ -1104,6 +1132,11 @@ def up() -> None:
     if any(pid_of(name) for name in COMPONENTS):
         log("part of the cluster is running: stopping it first")
         down()
+    elif (RUN / "etcd").exists():
+        # Its processes ended without `down` (a machine stopped under it): its objects would come
+        # back with the control plane, whichever store they hold.
+        log("the state of a cluster that was never stopped is left: removing it first")
+        down()
     make_pki()
     shutil.copy(PKI / "admin.kubeconfig", KUBECONFIG)
     setup_network()
@@ -1114,6 +1147,9 @@ def up() -> None:
     start_kubeflow()
     start_store()
     log(f"cluster up in {time.monotonic() - started:.0f} s: export KUBECONFIG={KUBECONFIG}")
+
+
+CGROUPS = Path("/sys/fs/cgroup")
 
 
 def mounts_under(root: Path) -> list[str]:
@@ -1144,9 +1180,32 @@ def remove_pods() -> None:
         sh(*ctr, "containers", "delete", container, check=False)
 
 
+def kill_leftover_containers() -> None:
+    """What outlives our containerd, unknown to the next one: its shims (they outlive it by
+    design) and, when it was killed without `down`, the pods' processes in the kubelet's cgroups."""
+    pids = set()
+    for hierarchy in (CGROUPS, *CGROUPS.iterdir()):
+        for procs in hierarchy.glob("kubepods/**/cgroup.procs"):
+            pids |= {int(pid) for pid in procs.read_text().split()}
+    socket = str(RUN / "containerd" / "containerd.sock").encode()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and socket in (entry / "cmdline").read_bytes():
+                pids.add(int(entry.name))
+        except OSError:
+            continue
+    for pid in pids - {os.getpid()}:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    if pids:
+        log(f"killed {len(pids)} processes our containerd left (shims, containers)")
+
+
 def remove_cgroups() -> None:
     """kubelet's cgroups (kubepods) in every v1 hierarchy, deepest first."""
-    for hierarchy in Path("/sys/fs/cgroup").iterdir():
+    for hierarchy in CGROUPS.iterdir():
         top = hierarchy / "kubepods"
         if not top.is_dir():
             continue
@@ -1166,6 +1225,7 @@ def down() -> None:
     remove_pods()
     for name in reversed(COMPONENTS):
         stop(name)
+    kill_leftover_containers()
     k8s = os.environ.get("CLUSTER_K8S_BIN")
     if k8s and Path(k8s, "kube-proxy").exists():
         sh(str(Path(k8s, "kube-proxy")), "--cleanup", check=False)  # its iptables chains

@@ -9,6 +9,7 @@ can be pulled here."""
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import subprocess
@@ -45,9 +46,20 @@ def cluster():
         env.pop("PYTHON")
     if not reused:
         started = time.monotonic()
-        proc = subprocess.run(["bash", str(REPO / "scripts" / "cluster" / "up.sh")], env=env, text=True, timeout=3600)
+        last = collections.deque(maxlen=15)
+        with subprocess.Popen(
+            ["bash", str(REPO / "scripts" / "cluster" / "up.sh")],
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        ) as proc:
+            for line in proc.stdout:
+                print(line, end="", flush=True)
+                last.append(line.rstrip())
         if proc.returncode != 0:
-            pytest.fail("`make cluster-up` failed (see its output above); logs: " + str(RUN / "logs"))
+            # Its last lines in the message: every test of the lane repeats it, so a log's tail has it.
+            pytest.fail(f"`make cluster-up` failed (logs: {RUN / 'logs'}); its last lines:\n" + "\n".join(last))
         print(f"cluster up in {time.monotonic() - started:.0f} s")
     yield Cluster(KUBECONFIG)
     if not reused:

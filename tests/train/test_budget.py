@@ -135,8 +135,10 @@ def test_ranks_count_the_budget_from_the_start_the_launcher_passes(sample_prepar
     assert result["phases"]["startup_s"] >= 1000.0
     kept = result["budget"]["kept_in_hand"]
     assert kept["left_s"] <= -970.0 and kept["exit_s"] == EXIT_S
+    # Each part is rounded to 1 ms on its own: up to 0.5 ms each from step, validation and the
+    # reserve, and 1 ms from the save counted twice.
     assert kept["reserve_s"] == pytest.approx(
-        kept["step_s"] + kept["validation_s"] + 2 * kept["save_s"] + EXIT_S + kept["after_job_s"], abs=2e-3
+        kept["step_s"] + kept["validation_s"] + 2 * kept["save_s"] + EXIT_S + kept["after_job_s"], abs=2.6e-3
     )
     assert {"final_checkpoint_s", "final_validation_s", "model_write_s", "loop_s"} <= set(result["phases"])
     assert (tmp_path / "past" / "model.pt").exists()
