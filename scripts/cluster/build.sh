@@ -9,7 +9,7 @@
 #   seaweedfs-<v>/    KFP's object store (`weed` and a one-file image of it for the node)
 #   debian-<hash>/    etcd, containerd, runc, CNI plugins, conntrack, ipset from Debian (apt-get download)
 #   pause-1/          the sandbox image: a static C binary that sleeps until signalled
-# and, asked for by name (INVFOLD_CLUSTER_KFP=1 make cluster-up asks), Kubeflow Pipelines' backend:
+# and, asked for by name (make cluster-up asks unless INVFOLD_CLUSTER_KFP=0), Kubeflow Pipelines' backend:
 #   argo-<v>/         Argo Workflows' controller and argoexec (KFP's workflow engine)
 #   kfp-<v>/          Kubeflow Pipelines' API server, persistence agent, v2 driver and launcher, from
 #                     its source at the tag; its kustomize manifests
@@ -407,7 +407,13 @@ docker_engine() {
 # Usage: build.sh [PART...] (default: every part; PART is debian, pause, kubernetes, jobset,
 # trainer, coredns, kuberouter, seaweedfs, argo, kfp or kfp_images). build.sh --built: exit 0 when every part is already in the cache (how
 # `make test` decides whether its run includes the cluster lane), 1 otherwise; builds nothing.
-if [ "${1:-}" = --built ]; then
+# build.sh --built kfp: the same for Kubeflow Pipelines' parts (argo, kfp, kfp_images).
+if [ "${1:-}" = --built ] && [ "${2:-}" = kfp ]; then
+  for dest in "argo-$ARGO_VERSION" "kfp-$KFP_VERSION" "kfp-images-$KFP_VERSION-$(kfp_images_key)"; do
+    [ -f "$CLUSTER_CACHE/$dest/.done" ] || exit 1
+  done
+  exit 0
+elif [ "${1:-}" = --built ]; then
   for dest in "kubernetes-$K8S_VERSION" "jobset-$JOBSET_VERSION" "trainer-$TRAINER_VERSION" \
               "coredns-$COREDNS_VERSION" "kube-router-$KUBE_ROUTER_VERSION" "seaweedfs-$SEAWEEDFS_VERSION" \
               pause-1; do

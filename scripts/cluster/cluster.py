@@ -1094,15 +1094,14 @@ def installed_store() -> str | None:
 
 
 def start_store() -> None:
-    """KFP's store alone (the default), or with INVFOLD_CLUSTER_KFP=1 all of KFP from its own
-    manifests, SeaweedFS included. KFP is opt-in (docs/cluster-contract.md, "KFP's backend on the
-    test cluster"). Both name their store `seaweedfs`, with different selectors (immutable), and
-    KFP's pods would take the CPU the lane's quota tests count on: a running cluster keeps the one
+    """All of KFP from its own manifests, SeaweedFS included (docs/cluster-contract.md, "KFP's
+    backend on the test cluster"), or with INVFOLD_CLUSTER_KFP=0 KFP's store alone. Both name
+    their store `seaweedfs`, with different selectors (immutable): a running cluster keeps the one
     it has, and the other is refused with what to do, not replaced (its objects would go)."""
-    wanted = "kfp" if os.environ.get("INVFOLD_CLUSTER_KFP") == "1" else "lane"
+    wanted = "lane" if os.environ.get("INVFOLD_CLUSTER_KFP") == "0" else "kfp"
     held = installed_store()
     if held not in (None, wanted):
-        described = {"kfp": "Kubeflow Pipelines (INVFOLD_CLUSTER_KFP=1)", "lane": "the store alone (no KFP)"}
+        described = {"kfp": "Kubeflow Pipelines", "lane": "the object store alone (INVFOLD_CLUSTER_KFP=0)"}
         sys.exit(
             f"cluster: the running cluster holds {described[held]}, and {described[wanted]} was asked for: "
             "stop it first (`make cluster-down`; its objects go with it), then start it again"

@@ -28,7 +28,7 @@ DEBIAN_PACKAGES=(
   "libipset13=7.17-1"
 )
 GO_MIN=1.26.0
-# Kubeflow Pipelines' backend (opt-in: INVFOLD_CLUSTER_KFP=1), built from upstream's source at its tag (the module proxy refuses
+# Kubeflow Pipelines' backend (left out with INVFOLD_CLUSTER_KFP=0), built from upstream's source at its tag (the module proxy refuses
 # github.com/kubeflow/pipelines): the tarball ../shared/upstream holds, checked against its sha256,
 # or a clone of the tag where that is missing. KFP 2.17 pins Argo Workflows v4.0.5.
 KFP_VERSION=2.17.0

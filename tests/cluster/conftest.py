@@ -145,5 +145,5 @@ def release(cluster, cpu_images, node_images):
 
 @pytest.fixture(scope="package")
 def kfp_host(cluster) -> str:
-    """KFP's API server on the running cluster (installed by INVFOLD_CLUSTER_KFP=1 make cluster-up)."""
+    """KFP's API server on the running cluster (make cluster-up installs it)."""
     return kfp_api_address(cluster)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.support.cluster import CHART_NAMESPACE as NAMESPACE
-from tests.support.cluster import RELEASE, install_args
+from tests.support.cluster import PROFILE_LABELS, RELEASE, install_args
 from tests.support.deploy_tools import CHART
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -83,7 +83,7 @@ def test_the_gpu_values_pass_the_servers_dry_run_in_a_profile_namespace(cluster,
     validation and admission (CRD schemas and CEL of Trainer's runtimes, Trainer's webhook) in a
     profile namespace. The ClusterTrainingRuntimes and PriorityClasses belong to the installed
     release, so runtimes become namespaced TrainingRuntimes here (as a tenant installs them)."""
-    ns = cluster.namespace("kubeflow-user-example-com")
+    ns = cluster.namespace("kubeflow-user-example-com", PROFILE_LABELS)
     out = cluster.helm(
         "install", "invfold-gpu", str(CHART), "-n", ns, "-f", str(CHART / "values-gpu.yaml"),
         "--set", "runtimes.kind=TrainingRuntime", "--set", "priorityClasses.create=false",

@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cluster import CHART_NAMESPACE as NAMESPACE
-from tests.support.cluster import GATEWAY
+from tests.support.cluster import GATEWAY, PROFILE_LABELS
 from tests.support.deploy_tools import RENDERINGS, documents, rendering
 from tests.support.network_table import (
     API_SERVER,
@@ -191,7 +191,7 @@ def applied(cluster, components):
     spaces = {name: f"netpol-{name}" for name in APPLIED}
     pods = []
     for name, namespace in spaces.items():
-        cluster.namespace(namespace, {"pod-security.kubernetes.io/enforce": "restricted"})
+        cluster.namespace(namespace, {"pod-security.kubernetes.io/enforce": "restricted", **PROFILE_LABELS})
         cluster.apply({"apiVersion": "v1", "kind": "List", "items": moved_policies(name, namespace)})
         pods += [probe_pod(role, namespace, labels, ports, image) for role, (labels, ports) in ROLES.items()]
     started = start_probes(cluster, pods)

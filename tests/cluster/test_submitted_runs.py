@@ -29,10 +29,12 @@ from tests.support.cluster import (
     KFP_BUCKET,
     KFP_NAMESPACE,
     STORE_ENDPOINT,
+    WORKSPACE_CLAIM,
     kfp_store,
     step_states,
     stored,
     wait_for_run,
+    workspace_claim,
 )
 from tests.support.deploy_tools import REPO, tool
 
@@ -76,6 +78,18 @@ def submit(kfp_host: str, cpu_images, *args: str) -> str:
     return json.loads(proc.stdout)["run_id"]
 
 
+def training_options(lane_data: str, strategy: str, max_steps: int, run_name: str, model_name: str = "") -> list[str]:
+    """`invfold submit`'s options for a training run on the lane's sample: one process on the
+    node, the tiny preset, a registered-model name of its own."""
+    return [
+        "--data", f"{lane_data}/sample_chain_set.jsonl.gz", "--split-file", f"{lane_data}/sample_chain_set_splits.json",
+        "--storage-root", CHART_STORAGE_ROOT,
+        "--registered-model-name", model_name or f"invfold-lane-{uuid.uuid4().hex[:8]}",
+        "--strategy", strategy, "--nodes", "1", "--procs-per-node", "1", "--gpus-per-node", "0",
+        "--preset", "tiny", "--max-steps", str(max_steps), "--threads", "1", "--run-name", run_name,
+    ]  # fmt: skip
+
+
 def watch(kfp_host: str, run_id: str, timeout: float) -> tuple[dict, float]:
     started = time.monotonic()
     run = wait_for_run(Client(host=kfp_host), run_id, timeout=timeout)
@@ -86,13 +100,7 @@ def watch(kfp_host: str, run_id: str, timeout: float) -> tuple[dict, float]:
 def training_run(cluster, kfp_host, release, node_images, cpu_images, lane_data) -> Submitted:
     node_images("runtime")
     model_name = f"invfold-lane-{uuid.uuid4().hex[:8]}"
-    run_id = submit(
-        kfp_host, cpu_images,
-        "--data", f"{lane_data}/sample_chain_set.jsonl.gz", "--split-file", f"{lane_data}/sample_chain_set_splits.json",
-        "--storage-root", CHART_STORAGE_ROOT, "--registered-model-name", model_name,
-        "--strategy", "ddp", "--nodes", "1", "--procs-per-node", "1", "--gpus-per-node", "0",
-        "--preset", "tiny", "--max-steps", "20", "--threads", "1", "--run-name", "lane-training",
-    )  # fmt: skip
+    run_id = submit(kfp_host, cpu_images, *training_options(lane_data, "ddp", 20, "lane-training", model_name))
     run, seconds = watch(kfp_host, run_id, timeout=2400)
     print(f"training run {run_id}: {run['state']} in {seconds:.0f} s")
     return Submitted(run_id, run, seconds, model_name)
@@ -269,10 +277,101 @@ def test_a_bad_data_uri_fails_the_run_at_its_first_step_with_the_reason(cluster,
     assert all("Traceback" not in m and "\n" not in m for m in reasons.values()), reasons
 
 
-def failed_step_messages(kfp_host: str, run_id: str) -> dict[str, str]:
-    """The status message of each failed pod of a KFP run, from the workflow KFP keeps with the
-    run (its v1beta1 run API; the v2beta1 run has no field for a step's message)."""
+def workflow_nodes(kfp_host: str, run_id: str) -> list[dict]:
+    """The Argo nodes of a KFP run, from the workflow KFP keeps with the run (its v1beta1 run API;
+    the v2beta1 run has no field for a step's message or its attempts)."""
     with urllib.request.urlopen(f"{kfp_host}/apis/v1beta1/runs/{run_id}", timeout=30) as response:
         workflow = json.loads(json.load(response)["pipeline_runtime"]["workflow_manifest"])
-    nodes = workflow["status"]["nodes"].values()
+    return list(workflow["status"]["nodes"].values())
+
+
+def failed_step_messages(kfp_host: str, run_id: str) -> dict[str, str]:
+    """The status message of each failed pod of a KFP run."""
+    nodes = workflow_nodes(kfp_host, run_id)
     return {n["id"]: n.get("message", "") for n in nodes if n["type"] == "Pod" and n["phase"] in ("Failed", "Error")}
+
+
+# TrainConfig checkpoints every 100 steps: the pod is deleted after the first, and the job it
+# launched must not finish before the retried step replaces it.
+RETRIED_STEPS = 400
+
+
+def test_a_deleted_train_step_pod_is_retried_and_its_horovod_job_resumes_from_the_checkpoints(
+    cluster, kfp_host, cpu_images, release, node_images, lane_data
+):
+    """The train step's pod deleted once its Horovod TrainJob has checkpointed (a node drained or
+    lost): Argo marks the step Error and retries it (the pipeline's `set_retry`, under the
+    `retryPolicy: OnError` KFP's manifests give every template), the deleted pod's TrainJob goes
+    with it (its owner), and the new attempt's job resumes from the run's checkpoints in the store
+    instead of step 0; the run Succeeds. Also the lane's submitted run of the Horovod strategy
+    (the shared run above is DDP)."""
+    node_images("runtime", "horovod")
+    run_id = submit(kfp_host, cpu_images, *training_options(lane_data, "horovod", RETRIED_STEPS, "lane-retried-train"))
+    client, s3 = Client(host=kfp_host), kfp_store(cluster)
+    prefix = CHART_STORAGE_ROOT.removeprefix(f"s3://{KFP_BUCKET}/")
+    checkpoint = f"{prefix}/checkpoints/{run_id}/step-00000100/COMPLETE"
+
+    def checkpointed_or_ended() -> bool:
+        if s3.list_objects_v2(Bucket=KFP_BUCKET, Prefix=checkpoint).get("KeyCount"):
+            return True
+        state = client.get_run(run_id).state
+        assert state not in ("SUCCEEDED", "FAILED", "CANCELED"), f"the run ended {state} before a checkpoint"
+        return False
+
+    cluster.wait_for("the run's first checkpoint", checkpointed_or_ended, 1500, interval=1.0)
+    (first_job,) = run_trainjobs(cluster, run_id)
+    (step,) = [
+        pod["metadata"]["name"]
+        for pod in step_pods(cluster, run_id)
+        if pod["metadata"]["labels"].get("invfold.dev/role") == "launcher" and pod["status"]["phase"] == "Running"
+    ]
+    cluster.kubectl("delete", "pod", "-n", KFP_NAMESPACE, step, "--wait=false")
+
+    run, seconds = watch(kfp_host, run_id, timeout=1800)
+    print(f"retried training run {run_id}: {run['state']} in {seconds:.0f} s")
+    assert run["state"] == "SUCCEEDED", (run.get("error"), step_states(run))
+    attempts = [
+        (node["phase"], node.get("message", ""))
+        for node in workflow_nodes(kfp_host, run_id)
+        if node["type"] == "Pod" and node["displayName"].startswith("executor(") and "train-op" in node["name"]
+    ]
+    assert sorted(attempts) == [("Error", "pod deleted"), ("Succeeded", "")], attempts
+    (second_job,) = run_trainjobs(cluster, run_id)  # the first went with its owner, the deleted pod
+    assert second_job != first_job
+    outputs = stored(cluster, f"{prefix}/runs/{second_job}/")
+    metrics = [
+        json.loads(line)
+        for key, body in outputs.items()
+        if key.endswith("/metrics.jsonl")
+        for line in body.splitlines()
+    ]
+    trained = [record["step"] for record in metrics if record["split"] == "train"]
+    assert trained and trained[0] > 100, trained[:3]  # resumed from a checkpoint, not from step 0
+    (summary,) = [json.loads(body) for key, body in outputs.items() if key.endswith("/summary.json")]
+    assert (summary["strategy"], summary["step"], summary["stop_reason"]) == ("horovod", RETRIED_STEPS, "finished")
+
+
+def test_a_submitted_deepspeed_run_checkpoints_to_the_workspace_claim(
+    cluster, kfp_host, cpu_images, release, node_images, lane_data, tmp_path
+):
+    """DeepSpeed's checkpoints are local files: submitted with `--workspace-pvc` naming the
+    chart's ReadWriteMany claim, its TrainJob writes them there (under the run's id), trains to the
+    end and hands its model back through the store; the run Succeeds."""
+    node_images("runtime", "deepspeed")
+    folder = tmp_path / "workspace"
+    folder.mkdir()
+    with workspace_claim(cluster, KFP_NAMESPACE, folder):
+        options = training_options(lane_data, "deepspeed", 20, "lane-deepspeed")
+        run_id = submit(kfp_host, cpu_images, *options, "--workspace-pvc", WORKSPACE_CLAIM)
+        run, seconds = watch(kfp_host, run_id, timeout=1800)
+    print(f"deepspeed training run {run_id}: {run['state']} in {seconds:.0f} s")
+    tasks = step_states(run)
+    assert run["state"] == "SUCCEEDED", (run.get("error"), tasks)
+    assert {step: tasks.get(step) for step in TRAIN_STEPS} == dict.fromkeys(TRAIN_STEPS, "SUCCEEDED"), tasks
+    (job,) = run_trainjobs(cluster, run_id)
+    outputs = stored(cluster, f"{CHART_STORAGE_ROOT.removeprefix(f's3://{KFP_BUCKET}/')}/runs/{job}/")
+    (summary,) = [json.loads(body) for key, body in outputs.items() if key.endswith("/summary.json")]
+    assert (summary["strategy"], summary["step"], summary["stop_reason"]) == ("deepspeed", 20, "finished")
+    assert summary["checkpoint"].startswith(f"/workspace/checkpoints/{run_id}/"), summary["checkpoint"]
+    written = sorted(path.name for path in (folder / "checkpoints" / run_id).iterdir())
+    assert written and (folder / "checkpoints" / run_id / written[-1] / "COMPLETE").exists(), written

@@ -30,13 +30,13 @@ from invfold.components.launch.trainjob import (
     job_name,
     run_label,
 )
-from tests.support.cluster import NODE_IMAGES, STORE_ENDPOINT, store_keys
+from tests.support.cluster import NODE_IMAGES, PROFILE_LABELS, STORE_ENDPOINT, WORKSPACE_CLAIM, store_keys
+from tests.support.cluster import workspace_claim as cluster_workspace_claim
 from tests.support.training import read_metrics, summary, tiny_config
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 NAMESPACE = "invfold-train"
-WORKSPACE_CLAIM = "invfold-workspace"  # the chart's `workspace.name`
 SECRET = "invfold-storage"
 
 
@@ -56,7 +56,11 @@ def train_namespace(cluster, release):
     )
     ns = cluster.namespace(
         NAMESPACE,
-        {"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"},
+        {
+            "pod-security.kubernetes.io/enforce": "restricted",
+            "pod-security.kubernetes.io/enforce-version": "latest",
+            **PROFILE_LABELS,
+        },
     )
     cluster.apply(
         {
@@ -148,43 +152,9 @@ def kube_apis(cluster):
 
 @pytest.fixture(scope="module")
 def workspace_claim(cluster, train_namespace, tmp_path_factory):
-    """The ReadWriteMany claim DeepSpeed's checkpoints need (docs/deploy.md), as the chart's
-    `workspace` names it: on this one-node cluster a hostPath volume (no RWX provisioner runs
-    here; Pod Security checks the pod's volume, a claim, not the volume behind it). The folder is
-    world-writable because a hostPath volume ignores the pods' fsGroup. Yields its host folder."""
-    folder = tmp_path_factory.mktemp("workspace")
-    folder.chmod(0o777)
-    volume = f"invfold-workspace-{uuid.uuid4().hex[:6]}"
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume},
-            "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "hostPath": {"path": str(folder), "type": "Directory"},
-                "claimRef": {"namespace": train_namespace, "name": WORKSPACE_CLAIM},
-            },
-        }
-    )
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": WORKSPACE_CLAIM, "namespace": train_namespace},
-            "spec": {
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
-                "volumeName": volume,
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-        }
-    )
-    yield folder
-    cluster.kubectl("-n", train_namespace, "delete", "pvc", WORKSPACE_CLAIM, "--wait=false", check=False)
-    cluster.kubectl("delete", "pv", volume, "--wait=false", check=False)
+    """The workspace claim in the lane's namespace (tests/support/cluster.py); yields its host folder."""
+    with cluster_workspace_claim(cluster, train_namespace, tmp_path_factory.mktemp("workspace")) as folder:
+        yield folder
 
 
 @pytest.mark.parametrize(

@@ -76,8 +76,8 @@ KFP = {"app": "seaweedfs", "application-crd-id": "kubeflow-pipelines"}
     ids=["none-lane", "none-kfp", "lane-lane", "kfp-kfp"],
 )
 def test_the_store_asked_for_starts_where_none_or_the_same_is_held(cluster_py, monkeypatch, held, kfp, started):
-    if kfp:
-        monkeypatch.setenv("INVFOLD_CLUSTER_KFP", "1")
+    if not kfp:
+        monkeypatch.setenv("INVFOLD_CLUSTER_KFP", "0")
     calls = []
     monkeypatch.setattr(cluster_py, "kubectl", selector(held))
     monkeypatch.setattr(cluster_py, "start_pipelines", lambda: calls.append("kfp"))
@@ -92,8 +92,8 @@ def test_the_store_asked_for_starts_where_none_or_the_same_is_held(cluster_py, m
 def test_a_running_cluster_refuses_the_other_store_with_what_to_do(cluster_py, monkeypatch, held, kfp):
     """Both stores are Deployment `seaweedfs` with selectors that cannot change in place, and
     replacing one would drop what it holds: refused, naming both and the way out."""
-    if kfp:
-        monkeypatch.setenv("INVFOLD_CLUSTER_KFP", "1")
+    if not kfp:
+        monkeypatch.setenv("INVFOLD_CLUSTER_KFP", "0")
     calls = []
     monkeypatch.setattr(cluster_py, "kubectl", selector(held))
     monkeypatch.setattr(cluster_py, "start_pipelines", lambda: calls.append("kfp"))
@@ -101,7 +101,7 @@ def test_a_running_cluster_refuses_the_other_store_with_what_to_do(cluster_py, m
     with pytest.raises(SystemExit) as refused:
         cluster_py.start_store()
     message = str(refused.value)
-    assert "make cluster-down" in message and "Kubeflow Pipelines" in message and "store alone" in message
+    assert "make cluster-down" in message and "Kubeflow Pipelines" in message and "INVFOLD_CLUSTER_KFP=0" in message
     assert calls == []
 
 

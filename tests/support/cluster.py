@@ -4,11 +4,13 @@ it: where its run state lies and a small client (kubectl and helm on its kubecon
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass
 from glob import glob
 from pathlib import Path
@@ -148,8 +150,8 @@ def kfp_api_address(cluster: Cluster) -> str:
     found = cluster.kubectl("get", "service", "ml-pipeline", "-n", KFP_NAMESPACE, "-o", "json", check=False)
     if found.returncode != 0:
         pytest.fail(
-            "Kubeflow Pipelines is not installed on the running cluster: stop it (make cluster-down) and "
-            "start it with INVFOLD_CLUSTER_KFP=1 (make test-kfp does)"
+            "Kubeflow Pipelines is not installed on the running cluster (started with INVFOLD_CLUSTER_KFP=0): "
+            "stop it (make cluster-down) and start it without that (make cluster-up)"
         )
     return f"http://{json.loads(found.stdout)['spec']['clusterIP']}:8888"
 
@@ -195,6 +197,55 @@ def step_states(run: dict) -> dict[str, str]:
     return {t["display_name"]: t["state"] for t in details if t.get("display_name")}
 
 
+WORKSPACE_CLAIM = "invfold-workspace"  # the chart's `workspace.name`
+
+
+@contextlib.contextmanager
+def workspace_claim(cluster: Cluster, namespace: str, folder: Path):
+    """The ReadWriteMany claim DeepSpeed's checkpoints need (docs/deploy.md), as the chart's
+    `workspace` names it, in `namespace`: on this one-node cluster a hostPath volume on `folder`
+    (no RWX provisioner runs here; Pod Security checks the pod's volume, a claim, not the volume
+    behind it). The folder is made world-writable: a hostPath volume ignores the pods' fsGroup."""
+    folder.chmod(0o777)
+    volume = f"invfold-workspace-{uuid.uuid4().hex[:6]}"
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "hostPath": {"path": str(folder), "type": "Directory"},
+                "claimRef": {"namespace": namespace, "name": WORKSPACE_CLAIM},
+            },
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": WORKSPACE_CLAIM, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadWriteMany"],
+                "storageClassName": "",
+                "volumeName": volume,
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+    )
+    try:
+        yield folder
+    finally:
+        cluster.kubectl("-n", namespace, "delete", "pvc", WORKSPACE_CLAIM, "--wait=false", check=False)
+        cluster.kubectl("delete", "pv", volume, "--wait=false", check=False)
+
+
+# What Kubeflow's profile controller labels a profile namespace with; KFP's SeaweedFS admits S3
+# from such namespaces and from its own alone (its manifests' NetworkPolicy `seaweedfs`), so the
+# lane's namespaces that stand for invfold's carry it, as they would under Kubeflow.
+PROFILE_LABELS = {"app.kubernetes.io/part-of": "kubeflow-profile"}
 CHART_NAMESPACE = "kubeflow"  # single-user: KFP's own namespace, created by the KFP install (here: by us)
 RELEASE = "invfold"
 # What the chart's defaults make of that release: the steps' MLflow and the pipelines' storage root.

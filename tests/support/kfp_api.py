@@ -1,6 +1,6 @@
 """A stand-in for the Kubeflow Pipelines v2beta1 REST API, on 127.0.0.1 (random port).
 
-Kept for what the test cluster's real KFP (single-user, `make test-kfp`) cannot show: the
+Kept for what the test cluster's real KFP (single-user, `make test-cluster`) cannot show: the
 multi-user rules below (namespaces, authorization answered 400/403, 401 without the projected
 token: they need KFP's multi-user mode and a profile controller), and submission and upload tests
 on machines without the cluster. Uploads and runs on the real API server:
