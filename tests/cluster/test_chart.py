@@ -61,9 +61,11 @@ def test_uninstall_removes_everything_and_a_reinstall_works(cluster, cpu_images,
         cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "5m")
 
         def left() -> list[str]:
+            # The pods and Jobs of pipeline runs' TrainJobs carry the runtimes' labels, but they
+            # are the runs' (they go with their step pods), not the release's.
             return cluster.kubectl(
                 "get", "all,networkpolicies,roles,rolebindings,secrets,configmaps", "-n", NAMESPACE,
-                "-l", "app.kubernetes.io/instance=invfold", "-o", "name",
+                "-l", "app.kubernetes.io/instance=invfold,!jobset.sigs.k8s.io/jobset-name", "-o", "name",
             ).stdout.split()  # fmt: skip
 
         # helm waits for the Deployment; its pods terminate after it (grace period).

@@ -174,9 +174,11 @@ def test_chart_renders_namespaced_runtimes_on_request():
 
 def test_pipeline_upload_hook_carries_the_compiled_pipeline(rendered):
     objects = documents(rendered["chart-default"])
-    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-pipeline"))
+    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-pipelines"))
     compiled = (REPO / "pipelines" / "invfold_pipeline.yaml").read_text()
     assert config["data"]["invfold_pipeline.yaml"].strip() == compiled.strip()
+    # The release's own (helm removes it on uninstall), not a hook's (which would outlive it).
+    assert "helm.sh/hook" not in config["metadata"].get("annotations", {})
     job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].endswith("-pipeline-upload"))
     assert "post-install" in job["metadata"]["annotations"]["helm.sh/hook"]
     test_pod = next(o for o in objects if o["kind"] == "Pod")

@@ -51,7 +51,7 @@ def job(objects) -> dict:
 @pytest.fixture
 def package(tmp_path, objects):
     """The ConfigMap's pipeline at a local path (the hook reads it from the mounted ConfigMap)."""
-    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-pipeline"))
+    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-pipelines"))
     path = tmp_path / "invfold_pipeline.yaml"
     path.write_text(config["data"]["invfold_pipeline.yaml"])
     return path
@@ -225,7 +225,7 @@ def test_the_design_pipeline_is_shipped_with_its_tracking_and_storage_defaults(o
     """The hook's second container uploads the design pipeline (`<pipelineName>-design`) from the
     same ConfigMap, with the chart's MLflow service and store as its defaults: a design run from
     the KFP UI reads the champion without typing a tracking URI."""
-    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-pipeline"))
+    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-pipelines"))
     design = tmp_path / "design_pipeline.yaml"
     design.write_text(config["data"]["design_pipeline.yaml"])
     job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].endswith("-pipeline-upload"))

@@ -42,7 +42,7 @@ def rendered(*values: str, namespace: str = "team-a") -> tuple[dict, dict]:
     """The upload Job and the pipeline ConfigMap, as `helm template` renders them."""
     objects = documents(helm_template(*values, namespace=namespace))
     job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"].endswith("-pipeline-upload"))
-    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-pipeline"))
+    config = next(o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-pipelines"))
     return job, config
 
 
