@@ -24,11 +24,15 @@ from tests.support.deploy_tools import CHART
 pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
 
 
-def newest_version(client: Client, name: str):
+def uploaded_version(client: Client, name: str, revision: int):
+    """The version of pipeline `name` the hook uploaded for release `revision` (`<appVersion>-r<revision>-<time>`).
+    On a first install KFP's upload also makes a version named after the pipeline, in the same second."""
     pipeline_id = client.get_pipeline_id(name)
     assert pipeline_id, f"no pipeline {name!r} on the server"
-    listed = client.list_pipeline_versions(pipeline_id, sort_by="created_at desc", page_size=1)
-    return listed.pipeline_versions[0]
+    listed = client.list_pipeline_versions(pipeline_id, page_size=100).pipeline_versions or []
+    ours = [v for v in listed if f"-r{revision}-" in v.display_name]
+    assert len(ours) == 1, [v.display_name for v in listed]
+    return ours[0]
 
 
 def test_the_install_hook_uploads_both_pipelines_on_the_installs_image(
@@ -41,9 +45,8 @@ def test_the_install_hook_uploads_both_pipelines_on_the_installs_image(
     client = Client(host=kfp_host)
     image = f"invfold-test/invfold-runtime:{cpu_images.tag}-cpu"
     for name in ("invfold", "invfold-design"):
-        version = newest_version(client, name)
+        version = uploaded_version(client, name, revision)
         assert version.created_at >= before, (name, version.created_at, before)
-        assert version.display_name.split("-r")[1].startswith(f"{revision}-"), version.display_name
         spec = version.pipeline_spec.get("pipeline_spec", version.pipeline_spec)
         images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
         assert images == {image}, (name, images)
