@@ -408,18 +408,17 @@ docker_engine() {
 # trainer, coredns, kuberouter, seaweedfs, argo, kfp or kfp_images). build.sh --built: exit 0 when every part is already in the cache (how
 # `make test` decides whether its run includes the cluster lane), 1 otherwise; builds nothing.
 # build.sh --built kfp: the same for Kubeflow Pipelines' parts (argo, kfp, kfp_images).
-if [ "${1:-}" = --built ] && [ "${2:-}" = kfp ]; then
-  for dest in "argo-$ARGO_VERSION" "kfp-$KFP_VERSION" "kfp-images-$KFP_VERSION-$(kfp_images_key)"; do
+if [ "${1:-}" = --built ]; then
+  if [ "${2:-}" = kfp ]; then
+    built=("argo-$ARGO_VERSION" "kfp-$KFP_VERSION" "kfp-images-$KFP_VERSION-$(kfp_images_key)")
+  else
+    built=("kubernetes-$K8S_VERSION" "jobset-$JOBSET_VERSION" "trainer-$TRAINER_VERSION"
+           "coredns-$COREDNS_VERSION" "kube-router-$KUBE_ROUTER_VERSION" "seaweedfs-$SEAWEEDFS_VERSION" pause-1)
+    compgen -G "$CLUSTER_CACHE/debian-*/.done" >/dev/null || exit 1
+  fi
+  for dest in "${built[@]}"; do
     [ -f "$CLUSTER_CACHE/$dest/.done" ] || exit 1
   done
-  exit 0
-elif [ "${1:-}" = --built ]; then
-  for dest in "kubernetes-$K8S_VERSION" "jobset-$JOBSET_VERSION" "trainer-$TRAINER_VERSION" \
-              "coredns-$COREDNS_VERSION" "kube-router-$KUBE_ROUTER_VERSION" "seaweedfs-$SEAWEEDFS_VERSION" \
-              pause-1; do
-    [ -f "$CLUSTER_CACHE/$dest/.done" ] || exit 1
-  done
-  compgen -G "$CLUSTER_CACHE/debian-*/.done" >/dev/null || exit 1
   exit 0
 fi
 started=$(date +%s)

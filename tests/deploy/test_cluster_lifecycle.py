@@ -29,8 +29,8 @@ class Started(Exception):
     """Raised where `up` would start the control plane."""
 
 
-def test_a_cluster_never_stopped_is_taken_down_before_it_starts(cluster_py, monkeypatch):
-    (cluster_py.RUN / "etcd").mkdir(parents=True)
+def up_on_a_stopped_cluster(cluster_py, monkeypatch) -> list[str]:
+    """What `up` does on a cluster with no process running, up to where it starts one."""
     calls = []
     monkeypatch.setattr(cluster_py, "healthy", lambda: False)
     monkeypatch.setattr(cluster_py, "pid_of", lambda name: None)
@@ -43,31 +43,37 @@ def test_a_cluster_never_stopped_is_taken_down_before_it_starts(cluster_py, monk
     monkeypatch.setattr(cluster_py, "make_pki", make_pki)
     with pytest.raises(Started):
         cluster_py.up()
-    assert calls == ["down", "start"]
+    return calls
+
+
+def test_a_cluster_never_stopped_is_taken_down_before_it_starts(cluster_py, monkeypatch):
+    (cluster_py.RUN / "etcd").mkdir(parents=True)
+    assert up_on_a_stopped_cluster(cluster_py, monkeypatch) == ["down", "start"]
 
 
 def test_a_stopped_cluster_starts_without_a_down(cluster_py, monkeypatch):
-    calls = []
-    monkeypatch.setattr(cluster_py, "healthy", lambda: False)
-    monkeypatch.setattr(cluster_py, "pid_of", lambda name: None)
-    monkeypatch.setattr(cluster_py, "down", lambda: calls.append("down"))
-    monkeypatch.setattr(cluster_py, "make_pki", lambda: (_ for _ in ()).throw(Started))
-    with pytest.raises(Started):
-        cluster_py.up()
-    assert calls == []
-
-
-def selector(labels: dict | None):
-    def kubectl(*args, check=True, input=None):
-        if labels is None:
-            return subprocess.CompletedProcess(args, 1, "", 'deployments.apps "seaweedfs" not found')
-        return subprocess.CompletedProcess(args, 0, json.dumps(labels), "")
-
-    return kubectl
+    assert up_on_a_stopped_cluster(cluster_py, monkeypatch) == ["start"]
 
 
 LANE = {"app": "seaweedfs"}
 KFP = {"app": "seaweedfs", "application-crd-id": "kubeflow-pipelines"}
+
+
+def start_store(cluster_py, monkeypatch, held: dict | None, kfp: bool, calls: list[str]) -> None:
+    """`start_store` with the store `held` (its Deployment's selector; None: none) and KFP asked
+    for or not; the variants it starts go into `calls`, in order."""
+    if not kfp:
+        monkeypatch.setenv("INVFOLD_CLUSTER_KFP", "0")
+
+    def kubectl(*args, check=True, input=None):
+        if held is None:
+            return subprocess.CompletedProcess(args, 1, "", 'deployments.apps "seaweedfs" not found')
+        return subprocess.CompletedProcess(args, 0, json.dumps(held), "")
+
+    monkeypatch.setattr(cluster_py, "kubectl", kubectl)
+    monkeypatch.setattr(cluster_py, "start_pipelines", lambda: calls.append("kfp"))
+    monkeypatch.setattr(cluster_py, "start_object_store", lambda: calls.append("lane"))
+    cluster_py.start_store()
 
 
 @pytest.mark.parametrize(
@@ -76,13 +82,8 @@ KFP = {"app": "seaweedfs", "application-crd-id": "kubeflow-pipelines"}
     ids=["none-lane", "none-kfp", "lane-lane", "kfp-kfp"],
 )
 def test_the_store_asked_for_starts_where_none_or_the_same_is_held(cluster_py, monkeypatch, held, kfp, started):
-    if not kfp:
-        monkeypatch.setenv("INVFOLD_CLUSTER_KFP", "0")
     calls = []
-    monkeypatch.setattr(cluster_py, "kubectl", selector(held))
-    monkeypatch.setattr(cluster_py, "start_pipelines", lambda: calls.append("kfp"))
-    monkeypatch.setattr(cluster_py, "start_object_store", lambda: calls.append("lane"))
-    cluster_py.start_store()
+    start_store(cluster_py, monkeypatch, held, kfp, calls)
     assert calls == [started]
 
 
@@ -91,15 +92,10 @@ def test_the_store_asked_for_starts_where_none_or_the_same_is_held(cluster_py, m
 )
 def test_a_running_cluster_refuses_the_other_store_with_what_to_do(cluster_py, monkeypatch, held, kfp):
     """Both stores are Deployment `seaweedfs` with selectors that cannot change in place, and
-    replacing one would drop what it holds: refused, naming both and the way out."""
-    if not kfp:
-        monkeypatch.setenv("INVFOLD_CLUSTER_KFP", "0")
+    replacing one would drop what it holds: refused, naming both and the way out, starting neither."""
     calls = []
-    monkeypatch.setattr(cluster_py, "kubectl", selector(held))
-    monkeypatch.setattr(cluster_py, "start_pipelines", lambda: calls.append("kfp"))
-    monkeypatch.setattr(cluster_py, "start_object_store", lambda: calls.append("lane"))
     with pytest.raises(SystemExit) as refused:
-        cluster_py.start_store()
+        start_store(cluster_py, monkeypatch, held, kfp, calls)
     message = str(refused.value)
     assert "make cluster-down" in message and "Kubeflow Pipelines" in message and "INVFOLD_CLUSTER_KFP=0" in message
     assert calls == []
