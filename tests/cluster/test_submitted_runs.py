@@ -43,6 +43,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
 SAMPLE = REPO / "src" / "invfold" / "data"
 TRAIN_STEPS = ("fingerprint-op", "prep-op", "train-op", "evaluate-op", "compare-op", "register-op")
 DESIGN_STRUCTURES = 6  # the sample's first chains: the design run's input
+CHART_PREFIX = CHART_STORAGE_ROOT.removeprefix(f"s3://{KFP_BUCKET}/")  # that root's keys in KFP's bucket
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Submitted:
 @pytest.fixture(scope="module")
 def lane_data(cluster) -> str:
     """The sample (and a few of its chains for the design run) under a fresh prefix of the store."""
-    prefix = f"{CHART_STORAGE_ROOT.removeprefix(f's3://{KFP_BUCKET}/')}/lane-data/{uuid.uuid4().hex[:8]}"
+    prefix = f"{CHART_PREFIX}/lane-data/{uuid.uuid4().hex[:8]}"
     s3 = kfp_store(cluster)
     for name in ("sample_chain_set.jsonl.gz", "sample_chain_set_splits.json"):
         s3.upload_file(str(SAMPLE / name), KFP_BUCKET, f"{prefix}/{name}")
@@ -186,6 +187,16 @@ def run_trainjobs(cluster, run_id: str) -> list[str]:
     return [job["metadata"]["name"] for job in found["items"]]
 
 
+def job_outputs(cluster, job: str) -> dict[str, bytes]:
+    """What a TrainJob handed back through the store (model.pt, metrics.jsonl, summary.json, ...)."""
+    return stored(cluster, f"{CHART_PREFIX}/runs/{job}/")
+
+
+def job_summary(outputs: dict[str, bytes]) -> dict:
+    (summary,) = [json.loads(body) for key, body in outputs.items() if key.endswith("/summary.json")]
+    return summary
+
+
 def test_the_submitted_training_run_succeeds_through_every_step(cluster, training_run):
     """Fingerprint, prep, train, evaluate, compare and register, each in its pod; the train
     step's TrainJob (labelled with the run) trained on the node and left its model in the store."""
@@ -193,7 +204,7 @@ def test_the_submitted_training_run_succeeds_through_every_step(cluster, trainin
     assert training_run.run["state"] == "SUCCEEDED", (training_run.run.get("error"), tasks)
     assert {step: tasks.get(step) for step in TRAIN_STEPS} == dict.fromkeys(TRAIN_STEPS, "SUCCEEDED"), tasks
     (job,) = run_trainjobs(cluster, training_run.run_id)
-    outputs = stored(cluster, f"{CHART_STORAGE_ROOT.removeprefix(f's3://{KFP_BUCKET}/')}/runs/{job}/")
+    outputs = job_outputs(cluster, job)
     assert any(key.endswith("/model.pt") for key in outputs), sorted(outputs)
     ran = pod_seconds(step_pods(cluster, training_run.run_id))
     wall, steps, drivers = training_run.seconds, ran["step"], ran["driver"]
@@ -308,8 +319,7 @@ def test_a_deleted_train_step_pod_is_retried_and_its_horovod_job_resumes_from_th
     node_images("runtime", "horovod")
     run_id = submit(kfp_host, cpu_images, *training_options(lane_data, "horovod", RETRIED_STEPS, "lane-retried-train"))
     client, s3 = Client(host=kfp_host), kfp_store(cluster)
-    prefix = CHART_STORAGE_ROOT.removeprefix(f"s3://{KFP_BUCKET}/")
-    checkpoint = f"{prefix}/checkpoints/{run_id}/step-00000100/COMPLETE"
+    checkpoint = f"{CHART_PREFIX}/checkpoints/{run_id}/step-00000100/COMPLETE"
 
     def checkpointed_or_ended() -> bool:
         if s3.list_objects_v2(Bucket=KFP_BUCKET, Prefix=checkpoint).get("KeyCount"):
@@ -338,7 +348,7 @@ def test_a_deleted_train_step_pod_is_retried_and_its_horovod_job_resumes_from_th
     assert sorted(attempts) == [("Error", "pod deleted"), ("Succeeded", "")], attempts
     (second_job,) = run_trainjobs(cluster, run_id)  # the first went with its owner, the deleted pod
     assert second_job != first_job
-    outputs = stored(cluster, f"{prefix}/runs/{second_job}/")
+    outputs = job_outputs(cluster, second_job)
     metrics = [
         json.loads(line)
         for key, body in outputs.items()
@@ -347,7 +357,7 @@ def test_a_deleted_train_step_pod_is_retried_and_its_horovod_job_resumes_from_th
     ]
     trained = [record["step"] for record in metrics if record["split"] == "train"]
     assert trained and trained[0] > 100, trained[:3]  # resumed from a checkpoint, not from step 0
-    (summary,) = [json.loads(body) for key, body in outputs.items() if key.endswith("/summary.json")]
+    summary = job_summary(outputs)
     assert (summary["strategy"], summary["step"], summary["stop_reason"]) == ("horovod", RETRIED_STEPS, "finished")
 
 
@@ -369,8 +379,7 @@ def test_a_submitted_deepspeed_run_checkpoints_to_the_workspace_claim(
     assert run["state"] == "SUCCEEDED", (run.get("error"), tasks)
     assert {step: tasks.get(step) for step in TRAIN_STEPS} == dict.fromkeys(TRAIN_STEPS, "SUCCEEDED"), tasks
     (job,) = run_trainjobs(cluster, run_id)
-    outputs = stored(cluster, f"{CHART_STORAGE_ROOT.removeprefix(f's3://{KFP_BUCKET}/')}/runs/{job}/")
-    (summary,) = [json.loads(body) for key, body in outputs.items() if key.endswith("/summary.json")]
+    summary = job_summary(job_outputs(cluster, job))
     assert (summary["strategy"], summary["step"], summary["stop_reason"]) == ("deepspeed", 20, "finished")
     assert summary["checkpoint"].startswith(f"/workspace/checkpoints/{run_id}/"), summary["checkpoint"]
     written = sorted(path.name for path in (folder / "checkpoints" / run_id).iterdir())
