@@ -182,9 +182,10 @@ def pod_seconds(pods: list[dict]) -> dict[str, float]:
 
 def run_trainjobs(cluster, run_id: str) -> list[str]:
     """The names of the TrainJobs the train step launched for a KFP run (the launcher labels
-    each with a digest of the run's id)."""
+    each with a digest of the run's id), less those being deleted (a job deleted in the
+    foreground stays listed until its pods have stopped)."""
     found = cluster.get("trainjobs", "-n", KFP_NAMESPACE, "-l", f"{RUN_LABEL}={run_label(run_id)}")
-    return [job["metadata"]["name"] for job in found["items"]]
+    return [job["metadata"]["name"] for job in found["items"] if "deletionTimestamp" not in job["metadata"]]
 
 
 def job_outputs(cluster, job: str) -> dict[str, bytes]:
@@ -346,7 +347,8 @@ def test_a_deleted_train_step_pod_is_retried_and_its_horovod_job_resumes_from_th
         if node["type"] == "Pod" and node["displayName"].startswith("executor(") and "train-op" in node["name"]
     ]
     assert sorted(attempts) == [("Error", "pod deleted"), ("Succeeded", "")], attempts
-    (second_job,) = run_trainjobs(cluster, run_id)  # the first went with its owner, the deleted pod
+    # The first goes with its owner, the deleted pod: gone, or deleted while its pods stop.
+    (second_job,) = run_trainjobs(cluster, run_id)
     assert second_job != first_job
     outputs = job_outputs(cluster, second_job)
     metrics = [
