@@ -10,16 +10,20 @@ can be pulled here."""
 from __future__ import annotations
 
 import collections
+import gzip
 import os
 import shutil
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.support.cluster import (
     CHART_NAMESPACE,
+    CHART_PREFIX,
+    KFP_BUCKET,
     KUBECONFIG,
     NODE_IMAGES,
     RELEASE,
@@ -28,6 +32,7 @@ from tests.support.cluster import (
     ctr,
     install_args,
     kfp_api_address,
+    kfp_store,
     running,
     stale_node_images,
     store_keys,
@@ -114,11 +119,10 @@ def _check_free_space(cpu_images, refs: list[str]) -> None:
         )
 
 
-def prerequisites(cluster) -> None:
+def prerequisites(cluster, namespace: str = CHART_NAMESPACE) -> None:
     """The Secrets docs/deploy.md has the user create before the install: MLflow's keys to the
     store (here KFP's admin keys of the cluster's SeaweedFS; the chart's default destination lies in
     its `mlpipeline` bucket, the only one KFP creates)."""
-    cluster.namespace(CHART_NAMESPACE)
     keys = store_keys(cluster)
     for name, data in (
         ("mlflow-s3-credentials", {"AWS_ACCESS_KEY_ID": keys["accesskey"], "AWS_SECRET_ACCESS_KEY": keys["secretkey"]}),
@@ -128,7 +132,7 @@ def prerequisites(cluster) -> None:
             {
                 "apiVersion": "v1",
                 "kind": "Secret",
-                "metadata": {"name": name, "namespace": CHART_NAMESPACE},
+                "metadata": {"name": name, "namespace": namespace},
                 "stringData": data,
             }
         )
@@ -138,7 +142,7 @@ def prerequisites(cluster) -> None:
 def release(cluster, cpu_images, node_images):
     """The chart installed (or upgraded in place) into `kubeflow`, MLflow running."""
     node_images("mlflow")
-    prerequisites(cluster)
+    prerequisites(cluster, cluster.namespace(CHART_NAMESPACE))
     cluster.helm("upgrade", "--install", RELEASE, str(CHART), *install_args(cpu_images))
     return RELEASE
 
@@ -147,3 +151,20 @@ def release(cluster, cpu_images, node_images):
 def kfp_host(cluster) -> str:
     """KFP's API server on the running cluster (make cluster-up installs it)."""
     return kfp_api_address(cluster)
+
+
+SAMPLE = REPO / "src" / "invfold" / "data"
+DESIGN_STRUCTURES = 6  # the sample's first chains: the design runs' input
+
+
+@pytest.fixture(scope="package")
+def lane_data(cluster) -> str:
+    """The sample (and a few of its chains for design runs) under a fresh prefix of KFP's store."""
+    prefix = f"{CHART_PREFIX}/lane-data/{uuid.uuid4().hex[:8]}"
+    s3 = kfp_store(cluster)
+    for name in ("sample_chain_set.jsonl.gz", "sample_chain_set_splits.json"):
+        s3.upload_file(str(SAMPLE / name), KFP_BUCKET, f"{prefix}/{name}")
+    with gzip.open(SAMPLE / "sample_chain_set.jsonl.gz", "rt") as fh:
+        first = [next(fh) for _ in range(DESIGN_STRUCTURES)]
+    s3.put_object(Bucket=KFP_BUCKET, Key=f"{prefix}/design_set.jsonl", Body="".join(first).encode())
+    return f"s3://{KFP_BUCKET}/{prefix}"

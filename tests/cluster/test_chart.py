@@ -1,16 +1,18 @@
 """The chart on a real API server: `helm install` (single-user values, CPU images), `helm test`,
-`helm upgrade`, uninstall and reinstall; the GPU values (multi-user) through the server's own
-dry-run (no GPU node here, so its pods cannot run).
+`helm upgrade`, uninstall and reinstall; each rendering's runtimes through Trainer's webhook; the
+GPU values (multi-user, walk-through M) through the server's own dry-run (no GPU node here, so its
+pods cannot run).
 
-What this cluster cannot show, and so the install leaves off (not stand-ins: they are not there):
-- `pipelineUpload.enabled=false`: no Kubeflow Pipelines backend runs here, so the upload hook has
-  nothing to upload to (tests/deploy/test_pipeline_upload.py checks it against the KFP API stand-in).
+What the lane's install leaves off (not stand-ins: they are not there):
+- `pipelineUpload.enabled=false` here: tests/cluster/test_pipeline_upload.py turns the hook on
+  against KFP's API server.
 - `mlflow.backend.type=external` (SQLite in the pod's /tmp): PostgreSQL's image is pulled from
   Docker Hub, and no registry is reachable from this machine.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -34,15 +36,53 @@ def test_the_chart_installs_and_helm_test_reaches_mlflow_by_its_cluster_name(clu
     assert "MLflow answers http://invfold-mlflow.kubeflow.svc.cluster.local:5000" in out.stdout
 
 
-def test_the_runtimes_are_accepted_by_trainers_webhook(cluster, release):
-    names = {item["metadata"]["name"] for item in cluster.get("clustertrainingruntimes")["items"]}
-    assert {
-        "invfold-ddp",
-        "invfold-deepspeed",
-        "invfold-horovod",
-        "invfold-deepspeed-single-node",
-        "invfold-horovod-single-node",
-    } <= names
+RUNTIMES = {
+    "invfold-ddp",
+    "invfold-deepspeed",
+    "invfold-horovod",
+    "invfold-deepspeed-single-node",
+    "invfold-horovod-single-node",
+}
+
+
+def dry_run_replace(cluster, objects: list[dict]):
+    """The objects in place of the installed ones, whole (a server-side apply would merge them with
+    what helm owns), through the real API server's schema, CEL rules and admission webhooks,
+    persisting nothing."""
+    items = {"apiVersion": "v1", "kind": "List", "items": objects}
+    return cluster.kubectl("replace", "--dry-run=server", "-o", "name", "-f", "-", input=json.dumps(items), check=False)
+
+
+def without_trainer_container(runtime: dict) -> dict:
+    """The runtime with its trainer step's container renamed: Trainer's webhook wants the
+    container `node` in the job labelled trainjob-ancestor-step=trainer
+    (trainer v2.3.0 pkg/webhooks/trainingruntime_webhook.go, validateReplicatedJobs)."""
+    broken = copy.deepcopy(runtime)
+    for job in broken["spec"]["template"]["spec"]["replicatedJobs"]:
+        if job["template"].get("metadata", {}).get("labels", {}).get("trainer.kubeflow.org/trainjob-ancestor-step"):
+            job["template"]["spec"]["template"]["spec"]["containers"][0]["name"] = "trainer"
+    return broken
+
+
+@pytest.mark.parametrize("values", ["lane", "gpu"])
+def test_the_rendered_runtimes_pass_trainers_webhook_and_a_broken_one_is_refused(cluster, cpu_images, release, values):
+    """Each rendering's ClusterTrainingRuntimes (the lane's install values; values-gpu.yaml's GPU
+    runtimes) go to the API server as an update of the installed ones: CRD schema, CEL and
+    Trainer's validating webhook answer (it validates cluster runtimes on update too). The same
+    runtime without the container Trainer needs is refused, so the check can fail."""
+    if values == "lane":
+        args = install_args(cpu_images)[:-3]  # without --wait and its timeout
+    else:
+        args = ["-f", str(CHART / "values-gpu.yaml"), "--set", "images.registry=invfold-test"]
+    out = cluster.helm("template", RELEASE, str(CHART), *args, "--set", f"images.tag={cpu_images.tag}-cpu").stdout
+    runtimes = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "ClusterTrainingRuntime"]
+    assert {r["metadata"]["name"] for r in runtimes} == RUNTIMES
+    accepted = dry_run_replace(cluster, runtimes)
+    assert accepted.returncode == 0, accepted.stderr
+    assert len(accepted.stdout.split()) == len(runtimes), accepted.stdout
+    refused = dry_run_replace(cluster, [without_trainer_container(runtimes[0])])
+    assert refused.returncode != 0, refused.stdout
+    assert "must contain the required container for the ancestor: trainer" in refused.stderr, refused.stderr
 
 
 def test_an_upgrade_rolls_mlflow_and_helm_test_passes_again(cluster, cpu_images, release):
@@ -80,22 +120,51 @@ def test_uninstall_removes_everything_and_a_reinstall_works(cluster, cpu_images,
         cluster.helm("upgrade", "--install", RELEASE, str(CHART), *install_args(cpu_images), check=False)
 
 
-def test_the_gpu_values_pass_the_servers_dry_run_in_a_profile_namespace(cluster, cpu_images, release):
-    """values-gpu.yaml (multi-user, 8 GPUs a node): every object passes the real API server's
-    validation and admission (CRD schemas and CEL of Trainer's runtimes, Trainer's webhook) in a
-    profile namespace. The ClusterTrainingRuntimes and PriorityClasses belong to the installed
-    release, so runtimes become namespaced TrainingRuntimes here (as a tenant installs them)."""
+WALKTHROUGH_M_CLASSES = {
+    "workspace.storageClassName": "standard-rwx",
+    "postgresql.storage.storageClassName": "standard-rwo",
+}
+
+
+def test_walkthrough_m_passes_the_servers_dry_run_as_a_further_profile(cluster, cpu_images, release):
+    """docs/deploy.md's walk-through M (values-gpu.yaml, multi-user, 8 GPUs a node) into a profile
+    namespace, as a further profile installs it (`clusterScoped=false`: the lane's release owns the
+    cluster-wide runtimes and PriorityClasses; tests/cluster/test_more_profiles.py). Every object
+    passes the real API server's validation and admission, and the chart asks the cluster (lookup):
+    its StorageClass check refuses the walk-through's classes until the cluster has them (the same
+    gate turns on Trainer's version check and the store lookup; no GPU node here, so nothing runs)."""
     ns = cluster.namespace("kubeflow-user-example-com", PROFILE_LABELS)
-    out = cluster.helm(
-        "install", "invfold-gpu", str(CHART), "-n", ns, "-f", str(CHART / "values-gpu.yaml"),
-        "--set", "runtimes.kind=TrainingRuntime", "--set", "priorityClasses.create=false",
-        "--set", "images.registry=invfold-test", "--set", f"images.tag={cpu_images.tag}-cpu",
+    classes = [x for pair in WALKTHROUGH_M_CLASSES.items() for x in ("--set", "=".join(pair))]
+    walkthrough = [
+        "install", RELEASE, str(CHART), "-n", ns, "-f", str(CHART / "values-gpu.yaml"), "--set", "clusterScoped=false",
+        "--set", "images.registry=invfold-test", "--set", f"images.tag={cpu_images.tag}-cpu", *classes,
         "--dry-run=server", "-o", "json",
-    )  # fmt: skip
-    manifest = json.loads(out.stdout)["manifest"]
-    kinds = {doc["kind"] for doc in yaml.safe_load_all(manifest) if doc}
-    assert {"TrainingRuntime", "Deployment", "ResourceQuota", "NetworkPolicy"} <= kinds
-    assert "LimitRange" not in kinds  # it would give every container of the namespace invfold's defaults
+    ]  # fmt: skip
+    refused = cluster.helm(*walkthrough, check=False)
+    assert refused.returncode != 0
+    assert "standard-rwo: this cluster has no such StorageClass (kubectl get storageclass" in refused.stderr, (
+        refused.stderr
+    )
+    for name in WALKTHROUGH_M_CLASSES.values():
+        cluster.apply(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": name},
+                "provisioner": "kubernetes.io/no-provisioner",
+            }
+        )
+    try:
+        out = cluster.helm(*walkthrough)
+    finally:
+        cluster.kubectl("delete", "storageclass", *WALKTHROUGH_M_CLASSES.values(), "--ignore-not-found")
+    objects = [doc for doc in yaml.safe_load_all(json.loads(out.stdout)["manifest"]) if doc]
+    kinds = {doc["kind"] for doc in objects}
+    assert {"Deployment", "StatefulSet", "PersistentVolumeClaim", "ResourceQuota", "NetworkPolicy"} <= kinds, kinds
+    assert not kinds & {"ClusterTrainingRuntime", "PriorityClass", "LimitRange"}, kinds
+    claims = [d["spec"] for d in objects if d["kind"] == "PersistentVolumeClaim"]
+    claims += [c["spec"] for d in objects if d["kind"] == "StatefulSet" for c in d["spec"]["volumeClaimTemplates"]]
+    assert sorted(c.get("storageClassName") for c in claims) == sorted(WALKTHROUGH_M_CLASSES.values()), claims
 
 
 def upload_defaults(cluster, cpu_images, *values: str) -> list[dict]:

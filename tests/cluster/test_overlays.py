@@ -78,20 +78,49 @@ def test_the_overlay_passes_the_servers_dry_run(cluster, overlay):
     assert len(out.stdout.splitlines()) == len(docs), out.stdout
 
 
-def test_pod_security_admits_the_runtime_pods_at_the_namespaces_level(cluster, overlay):
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
+
+
+@pytest.fixture(scope="module")
+def restricted_namespace(cluster):
+    """A namespace enforcing `restricted`, whatever the overlay's own namespace enforces."""
+    ns = cluster.namespace("invfold-pod-security-restricted", RESTRICTED)
+    yield ns
+    cluster.delete_namespace(ns)
+
+
+def as_root(pod: dict) -> dict:
+    bad = copy.deepcopy(pod)
+    bad["spec"]["securityContext"] = {}
+    bad["spec"]["containers"][0]["securityContext"] = {"allowPrivilegeEscalation": True}
+    return bad
+
+
+def test_pod_security_admits_the_runtime_pods_at_restricted_and_at_the_namespaces_level(
+    cluster, overlay, restricted_namespace
+):
+    """The trainer pods meet `restricted` (the level k8s/base gives invfold's own namespace) in
+    every overlay. single-user and cpu-dev install into KFP's namespace, which KFP's manifests label
+    enforce `baseline`, warn `restricted` (kubeflow/pipelines 2.17.0
+    manifests/kustomize/cluster-scoped-resources/namespace.yaml) and which a cluster without KFP
+    leaves unlabelled (privileged): so each pod is also checked in a namespace enforcing
+    `restricted`, where the same pod run as root with privilege escalation is refused."""
     name, docs, ns = overlay
     level = cluster.get("namespace", ns)["metadata"].get("labels", {}).get("pod-security.kubernetes.io/enforce")
+    if any(d["kind"] == "Namespace" for d in docs):
+        assert level == "restricted", f"{name}: its Namespace enforces {level}"
     pod = runtime_pod(docs, ns)
     out = dry_run_pod(cluster, pod)
     assert out.returncode == 0, f"{name} ({level}): {out.stderr}"
     assert "violate" not in out.stderr, out.stderr
-    if level == "restricted":
-        # The same pod with root and privilege escalation is refused: the level is enforced.
-        bad = copy.deepcopy(pod)
-        bad["spec"]["securityContext"] = {}
-        bad["spec"]["containers"][0]["securityContext"] = {"allowPrivilegeEscalation": True}
-        refused = dry_run_pod(cluster, bad)
-        assert refused.returncode != 0 and 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
+    strict = runtime_pod(docs, restricted_namespace)
+    out = dry_run_pod(cluster, strict)
+    assert out.returncode == 0 and "violate" not in out.stderr, f"{name} at restricted: {out.stderr}"
+    refused = dry_run_pod(cluster, as_root(strict))
+    assert refused.returncode != 0 and 'violates PodSecurity "restricted:latest"' in refused.stderr, refused.stderr
 
 
 def test_the_quota_refuses_a_trainer_that_does_not_fit_and_counts_trainers_only(cluster, overlay):

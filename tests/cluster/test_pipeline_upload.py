@@ -1,11 +1,16 @@
 """The chart's upload hook against KFP 2.17's real API server on the test cluster, as docs/deploy.md's
-walk-through S installs it: `helm upgrade --install` with `pipelineUpload.enabled=true` and the
-install's images. The hook runs in the runtime image on the node with the pipeline's service account
-and uploads both pipelines; what the server then holds is read back through `kfp.Client`, as the
-Kubeflow UI shows it. (The multi-user rules of tests/deploy/test_pipeline_upload.py need KFP's
-multi-user mode and a profile controller, which this cluster does not run.)"""
+walk-through S installs it: `helm upgrade --install` with `pipelineUpload.enabled=true`, the
+install's images and a pull Secret (`images.pullSecrets`). The hook runs in the runtime image on the
+node with the pipeline's service account and uploads both pipelines; what the server then holds is
+read back through `kfp.Client`, as the Kubeflow UI shows it, and a run of the uploaded training
+pipeline (as a user starts it from the UI: the pipeline's version and its parameters) runs every
+step on the install's image with its pull Secret. (The multi-user rules of
+tests/deploy/test_pipeline_upload.py need KFP's multi-user mode and a profile controller, which
+this cluster does not run.)"""
 
+import base64
 import json
+import uuid
 from datetime import UTC, datetime
 
 import pytest
@@ -18,10 +23,39 @@ from tests.support.cluster import (
     RELEASE,
     STORE_ENDPOINT,
     install_args,
+    step_pods,
+    step_states,
+    wait_for_run,
 )
 from tests.support.deploy_tools import CHART
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
+
+PULL_SECRET = "invfold-registry"
+
+
+@pytest.fixture(scope="module")
+def uploaded(cluster, kfp_host, release, cpu_images, node_images):
+    """The release upgraded with the upload hook on and a pull Secret; its revision and the time
+    before. The release goes back to the lane's values after the module."""
+    node_images("runtime")  # the hook's own image
+    registry = {"auths": {"registry.invalid": {"auth": base64.b64encode(f"lane:{uuid.uuid4().hex}".encode()).decode()}}}
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": PULL_SECRET, "namespace": CHART_NAMESPACE},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": json.dumps(registry)},
+        }
+    )
+    before = datetime.now(UTC)
+    values = ("--set", "pipelineUpload.enabled=true", "--set", f"images.pullSecrets[0].name={PULL_SECRET}")
+    cluster.helm("upgrade", RELEASE, str(CHART), *install_args(cpu_images), *values)
+    revision = json.loads(cluster.helm("status", RELEASE, "-n", CHART_NAMESPACE, "-o", "json").stdout)["version"]
+    yield revision, before
+    cluster.helm("upgrade", RELEASE, str(CHART), *install_args(cpu_images))
+    cluster.kubectl("delete", "secret", PULL_SECRET, "-n", CHART_NAMESPACE, "--ignore-not-found")
 
 
 def uploaded_version(client: Client, name: str, revision: int):
@@ -35,13 +69,10 @@ def uploaded_version(client: Client, name: str, revision: int):
     return ours[0]
 
 
-def test_the_install_hook_uploads_both_pipelines_on_the_installs_image(
-    cluster, kfp_host, release, cpu_images, node_images
+def test_the_install_hook_uploads_both_pipelines_on_the_installs_image_and_pull_secret(
+    cluster, kfp_host, cpu_images, uploaded
 ):
-    node_images("runtime")  # the hook's own image
-    before = datetime.now(UTC)
-    cluster.helm("upgrade", RELEASE, str(CHART), *install_args(cpu_images), "--set", "pipelineUpload.enabled=true")
-    revision = json.loads(cluster.helm("status", RELEASE, "-n", CHART_NAMESPACE, "-o", "json").stdout)["version"]
+    revision, before = uploaded
     client = Client(host=kfp_host)
     image = f"invfold-test/invfold-runtime:{cpu_images.tag}-cpu"
     for name in ("invfold", "invfold-design"):
@@ -50,8 +81,46 @@ def test_the_install_hook_uploads_both_pipelines_on_the_installs_image(
         spec = version.pipeline_spec.get("pipeline_spec", version.pipeline_spec)
         images = {e["container"]["image"] for e in spec["deploymentSpec"]["executors"].values()}
         assert images == {image}, (name, images)
+        platform = version.pipeline_spec.get("platform_spec", {}).get("platforms", {}).get("kubernetes", {})
+        configs = platform.get("deploymentSpec", {}).get("executors", {})
+        assert set(configs) == set(spec["deploymentSpec"]["executors"]), (name, sorted(configs))
+        secrets = {e: [s["secretName"] for s in c.get("imagePullSecret", [])] for e, c in configs.items()}
+        assert all(PULL_SECRET in names for names in secrets.values()), (name, secrets)
         defaults = {k: v.get("defaultValue") for k, v in spec["root"]["inputDefinitions"]["parameters"].items()}
         assert defaults["storage_endpoint"] == STORE_ENDPOINT, (name, defaults)
         assert defaults["mlflow_tracking_uri"] == CHART_TRACKING_URI, (name, defaults)
         if name == "invfold":
             assert defaults["storage_root"] == CHART_STORAGE_ROOT, defaults
+
+
+def test_a_run_of_the_uploaded_training_pipeline_runs_every_step_on_the_installs_image_and_pull_secret(
+    cluster, kfp_host, cpu_images, uploaded, lane_data
+):
+    """Started from the uploaded version with only the data and the run's size (the install's
+    defaults give the store, its root and MLflow), as a user starts it in the UI."""
+    revision, _ = uploaded
+    client = Client(host=kfp_host)
+    version = uploaded_version(client, "invfold", revision)
+    params = {
+        "data_uri": f"{lane_data}/sample_chain_set.jsonl.gz",
+        "split_file": f"{lane_data}/sample_chain_set_splits.json",
+        "registered_model_name": f"invfold-lane-{uuid.uuid4().hex[:8]}",
+        "preset": "tiny",
+        "max_steps": 20,
+        "procs_per_node": 1,
+        "threads": 1,
+    }
+    experiment = client.create_experiment("invfold-lane")
+    run_id = client.run_pipeline(
+        experiment.experiment_id, "lane-uploaded-training", params=params,
+        pipeline_id=version.pipeline_id, version_id=version.pipeline_version_id,
+    ).run_id  # fmt: skip
+    run = wait_for_run(client, run_id, timeout=2400)
+    assert run["state"] == "SUCCEEDED", (run.get("error"), step_states(run))
+    image = f"invfold-test/invfold-runtime:{cpu_images.tag}-cpu"
+    steps = [p for p in step_pods(cluster, run_id) if "-system-container-impl-" in p["metadata"]["name"]]
+    assert len(steps) >= 6, [p["metadata"]["name"] for p in steps]
+    for pod in steps:
+        main = next(c for c in pod["spec"]["containers"] if c["name"] == "main")
+        assert main["image"] == image, (pod["metadata"]["name"], main["image"])
+        assert {"name": PULL_SECRET} in pod["spec"].get("imagePullSecrets", []), pod["metadata"]["name"]

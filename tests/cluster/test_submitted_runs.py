@@ -9,7 +9,6 @@ One training run is shared by the tests below (about four minutes on 2 cores); t
 run starts from the champion it registered. A registered-model name of their own keeps the run
 from competing with champions of earlier sessions in the same MLflow."""
 
-import gzip
 import json
 import socket
 import subprocess
@@ -23,7 +22,9 @@ import pytest
 from kfp.client import Client
 
 from invfold.components.launch.trainjob import RUN_LABEL, run_label
+from tests.cluster.conftest import DESIGN_STRUCTURES
 from tests.support.cluster import (
+    CHART_PREFIX,
     CHART_STORAGE_ROOT,
     CHART_TRACKING_URI,
     KFP_BUCKET,
@@ -31,6 +32,7 @@ from tests.support.cluster import (
     STORE_ENDPOINT,
     WORKSPACE_CLAIM,
     kfp_store,
+    step_pods,
     step_states,
     stored,
     wait_for_run,
@@ -40,10 +42,7 @@ from tests.support.deploy_tools import REPO, tool
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
 
-SAMPLE = REPO / "src" / "invfold" / "data"
 TRAIN_STEPS = ("fingerprint-op", "prep-op", "train-op", "evaluate-op", "compare-op", "register-op")
-DESIGN_STRUCTURES = 6  # the sample's first chains: the design run's input
-CHART_PREFIX = CHART_STORAGE_ROOT.removeprefix(f"s3://{KFP_BUCKET}/")  # that root's keys in KFP's bucket
 
 
 @dataclass(frozen=True)
@@ -52,19 +51,6 @@ class Submitted:
     run: dict  # KFP's v2beta1 run, once ended
     seconds: float  # submitted to ended
     model_name: str
-
-
-@pytest.fixture(scope="module")
-def lane_data(cluster) -> str:
-    """The sample (and a few of its chains for the design run) under a fresh prefix of the store."""
-    prefix = f"{CHART_PREFIX}/lane-data/{uuid.uuid4().hex[:8]}"
-    s3 = kfp_store(cluster)
-    for name in ("sample_chain_set.jsonl.gz", "sample_chain_set_splits.json"):
-        s3.upload_file(str(SAMPLE / name), KFP_BUCKET, f"{prefix}/{name}")
-    with gzip.open(SAMPLE / "sample_chain_set.jsonl.gz", "rt") as fh:
-        first = [next(fh) for _ in range(DESIGN_STRUCTURES)]
-    s3.put_object(Bucket=KFP_BUCKET, Key=f"{prefix}/design_set.jsonl", Body="".join(first).encode())
-    return f"s3://{KFP_BUCKET}/{prefix}"
 
 
 def submit(kfp_host: str, cpu_images, *args: str) -> str:
@@ -157,11 +143,6 @@ def run_artifacts(cluster, run_id: str) -> list[dict]:
         "/opt/mlmd/bin/python", "-c", ARTIFACTS_OF_RUN, run_id,
     )  # fmt: skip
     return json.loads(out.stdout)
-
-
-def step_pods(cluster, run_id: str) -> list[dict]:
-    """The pods Argo ran for a KFP run (their workflow carries the run's id as a label)."""
-    return cluster.get("pods", "-n", KFP_NAMESPACE, "-l", f"pipeline/runid={run_id}")["items"]
 
 
 def pod_seconds(pods: list[dict]) -> dict[str, float]:

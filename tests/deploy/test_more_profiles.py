@@ -2,8 +2,8 @@
 ClusterTrainingRuntimes and PriorityClasses, `clusterScoped: true`), every other renders none of
 them (helm refuses to install an object that carries another release's ownership annotations,
 meta.helm.sh/release-name / release-namespace: helm pkg/action/validate.go `existingResourceConflict`).
-Checked on the renderings of two profiles against each other; the install of both on a real
-cluster is not run here."""
+Checked here on the renderings of two profiles against each other; both installed on the real
+cluster in tests/cluster/test_more_profiles.py."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ The upload hook (charts/invfold/templates/pipeline-upload.yaml, `python -m invfo
 gets the chart's runtime image (registry, tag, digest) and pull Secrets as PIPELINE_IMAGE and
 IMAGE_PULL_SECRETS; `invfold.pipelines.upload.for_install` is what it does to the package before the
 upload. Here it runs on the real compiled pipelines (the ConfigMap's copies, both the training and the
-design pipeline) with the environment `helm template` renders for the hook. The upload to a real KFP
-API server is not run here (no KFP backend on this machine's test cluster).
+design pipeline) with the environment `helm template` renders for the hook; the hook's upload to
+KFP's real API server, and a run of what it uploaded, are in tests/cluster/test_pipeline_upload.py.
 
 Upstream fact: kfp-kubernetes 2.17.0 `kfp/kubernetes/image.py` `set_image_pull_secrets` writes
 `imagePullSecret: [{secretName, secretNameParameter: {runtimeValue: {constant}}}]` into the

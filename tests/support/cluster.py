@@ -61,8 +61,11 @@ class Cluster:
             time.sleep(interval)
 
     def namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
+        """The namespace, with `labels` among its labels. The lane's own field manager: applied as
+        `kubectl` (the manager KFP's install applies `kubeflow` with), a namespace without those
+        labels would take KFP's Pod Security labels off `kubeflow`."""
         doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
-        self.apply(doc)
+        self.apply(doc, "--field-manager=invfold-lane")
         return name
 
     def delete_namespace(self, name: str) -> None:
@@ -251,9 +254,15 @@ RELEASE = "invfold"
 # What the chart's defaults make of that release: the steps' MLflow and the pipelines' storage root.
 CHART_TRACKING_URI = f"http://{RELEASE}-mlflow.{CHART_NAMESPACE}.svc.cluster.local:5000"
 CHART_STORAGE_ROOT = f"s3://{KFP_BUCKET}/private/{CHART_NAMESPACE}/invfold"
+CHART_PREFIX = CHART_STORAGE_ROOT.removeprefix(f"s3://{KFP_BUCKET}/")  # that root's keys in KFP's bucket
 
 
-def install_args(images) -> list[str]:
+def step_pods(cluster: Cluster, run_id: str) -> list[dict]:
+    """The pods Argo ran for a KFP run (their workflow carries the run's id as a label)."""
+    return cluster.get("pods", "-n", KFP_NAMESPACE, "-l", f"pipeline/runid={run_id}")["items"]
+
+
+def install_args(images, namespace: str = CHART_NAMESPACE) -> list[str]:
     """Single-user values (the chart's defaults) with the project's CPU images, sized for one
     2-core node: trainer pods ask for 500m/1Gi instead of the production 2 CPUs/8Gi. MLflow's
     artifacts go to the cluster's SeaweedFS, as docs/deploy.md's walk-through S sets them. The
@@ -264,7 +273,7 @@ def install_args(images) -> list[str]:
     mlflow.auth.existingSecret)."""
     return [
         "--namespace",
-        CHART_NAMESPACE,
+        namespace,
         "--set",
         "images.registry=invfold-test",
         "--set",
