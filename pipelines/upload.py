@@ -131,6 +131,17 @@ def find_pipeline(client, name: str, namespace: str) -> str | None:
     return found[0].pipeline_id if found else None
 
 
+def create_pipeline(client, name: str, namespace: str) -> str:
+    """A new pipeline without versions; its id. (`Client.upload_pipeline` would also make a
+    version named after the pipeline: kubeflow/pipelines 2.17.0
+    backend/src/apiserver/server/pipeline_upload_server.go; `CreatePipeline` makes the pipeline
+    alone: pipeline_server.go `createPipeline`, same namespace rules and authorization.)"""
+    from kfp_server_api import V2beta1Pipeline
+
+    body = V2beta1Pipeline(name=name, display_name=name, namespace=namespace or None)
+    return client._pipelines_api.pipeline_service_create_pipeline(pipeline=body).pipeline_id
+
+
 def upload(target: UploadTarget, now: datetime | None = None) -> dict:
     """Upload the package as a new version of the pipeline (made on the first install); returns
     pipeline id, version name and id. Raises SubmitError with what the API answered."""
@@ -149,9 +160,7 @@ def upload(target: UploadTarget, now: datetime | None = None) -> dict:
             client = kfp.Client(host=target.host, namespace=target.namespace, credentials=credentials)
             pipeline_id = find_pipeline(client, target.pipeline_name, target.namespace)
             if pipeline_id is None:
-                pipeline_id = client.upload_pipeline(
-                    package, pipeline_name=target.pipeline_name, namespace=target.namespace
-                ).pipeline_id
+                pipeline_id = create_pipeline(client, target.pipeline_name, target.namespace)
             uploaded = client.upload_pipeline_version(package, pipeline_version_name=version, pipeline_id=pipeline_id)
     return {"pipeline_id": pipeline_id, "version": version, "version_id": uploaded.pipeline_version_id}
 

@@ -32,6 +32,7 @@ from tests.support.deploy_tools import CHART
 pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
 
 PULL_SECRET = "invfold-registry"
+PIPELINES = ("invfold", "invfold-design")
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,10 @@ def uploaded(cluster, kfp_host, release, cpu_images, node_images):
             "stringData": {".dockerconfigjson": json.dumps(registry)},
         }
     )
+    client = Client(host=kfp_host)
+    for name in PIPELINES:  # an earlier install's: the hook makes them anew
+        if pipeline_id := client.get_pipeline_id(name):
+            client._pipelines_api.pipeline_service_delete_pipeline(pipeline_id, cascade=True)
     before = datetime.now(UTC)
     values = ("--set", "pipelineUpload.enabled=true", "--set", f"images.pullSecrets[0].name={PULL_SECRET}")
     cluster.helm("upgrade", RELEASE, str(CHART), *install_args(cpu_images), *values)
@@ -59,14 +64,14 @@ def uploaded(cluster, kfp_host, release, cpu_images, node_images):
 
 
 def uploaded_version(client: Client, name: str, revision: int):
-    """The version of pipeline `name` the hook uploaded for release `revision` (`<appVersion>-r<revision>-<time>`).
-    On a first install KFP's upload also makes a version named after the pipeline, in the same second."""
+    """The one version of pipeline `name`, which the hook made for release `revision`
+    (`<appVersion>-r<revision>-<time>`): the fixture removed the pipeline first, so the hook made
+    the pipeline too, and nothing else (no version named after the pipeline beside it)."""
     pipeline_id = client.get_pipeline_id(name)
     assert pipeline_id, f"no pipeline {name!r} on the server"
     listed = client.list_pipeline_versions(pipeline_id, page_size=100).pipeline_versions or []
-    ours = [v for v in listed if f"-r{revision}-" in v.display_name]
-    assert len(ours) == 1, [v.display_name for v in listed]
-    return ours[0]
+    assert [f"-r{revision}-" in v.display_name for v in listed] == [True], [v.display_name for v in listed]
+    return listed[0]
 
 
 def test_the_install_hook_uploads_both_pipelines_on_the_installs_image_and_pull_secret(
@@ -75,7 +80,7 @@ def test_the_install_hook_uploads_both_pipelines_on_the_installs_image_and_pull_
     revision, before = uploaded
     client = Client(host=kfp_host)
     image = f"invfold-test/invfold-runtime:{cpu_images.tag}-cpu"
-    for name in ("invfold", "invfold-design"):
+    for name in PIPELINES:
         version = uploaded_version(client, name, revision)
         assert version.created_at >= before, (name, version.created_at, before)
         spec = version.pipeline_spec.get("pipeline_spec", version.pipeline_spec)

@@ -85,7 +85,11 @@ def test_uploads_into_the_release_namespace_with_the_service_account_token(job, 
         assert proc.returncode == 0, proc.stderr
         (pipeline,) = api.pipelines.values()
         assert (pipeline["name"], pipeline["namespace"]) == ("invfold", PROFILE)
-        assert all(r.query["namespace"] == [PROFILE] for r in api.requests_to("POST", f"{PREFIX}/pipelines/upload"))
+        (create,) = api.requests_to("POST", f"{PREFIX}/pipelines")
+        assert create.body["namespace"] == PROFILE and create.status == 200
+        # the pipeline holds the hook's version alone (an upload of the pipeline would add one named after it)
+        (version,) = api.versions_of(pipeline["pipeline_id"])
+        assert version.startswith("0.1.0-r1-"), version
         assert all(r.headers["authorization"] == f"Bearer {TOKEN}" for r in api.requests)
         # the profile's own account can manage what the hook made (a shared pipeline: 403, below)
         request = urllib.request.Request(f"{api.url}{PREFIX}/pipelines/{pipeline['pipeline_id']}", method="DELETE")
@@ -152,7 +156,7 @@ def test_a_refused_upload_fails_the_hook_and_says_where(job, package, tmp_path):
     with KfpApi(multi_user=True, token=TOKEN, writable_namespaces={"someone-else"}) as api:
         proc = run_hook(job, api, package, tmp_path)
     assert proc.returncode == 1
-    assert "HTTP 400" in proc.stderr and PROFILE in proc.stderr and api.url in proc.stderr
+    assert "HTTP 403" in proc.stderr and PROFILE in proc.stderr and api.url in proc.stderr
     assert TOKEN not in proc.stderr + proc.stdout
 
 

@@ -21,6 +21,8 @@ kfp_server_api's generated client (`kfp_server_api/api/*_service_api.py`, `model
   its experiment's namespace.
 - `GET  /apis/v2beta1/experiments/{id}` and `GET /apis/v2beta1/runs/{id}`.
 - `GET  /apis/v2beta1/pipelines?namespace=&filter=` -> V2beta1ListPipelinesResponse.
+- `POST /apis/v2beta1/pipelines` with a V2beta1Pipeline (`name`, `display_name`, `namespace`) ->
+  the stored pipeline, without a version (`CreatePipeline`).
 - `POST /apis/v2beta1/pipelines/upload?name=&namespace=` (multipart/form-data, file field
   `uploadfile`) -> V2beta1Pipeline, and `POST /apis/v2beta1/pipelines/upload_version?name=&pipelineid=`
   -> V2beta1PipelineVersion (`Client.upload_pipeline` / `upload_pipeline_version`).
@@ -39,7 +41,8 @@ Pipeline rules, as kubeflow/pipelines 2.17.0 has them:
 - backend/src/apiserver/server/pipeline_server.go `canAccessPipeline`: writes to a shared pipeline
   (namespace "") are authorized against KFP's own namespace (`system_namespace`), so a profile's
   `default-editor` gets 403 there: `DELETE /apis/v2beta1/pipelines/{id}` (its versions go with it)
-  follows that rule.
+  and `CreatePipeline` (`createPipeline`: a pipeline in a namespace is authorized there, 403
+  otherwise; a duplicate name in the namespace answers 409) follow that rule.
   The upload server answers errors as `{"error_message", "error_details"}` (apiv1beta1.Error).
 
 Every request is recorded (`.requests`: method, path, query, headers with lower-cased names, JSON
@@ -236,7 +239,7 @@ class KfpApi:
         (r"/experiments/(?P<id>[^/:]+)", {"GET": "_get_experiment"}),
         (r"/runs", {"POST": "_create_run"}),
         (r"/runs/(?P<id>[^/:]+)", {"GET": "_get_run"}),
-        (r"/pipelines", {"GET": "_list_pipelines"}),
+        (r"/pipelines", {"GET": "_list_pipelines", "POST": "_create_pipeline"}),
         (r"/pipelines/upload", {"POST": "_upload_pipeline"}),
         (r"/pipelines/upload_version", {"POST": "_upload_version"}),
         (r"/pipelines/(?P<id>[^/:]+)", {"DELETE": "_delete_pipeline"}),
@@ -425,6 +428,27 @@ class KfpApi:
             raise UploadError(409, "Failed to create a pipeline and a pipeline version")
         pipeline = self._store_pipeline(name, namespace, spec)
         self._store_version(pipeline["pipeline_id"], name, spec)
+        return pipeline
+
+    def _create_pipeline(self, request: Request) -> dict:
+        body = request.body if isinstance(request.body, dict) else {}
+        namespace = body.get("namespace") or "" if self.multi_user else ""
+        if self.multi_user and self.require_namespace and not namespace:
+            raise ApiError(400, "Invalid input error: Namespace is required for pipeline operations")
+        name = body.get("name") or ""
+        if not name:
+            raise ApiError(400, "Invalid input error: name is required")
+        authorized_in = namespace or (self.system_namespace if self.multi_user else "")
+        if self.multi_user and self.writable_namespaces is not None and authorized_in not in self.writable_namespaces:
+            raise ApiError(
+                403,
+                "Failed to create a pipeline due to authorization error. "
+                f"Check if you have write permissions to namespace {namespace}",
+            )
+        if any(p["name"] == name and p["namespace"] == namespace for p in self.pipelines.values()):
+            raise ApiError(409, f"Already exists error: pipeline {name!r} in namespace {namespace!r}")
+        pipeline = self._store_pipeline(name, namespace, "")
+        pipeline["display_name"] = body.get("display_name") or name
         return pipeline
 
     def _upload_version(self, request: Request) -> dict:
