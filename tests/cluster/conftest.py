@@ -23,6 +23,7 @@ import pytest
 from tests.support.cluster import (
     CHART_NAMESPACE,
     CHART_PREFIX,
+    DESIGN_STRUCTURES,
     KFP_BUCKET,
     KUBECONFIG,
     NODE_IMAGES,
@@ -33,9 +34,9 @@ from tests.support.cluster import (
     install_args,
     kfp_api_address,
     kfp_store,
+    prerequisites,
     running,
     stale_node_images,
-    store_keys,
 )
 from tests.support.deploy_tools import CHART, REPO, run, tool
 from tests.support.docker_engine import DOCKER
@@ -119,25 +120,6 @@ def _check_free_space(cpu_images, refs: list[str]) -> None:
         )
 
 
-def prerequisites(cluster, namespace: str = CHART_NAMESPACE) -> None:
-    """The Secrets docs/deploy.md has the user create before the install: MLflow's keys to the
-    store (here KFP's admin keys of the cluster's SeaweedFS; the chart's default destination lies in
-    its `mlpipeline` bucket, the only one KFP creates)."""
-    keys = store_keys(cluster)
-    for name, data in (
-        ("mlflow-s3-credentials", {"AWS_ACCESS_KEY_ID": keys["accesskey"], "AWS_SECRET_ACCESS_KEY": keys["secretkey"]}),
-        ("mlflow-backend", {"MLFLOW_BACKEND_STORE_URI": "sqlite:////tmp/mlflow.db"}),
-    ):
-        cluster.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "namespace": namespace},
-                "stringData": data,
-            }
-        )
-
-
 @pytest.fixture(scope="package")
 def release(cluster, cpu_images, node_images):
     """The chart installed (or upgraded in place) into `kubeflow`, MLflow running."""
@@ -154,7 +136,6 @@ def kfp_host(cluster) -> str:
 
 
 SAMPLE = REPO / "src" / "invfold" / "data"
-DESIGN_STRUCTURES = 6  # the sample's first chains: the design runs' input
 
 
 @pytest.fixture(scope="package")

@@ -10,8 +10,7 @@ import json
 
 import pytest
 
-from tests.cluster.conftest import prerequisites
-from tests.support.cluster import PROFILE_LABELS, RELEASE, install_args
+from tests.support.cluster import PROFILE_LABELS, RELEASE, install_args, prerequisites
 from tests.support.deploy_tools import CHART
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]

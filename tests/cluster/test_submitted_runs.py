@@ -22,11 +22,11 @@ import pytest
 from kfp.client import Client
 
 from invfold.components.launch.trainjob import RUN_LABEL, run_label
-from tests.cluster.conftest import DESIGN_STRUCTURES
 from tests.support.cluster import (
     CHART_PREFIX,
     CHART_STORAGE_ROOT,
     CHART_TRACKING_URI,
+    DESIGN_STRUCTURES,
     KFP_BUCKET,
     KFP_NAMESPACE,
     STORE_ENDPOINT,

@@ -255,11 +255,31 @@ RELEASE = "invfold"
 CHART_TRACKING_URI = f"http://{RELEASE}-mlflow.{CHART_NAMESPACE}.svc.cluster.local:5000"
 CHART_STORAGE_ROOT = f"s3://{KFP_BUCKET}/private/{CHART_NAMESPACE}/invfold"
 CHART_PREFIX = CHART_STORAGE_ROOT.removeprefix(f"s3://{KFP_BUCKET}/")  # that root's keys in KFP's bucket
+DESIGN_STRUCTURES = 6  # the sample's first chains: the design runs' input (the lane_data fixture)
 
 
 def step_pods(cluster: Cluster, run_id: str) -> list[dict]:
     """The pods Argo ran for a KFP run (their workflow carries the run's id as a label)."""
     return cluster.get("pods", "-n", KFP_NAMESPACE, "-l", f"pipeline/runid={run_id}")["items"]
+
+
+def prerequisites(cluster, namespace: str = CHART_NAMESPACE) -> None:
+    """The Secrets docs/deploy.md has the user create before the install: MLflow's keys to the
+    store (here KFP's admin keys of the cluster's SeaweedFS; the chart's default destination lies in
+    its `mlpipeline` bucket, the only one KFP creates)."""
+    keys = store_keys(cluster)
+    for name, data in (
+        ("mlflow-s3-credentials", {"AWS_ACCESS_KEY_ID": keys["accesskey"], "AWS_SECRET_ACCESS_KEY": keys["secretkey"]}),
+        ("mlflow-backend", {"MLFLOW_BACKEND_STORE_URI": "sqlite:////tmp/mlflow.db"}),
+    ):
+        cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": name, "namespace": namespace},
+                "stringData": data,
+            }
+        )
 
 
 def install_args(images, namespace: str = CHART_NAMESPACE) -> list[str]:
