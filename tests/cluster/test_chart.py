@@ -6,8 +6,9 @@ pods cannot run).
 What the lane's install leaves off (not stand-ins: they are not there):
 - `pipelineUpload.enabled=false` here: tests/cluster/test_pipeline_upload.py turns the hook on
   against KFP's API server.
-- `mlflow.backend.type=external` (SQLite in the pod's /tmp): PostgreSQL's image is pulled from
-  Docker Hub, and no registry is reachable from this machine.
+- `mlflow.backend.type=external` (SQLite in the pod's /tmp) and auth off: the chart's own
+  PostgreSQL (Debian's, built with KFP's images: the official image cannot be pulled here) and
+  basic-auth run in the further profile of tests/cluster/test_more_profiles.py.
 """
 
 from __future__ import annotations

@@ -1,12 +1,18 @@
 """A second profile installed beside the first on the real cluster (docs/deploy.md, "More
 profiles"): the lane's release in `kubeflow` owns the cluster-wide ClusterTrainingRuntimes and
-PriorityClasses; a further release with the same values is refused by helm (another release's
-ownership annotations), and with `clusterScoped=false` installs its own MLflow, quota and policies,
-passes `helm test`, and its TrainJobs use the shared runtimes. Its uninstall leaves them to the first."""
+PriorityClasses; a further release is refused by helm (another release's ownership annotations),
+and with `clusterScoped=false` installs its own MLflow, quota and policies, passes `helm test`, and
+its TrainJobs use the shared runtimes. Its uninstall leaves them to the first.
+
+The second profile keeps the chart's MLflow defaults that the lane's release in KFP's namespace
+leaves off: its own PostgreSQL (Debian's PostgreSQL 15 image built with KFP's, in place of the
+official image no registry here serves; its claim bound to a hostPath volume, as no provisioner
+runs here) and basic-auth."""
 
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
@@ -17,15 +23,68 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 TEAM = "kubeflow-user-team-b"
 SHARED = [("clustertrainingruntime", "invfold-ddp"), ("priorityclass", "invfold-training")]
+VOLUME_CLASS = "invfold-lane-local"
+POSTGRESQL_IMAGE = ("invfold.test/postgresql", "15")  # scripts/cluster/build.sh, with KFP's images
 
 
 @pytest.fixture(scope="module")
-def team(cluster, release):
+def team(cluster, release, tmp_path_factory):
+    """The profile's namespace with MLflow's store keys, and a volume for its PostgreSQL's claim."""
     ns = cluster.namespace(TEAM, PROFILE_LABELS)
     prerequisites(cluster, ns)
+    folder = tmp_path_factory.mktemp("team-b-postgresql")
+    folder.chmod(0o777)  # a hostPath volume ignores the pod's fsGroup
+    volume = f"invfold-postgresql-{uuid.uuid4().hex[:6]}"
+    cluster.apply(
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {"name": VOLUME_CLASS},
+            "provisioner": "kubernetes.io/no-provisioner",
+        }
+    )
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": volume},
+            "spec": {
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": VOLUME_CLASS,
+                "hostPath": {"path": str(folder), "type": "Directory"},
+                "claimRef": {"namespace": ns, "name": f"data-{RELEASE}-postgresql-0"},
+            },
+        }
+    )
     yield ns
     cluster.helm("uninstall", RELEASE, "-n", ns, "--wait", "--timeout", "5m", check=False)
     cluster.delete_namespace(ns)
+    cluster.kubectl("delete", "pv", volume, "--ignore-not-found", "--wait=false", check=False)
+    cluster.kubectl("delete", "storageclass", VOLUME_CLASS, "--ignore-not-found", check=False)
+
+
+def profile_args(images, ns: str) -> list[str]:
+    """The lane's values less the two it sets for KFP's namespace (MLflow on SQLite, auth off),
+    with KFP's build of PostgreSQL and the volume class above."""
+    args = install_args(images, ns)
+    dropped = {i for i, arg in enumerate(args) if arg.startswith(("mlflow.backend.", "mlflow.auth."))}
+    kept = [arg for i, arg in enumerate(args) if i not in dropped and i + 1 not in dropped]
+    return kept + [
+        "--set", f"postgresql.image.repository={POSTGRESQL_IMAGE[0]}",
+        "--set-string", f"postgresql.image.tag={POSTGRESQL_IMAGE[1]}",
+        "--set", f"postgresql.storage.storageClassName={VOLUME_CLASS}",
+    ]  # fmt: skip
+
+
+# A search of MLflow's experiments from inside its pod, without an account: the HTTP status.
+ANONYMOUS_SEARCH = """
+import urllib.error, urllib.request
+try:
+    print(urllib.request.urlopen("http://127.0.0.1:5000/api/2.0/mlflow/experiments/search?max_results=1").status)
+except urllib.error.HTTPError as err:
+    print(err.code)
+"""
 
 
 def owner(cluster, kind: str, name: str) -> str:
@@ -34,9 +93,7 @@ def owner(cluster, kind: str, name: str) -> str:
 
 
 def test_a_further_profile_that_would_own_the_cluster_wide_objects_is_refused(cluster, cpu_images, team):
-    out = cluster.helm(
-        "install", RELEASE, str(CHART), *install_args(cpu_images, team)[:-3], "--dry-run=server", check=False
-    )
+    out = cluster.helm("install", RELEASE, str(CHART), *profile_args(cpu_images, team), "--dry-run=server", check=False)
     assert out.returncode != 0, out.stdout
     assert "exists and cannot be imported into the current release" in out.stderr, out.stderr
     assert f'must equal "{team}": current value is "kubeflow"' in out.stderr, out.stderr
@@ -57,8 +114,9 @@ def trainjob(ns: str, runtime: str) -> dict:
     }
 
 
+@pytest.mark.kfp  # its PostgreSQL image comes onto the node with KFP's
 def test_a_further_profile_installs_with_cluster_scoped_off_and_uses_the_shared_objects(cluster, cpu_images, team):
-    cluster.helm("install", RELEASE, str(CHART), *install_args(cpu_images, team), "--set", "clusterScoped=false")
+    cluster.helm("install", RELEASE, str(CHART), *profile_args(cpu_images, team), "--set", "clusterScoped=false")
     releases = json.loads(cluster.helm("list", "-A", "-o", "json").stdout)
     assert {(r["namespace"], r["status"]) for r in releases if r["name"] == RELEASE} >= {
         ("kubeflow", "deployed"),
@@ -68,6 +126,11 @@ def test_a_further_profile_installs_with_cluster_scoped_off_and_uses_the_shared_
     assert "Phase:          Succeeded" in out.stdout, out.stdout
     assert f"MLflow answers http://invfold-mlflow.{team}.svc.cluster.local:5000" in out.stdout, out.stdout
     assert all(owner(cluster, *shared) == "kubeflow" for shared in SHARED)
+    # The chart's own database and basic-auth: helm test got in with the steps' account; no account, no entry.
+    database = cluster.get("statefulset", f"{RELEASE}-postgresql", "-n", team)
+    assert database["status"].get("readyReplicas") == 1, database["status"]
+    anonymous = cluster.kubectl("exec", "-n", team, f"deploy/{RELEASE}-mlflow", "--", "python3", "-c", ANONYMOUS_SEARCH)
+    assert anonymous.stdout.strip() == "401", anonymous.stdout
     quota = cluster.get("resourcequota", "-n", team, "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
     scopes = [e["values"] for q in quota for e in q["spec"].get("scopeSelector", {}).get("matchExpressions", [])]
     assert ["invfold-training"] in scopes, quota  # the compute quota counts the shared PriorityClass

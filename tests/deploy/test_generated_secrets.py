@@ -42,11 +42,11 @@ def workload(objects, kind, role):
 def test_the_database_password_never_reaches_a_command_line():
     objects = documents(helm_template(namespace="team-a"))
     mlflow = workload(objects, "Deployment", "mlflow")
-    assert not any("PASSWORD" in a or "postgresql://" in a for a in mlflow.get("args", [])), mlflow["args"]
+    assert not any("PASSWORD" in a or "postgresql" in a for a in mlflow.get("args", [])), mlflow["args"]
     env = {e["name"]: e for e in mlflow["env"]}
     assert env["PGPASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "invfold-postgresql", "key": "POSTGRES_PASSWORD"}
     uri = env["MLFLOW_BACKEND_STORE_URI"]["value"]
-    assert uri == "postgresql://mlflow@invfold-postgresql:5432/mlflow", uri
+    assert uri == "postgresql+psycopg2://mlflow@invfold-postgresql:5432/mlflow", uri
     assert not [o for o in objects if o["kind"] == "Secret"], "a rendered Secret would be re-rolled by every render"
 
 

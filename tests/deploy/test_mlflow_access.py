@@ -81,7 +81,7 @@ def test_the_generated_auth_settings_run_on_the_real_server(tmp_path):
         o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("mlflow-auth-config")
     ]
     ini = config["data"]["basic_auth.ini"]
-    assert "password" not in ini.lower() and "database_uri = postgresql://" in ini
+    assert "password" not in ini.lower() and "database_uri = postgresql+psycopg2://" in ini
     (deploy,) = [o for o in objects if o["kind"] == "Deployment"]
     env = {e["name"]: e for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
     admin_ref = env["MLFLOW_AUTH_ADMIN_PASSWORD"]["valueFrom"]["secretKeyRef"]

@@ -288,9 +288,9 @@ def install_args(images, namespace: str = CHART_NAMESPACE) -> list[str]:
     artifacts go to the cluster's SeaweedFS, as docs/deploy.md's walk-through S sets them. The
     cluster's DNS answers on the node's address (no kube-dns pods): the NetworkPolicies, which
     kube-router enforces here, let pods reach it as they do a NodeLocal DNSCache. MLflow's runs live
-    in SQLite inside its pod (no registry serves PostgreSQL here), where the chart's basic-auth has
-    no user store: auth is off (the chart refuses auth with an external backend and no
-    mlflow.auth.existingSecret)."""
+    in SQLite inside its pod, where the chart's basic-auth has no user store: auth is off (the
+    chart refuses auth with an external backend and no mlflow.auth.existingSecret). The chart's
+    own PostgreSQL and basic-auth run in tests/cluster/test_more_profiles.py."""
     return [
         "--namespace",
         namespace,

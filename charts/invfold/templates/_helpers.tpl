@@ -261,9 +261,10 @@ KFP's own included, where every KFP pod may reach it): "true" or "". */}}
 {{- define "invfold.mlflowAdminSecret" -}}{{ .Release.Name }}-mlflow-admin{{- end -}}
 {{- define "invfold.mlflowStepsUser" -}}invfold-steps{{- end -}}
 {{- define "invfold.mlflowServerSecret" -}}{{ .Release.Name }}-mlflow-server{{- end -}}
-{{/* The internal database's URI without its password (libpq reads PGPASSWORD). */}}
+{{/* The internal database's URI without its password (libpq reads PGPASSWORD). The driver is
+named: SQLAlchemy 2.1 takes `postgresql://` for psycopg 3, and the MLflow image has psycopg2. */}}
 {{- define "invfold.postgresUri" -}}
-postgresql://{{ .Values.postgresql.username }}@{{ include "invfold.postgresName" . }}:5432/{{ .Values.postgresql.database }}
+postgresql+psycopg2://{{ .Values.postgresql.username }}@{{ include "invfold.postgresName" . }}:5432/{{ .Values.postgresql.database }}
 {{- end -}}
 
 {{/* An IPv4 address as an integer. */}}
