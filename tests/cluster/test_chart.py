@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from tests.support.cluster import CHART_NAMESPACE as NAMESPACE
-from tests.support.cluster import PROFILE_LABELS, RELEASE, install_args
+from tests.support.cluster import PROFILE_LABELS, RELEASE, install_args, no_provisioner_class
 from tests.support.deploy_tools import CHART
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -147,14 +147,7 @@ def test_walkthrough_m_passes_the_servers_dry_run_as_a_further_profile(cluster, 
         refused.stderr
     )
     for name in WALKTHROUGH_M_CLASSES.values():
-        cluster.apply(
-            {
-                "apiVersion": "storage.k8s.io/v1",
-                "kind": "StorageClass",
-                "metadata": {"name": name},
-                "provisioner": "kubernetes.io/no-provisioner",
-            }
-        )
+        cluster.apply(no_provisioner_class(name))
     try:
         out = cluster.helm(*walkthrough)
     finally:

@@ -12,11 +12,17 @@ runs here) and basic-auth."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
-from tests.support.cluster import PROFILE_LABELS, RELEASE, install_args, prerequisites
+from tests.support.cluster import (
+    PROFILE_LABELS,
+    RELEASE,
+    host_volume,
+    install_args,
+    no_provisioner_class,
+    prerequisites,
+)
 from tests.support.deploy_tools import CHART
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -32,31 +38,10 @@ def team(cluster, release, tmp_path_factory):
     """The profile's namespace with MLflow's store keys, and a volume for its PostgreSQL's claim."""
     ns = cluster.namespace(TEAM, PROFILE_LABELS)
     prerequisites(cluster, ns)
+    cluster.apply(no_provisioner_class(VOLUME_CLASS))
     folder = tmp_path_factory.mktemp("team-b-postgresql")
-    folder.chmod(0o777)  # a hostPath volume ignores the pod's fsGroup
-    volume = f"invfold-postgresql-{uuid.uuid4().hex[:6]}"
-    cluster.apply(
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {"name": VOLUME_CLASS},
-            "provisioner": "kubernetes.io/no-provisioner",
-        }
-    )
-    cluster.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolume",
-            "metadata": {"name": volume},
-            "spec": {
-                "capacity": {"storage": "10Gi"},
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": VOLUME_CLASS,
-                "hostPath": {"path": str(folder), "type": "Directory"},
-                "claimRef": {"namespace": ns, "name": f"data-{RELEASE}-postgresql-0"},
-            },
-        }
-    )
+    claim = f"data-{RELEASE}-postgresql-0"
+    volume = host_volume(cluster, folder, ns, claim, "ReadWriteOnce", size="10Gi", storage_class=VOLUME_CLASS)
     yield ns
     cluster.helm("uninstall", RELEASE, "-n", ns, "--wait", "--timeout", "5m", check=False)
     cluster.delete_namespace(ns)

@@ -35,6 +35,11 @@ PULL_SECRET = "invfold-registry"
 PIPELINES = ("invfold", "invfold-design")
 
 
+def install_image(images) -> str:
+    """The runtime image the lane's install names (the hook's, and every uploaded step's)."""
+    return f"invfold-test/invfold-runtime:{images.tag}-cpu"
+
+
 @pytest.fixture(scope="module")
 def uploaded(cluster, kfp_host, release, cpu_images, node_images):
     """The release upgraded with the upload hook on and a pull Secret; its revision and the time
@@ -79,7 +84,7 @@ def test_the_install_hook_uploads_both_pipelines_on_the_installs_image_and_pull_
 ):
     revision, before = uploaded
     client = Client(host=kfp_host)
-    image = f"invfold-test/invfold-runtime:{cpu_images.tag}-cpu"
+    image = install_image(cpu_images)
     for name in PIPELINES:
         version = uploaded_version(client, name, revision)
         assert version.created_at >= before, (name, version.created_at, before)
@@ -122,7 +127,7 @@ def test_a_run_of_the_uploaded_training_pipeline_runs_every_step_on_the_installs
     ).run_id  # fmt: skip
     run = wait_for_run(client, run_id, timeout=2400)
     assert run["state"] == "SUCCEEDED", (run.get("error"), step_states(run))
-    image = f"invfold-test/invfold-runtime:{cpu_images.tag}-cpu"
+    image = install_image(cpu_images)
     steps = [p for p in step_pods(cluster, run_id) if "-system-container-impl-" in p["metadata"]["name"]]
     assert len(steps) >= 6, [p["metadata"]["name"] for p in steps]
     for pod in steps:

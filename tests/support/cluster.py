@@ -203,28 +203,47 @@ def step_states(run: dict) -> dict[str, str]:
 WORKSPACE_CLAIM = "invfold-workspace"  # the chart's `workspace.name`
 
 
-@contextlib.contextmanager
-def workspace_claim(cluster: Cluster, namespace: str, folder: Path):
-    """The ReadWriteMany claim DeepSpeed's checkpoints need (docs/deploy.md), as the chart's
-    `workspace` names it, in `namespace`: on this one-node cluster a hostPath volume on `folder`
-    (no RWX provisioner runs here; Pod Security checks the pod's volume, a claim, not the volume
-    behind it). The folder is made world-writable: a hostPath volume ignores the pods' fsGroup."""
+def no_provisioner_class(name: str) -> dict:
+    """A StorageClass no provisioner serves: its claims bind only to volumes made for them."""
+    return {
+        "apiVersion": "storage.k8s.io/v1",
+        "kind": "StorageClass",
+        "metadata": {"name": name},
+        "provisioner": "kubernetes.io/no-provisioner",
+    }
+
+
+def host_volume(
+    cluster: Cluster, folder: Path, namespace: str, claim: str, access: str, size: str, storage_class: str = ""
+) -> str:
+    """A hostPath PersistentVolume on `folder` bound ahead to the claim `claim` in `namespace` (on
+    this one-node cluster no provisioner runs); its name. The folder is made world-writable: a
+    hostPath volume ignores the pods' fsGroup."""
     folder.chmod(0o777)
-    volume = f"invfold-workspace-{uuid.uuid4().hex[:6]}"
+    volume = f"{claim}-{uuid.uuid4().hex[:6]}"
     cluster.apply(
         {
             "apiVersion": "v1",
             "kind": "PersistentVolume",
             "metadata": {"name": volume},
             "spec": {
-                "capacity": {"storage": "1Gi"},
-                "accessModes": ["ReadWriteMany"],
-                "storageClassName": "",
+                "capacity": {"storage": size},
+                "accessModes": [access],
+                "storageClassName": storage_class,
                 "hostPath": {"path": str(folder), "type": "Directory"},
-                "claimRef": {"namespace": namespace, "name": WORKSPACE_CLAIM},
+                "claimRef": {"namespace": namespace, "name": claim},
             },
         }
     )
+    return volume
+
+
+@contextlib.contextmanager
+def workspace_claim(cluster: Cluster, namespace: str, folder: Path):
+    """The ReadWriteMany claim DeepSpeed's checkpoints need (docs/deploy.md), as the chart's
+    `workspace` names it, in `namespace`, on a host volume on `folder` (no RWX provisioner runs
+    here; Pod Security checks the pod's volume, a claim, not the volume behind it)."""
+    volume = host_volume(cluster, folder, namespace, WORKSPACE_CLAIM, "ReadWriteMany", size="1Gi")
     cluster.apply(
         {
             "apiVersion": "v1",

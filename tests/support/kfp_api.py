@@ -430,16 +430,21 @@ class KfpApi:
         self._store_version(pipeline["pipeline_id"], name, spec)
         return pipeline
 
+    def _may_write_pipelines(self, namespace: str) -> bool:
+        """canAccessPipeline for a write: a shared pipeline's (namespace "") against KFP's own namespace."""
+        if not self.multi_user or self.writable_namespaces is None:
+            return True
+        return (namespace or self.system_namespace) in self.writable_namespaces
+
     def _create_pipeline(self, request: Request) -> dict:
         body = request.body if isinstance(request.body, dict) else {}
-        namespace = body.get("namespace") or "" if self.multi_user else ""
+        namespace = (body.get("namespace") or "") if self.multi_user else ""
         if self.multi_user and self.require_namespace and not namespace:
             raise ApiError(400, "Invalid input error: Namespace is required for pipeline operations")
         name = body.get("name") or ""
         if not name:
             raise ApiError(400, "Invalid input error: name is required")
-        authorized_in = namespace or (self.system_namespace if self.multi_user else "")
-        if self.multi_user and self.writable_namespaces is not None and authorized_in not in self.writable_namespaces:
+        if not self._may_write_pipelines(namespace):
             raise ApiError(
                 403,
                 "Failed to create a pipeline due to authorization error. "
@@ -470,8 +475,7 @@ class KfpApi:
         pipeline = self.pipelines.get(id)
         if pipeline is None:
             raise ApiError(404, f"ResourceNotFoundError: Pipeline {id} not found.")
-        namespace = pipeline["namespace"] or (self.system_namespace if self.multi_user else "")
-        if self.multi_user and self.writable_namespaces is not None and namespace not in self.writable_namespaces:
+        if not self._may_write_pipelines(pipeline["namespace"]):
             raise ApiError(
                 403, f"Failed to access shared pipeline {id}. Check if you have permission to delete shared pipelines"
             )
