@@ -3,10 +3,13 @@
 # trains 2 ranks in bf16 over NCCL for a few steps on the bundled sample, then the DDP model is
 # exported to ONNX, whose parity gate fails the export when onnxruntime and PyTorch disagree.
 # Exits non-zero on the first failure. Usage: [STRATEGIES="ddp deepspeed"] bash bench/gpu_smoke.sh [WORKDIR]
-# Needs: the project venv (make test's install: DeepSpeed, Horovod built with NCCL for GPUs:
-#   HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_WITHOUT_MPI=1 bash scripts/build_horovod.sh, which took
-#   105 s on 16 cores) and 2 visible GPUs (one GPU shared by 2 ranks: NCCL refuses that, so a
-#   single GPU runs 1 rank per strategy). Last run: bench/README.md, "GPU smoke".
+# Needs: the project venv (make test's install) with DeepSpeed and Horovod built for GPUs: the GPU
+#   images' own wheels (`scripts/build_images.sh --variant gpu --wheels DIR` writes Horovod's, built
+#   with NCCL, and DeepSpeed's, with its fused optimizers, 34 MB in all; they load only with the
+#   torch they were built against, torch==2.13.0, and Python 3.11: `pip install --no-deps DIR/*.whl`),
+#   or Horovod built there (HOROVOD_GPU_OPERATIONS=NCCL HOROVOD_WITHOUT_MPI=1 bash
+#   scripts/build_horovod.sh, 105 s on 16 cores); and 2 visible GPUs (one GPU shared by 2 ranks:
+#   NCCL refuses that, so a single GPU runs 1 rank per strategy). Last run: bench/README.md, "GPU smoke".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}

@@ -7,8 +7,8 @@
   `.new_bucket()` gives each test its own bucket so fsspec's listing caches never go stale; cached
   s3fs clients are dropped before and after, as they keep the endpoint they were made with.
 - `mlflow_server`: one real MLflow tracking server for the whole session (tests/support/mlflow_server.py).
-- `docker_engine`, `cpu_images`: the Docker engine and the CPU images (tests/support/docker_engine.py),
-  shared by the image tests and the cluster lane.
+- `docker_engine`, `cpu_images`, `gpu_images`: the Docker engine and the images of each variant
+  (tests/support/docker_engine.py), shared by the image tests and the cluster lane.
 
 Tiers (`pipeline`, `multiproc`, `images`, `cluster`, `slow`; registered in pyproject.toml) are
 marks written in the test modules (tests/README.md); collection fails when a test leaves out the
@@ -41,7 +41,11 @@ import pytest
 from tests.support.mlflow_server import mlflow_server, unreachable_uri  # noqa: F401 - fixtures
 from tests.support.tiers import DOCKER_FIXTURES, check_tiers
 
-SHARED_ENGINE_MODULES = ("tests/cluster/", "tests/deploy/test_images.py")  # every Docker engine test is in one
+SHARED_ENGINE_MODULES = (
+    "tests/cluster/",
+    "tests/deploy/test_images.py",
+    "tests/deploy/test_gpu_images.py",
+)  # every Docker engine test is in one
 RECORDED = Path(__file__).with_name("durations.json")  # a clean-clone CI run's INVFOLD_TEST_DURATIONS
 
 
@@ -91,6 +95,14 @@ def cpu_images(docker_engine):
     from tests.support.docker_engine import build_cpu_images
 
     return build_cpu_images(docker_engine)
+
+
+@pytest.fixture(scope="session")
+def gpu_images(docker_engine):
+    """The GPU variants (`scripts/build_images.sh --variant gpu`), built once per content of their inputs."""
+    from tests.support.docker_engine import build_gpu_images
+
+    return build_gpu_images(docker_engine)
 
 
 _durations: dict[str, float] = {}

@@ -16,7 +16,7 @@ CLUSTER_DOCKERFILES = sorted(REPO.glob("scripts/cluster/images/*/Dockerfile"))
 
 
 def test_there_is_a_dockerfile_per_image():
-    assert {p.parent.name for p in DOCKERFILES} == {"runtime", "mpi", "deepspeed", "horovod", "mlflow"}
+    assert {p.parent.name for p in DOCKERFILES} == {"runtime", "mpi", "toolchain", "deepspeed", "horovod", "mlflow"}
 
 
 @pytest.mark.parametrize(
@@ -34,56 +34,34 @@ def pinned_packages(text: str) -> dict[str, str]:
     return dict(re.findall(r'([a-z0-9][a-z0-9+.-]+)="\$\{([A-Z_]+)\}"', text))
 
 
-def test_every_pin_is_one_the_pin_refresh_checks_on_every_base():
-    """A pinned package a base does not have fails the build (Ubuntu 24.04 renamed libopenmpi3 to
+def test_every_pin_is_one_the_pin_refresh_checks_and_both_variants_share_them():
+    """A pinned package the base does not have fails the build (Ubuntu 24.04 renamed libopenmpi3 to
     libopenmpi3t64): every pinned name is in `build_images.sh --print-pins` (which shows
-    `Candidate: (none)` for a name the base lacks), and every version argument is set per base."""
+    `Candidate: (none)` for a name the base lacks), and every version argument is set in
+    bookworm.args. gpu.args, read after it for the GPU variant, pins no apt package of its own: both
+    variants install the same Debian packages."""
     pins = {}
     for dockerfile in DOCKERFILES:
         pins |= pinned_packages(dockerfile.read_text())
     script = (REPO / "scripts" / "build_images.sh").read_text()
     refreshed = set(re.search(r"apt-cache policy ([^|]+)\|", script).group(1).split())
     assert set(pins) <= refreshed, f"pinned but never refreshed: {sorted(set(pins) - refreshed)}"
-    for base in sorted(REPO.glob("images/bases/*.args")):
-        defined = {line.split("=", 1)[0] for line in base.read_text().splitlines() if "=" in line and line[0] != "#"}
-        assert set(pins.values()) <= defined, f"{base.name} lacks {sorted(set(pins.values()) - defined)}"
+    defined = {base.name: build_args(base) for base in REPO.glob("images/bases/*.args")}
+    assert set(defined) == {"bookworm.args", "gpu.args"}
+    assert set(pins.values()) <= set(defined["bookworm.args"]), sorted(
+        set(pins.values()) - set(defined["bookworm.args"])
+    )
+    assert not set(pins.values()) & set(defined["gpu.args"]), "gpu.args re-pins an apt package"
+    # every argument the GPU variant changes is one the CPU variant sets too (no silent default)
+    assert set(defined["gpu.args"]) <= set(defined["bookworm.args"]), sorted(
+        set(defined["gpu.args"]) - set(defined["bookworm.args"])
+    )
     old = 'apt-get install -y openmpi-bin="${OPENMPI_VERSION}" libopenmpi3="${OPENMPI_VERSION}"'
     assert "libopenmpi3" in pinned_packages(old) and "libopenmpi3" not in refreshed  # what this catches
 
 
-POCKETS = ("release", "security", "base")
-# Ubuntu's version suffixes of a stable-release update (`ubuntu13.5`, `0ubuntu2.1`, `~24.04`): never
-# what the release pocket itself serves.
-UPDATE_SUFFIX = re.compile(r"ubuntu\d+\.\d+|~\d\d\.\d\d")
-
-
-def pin_pockets(text: str) -> dict[str, tuple[str, str]]:
-    """Version argument -> (the pocket its preceding `# pocket:` comment names, the version)."""
-    pockets, pocket = {}, ""
-    for line in text.splitlines():
-        if line.startswith("# pocket:"):
-            pocket = line.split(":", 1)[1].split()[0]
-        elif "=" in line and not line.startswith("#"):
-            key, value = line.split("=", 1)
-            if key.endswith("_VERSION"):
-                pockets[key] = (pocket, value)
-            pocket = ""
-    return pockets
-
-
-def test_every_gpu_pin_names_its_pocket_and_release_pins_are_the_releases():
-    """A -updates/-security pin stops resolving when Ubuntu supersedes it (one version per pocket):
-    every pin of the GPU bases says which pocket it takes, and one that claims the release pocket
-    carries no stable-update suffix (the earlier python3 3.12.3-0ubuntu2 and libgomp1
-    14.2.0-4ubuntu2~24.04 pins came from noble-updates unannounced)."""
-    pins = pin_pockets((REPO / "images" / "bases" / "cuda.args").read_text())
-    pinned = set().union(*(pinned_packages(d.read_text()).values() for d in DOCKERFILES))
-    assert pinned <= set(pins), f"pins of cuda.args without a `# pocket:` line: {sorted(pinned - set(pins))}"
-    assert {key: pocket for key, (pocket, _) in pins.items() if pocket not in POCKETS} == {}
-    assert [key for key, (pocket, v) in pins.items() if pocket == "release" and UPDATE_SUFFIX.search(v)] == []
-    # what the check catches: an update's version claimed as the release's, a pin with no pocket
-    caught = pin_pockets("# pocket: release\nA_VERSION=1:9.6p1-3ubuntu13.5\nB_VERSION=14.2.0-4ubuntu2~24.04\n")
-    assert UPDATE_SUFFIX.search(caught["A_VERSION"][1]) and caught["B_VERSION"][0] == ""
+def build_args(path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and line[0] != "#")
 
 
 def test_hadolint_flags_an_unpinned_package(tmp_path):

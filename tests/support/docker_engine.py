@@ -1,4 +1,5 @@
-"""A Docker engine for the image tests, and the CPU images built once per content of their inputs.
+"""A Docker engine for the image tests, and the images (CPU and GPU variants) built once per content
+of their inputs.
 
 The engine is Debian's docker.io, started here with its state in the build cache outside the clone
 (scripts/cache.sh), so another clone or CI run on this machine reuses its images and BuildKit layers.
@@ -34,6 +35,7 @@ IMAGE_INPUTS = (
     "scripts/make_base_image.sh",
 )
 CPU_IMAGES = ("runtime", "mpi", "deepspeed", "horovod", "ci-cpu", "mlflow")
+GPU_IMAGES = ("runtime", "mpi", "deepspeed", "horovod", "mlflow")
 
 
 @dataclass(frozen=True)
@@ -116,43 +118,52 @@ def inputs_digest() -> str:
 class Images:
     engine: Engine
     tag: str
+    variant: str = "cpu"
 
     def __getitem__(self, name: str) -> str:
-        return f"invfold-test/invfold-{name}:{self.tag}-cpu"
+        suffix = "-cpu" if self.variant == "cpu" else ""  # scripts/build_images.sh's tags
+        return f"invfold-test/invfold-{name}:{self.tag}{suffix}"
 
 
 def build_cpu_images(engine: Engine) -> Images:
     """INVFOLD_TEST_IMAGES_TAG=T tests images already built as invfold-test/invfold-NAME:T-cpu
     (e.g. by `scripts/build_images.sh --registry invfold-test --tag T`) instead of building."""
-    given = os.environ.get("INVFOLD_TEST_IMAGES_TAG")
-    images = Images(engine, given or inputs_digest())
+    return build_images(engine, "cpu", CPU_IMAGES, os.environ.get("INVFOLD_TEST_IMAGES_TAG"))
+
+
+def build_gpu_images(engine: Engine) -> Images:
+    """The GPU variant (`scripts/build_images.sh --variant gpu`), tagged invfold-test/invfold-NAME:T."""
+    return build_images(engine, "gpu", GPU_IMAGES)
+
+
+def build_images(engine: Engine, variant: str, names: tuple[str, ...], given: str | None = None) -> Images:
+    images = Images(engine, given or inputs_digest(), variant)
+    missing = [n for n in names if engine.docker("image", "inspect", images[n], check=False).returncode != 0]
     if given:
-        missing = [
-            images[n] for n in CPU_IMAGES if engine.docker("image", "inspect", images[n], check=False).returncode
-        ]
-        assert not missing, f"INVFOLD_TEST_IMAGES_TAG={given}: these images do not exist: {missing}"
+        assert not missing, (
+            f"INVFOLD_TEST_IMAGES_TAG={given}: these images do not exist: {[images[n] for n in missing]}"
+        )
         return images
-    missing = [n for n in CPU_IMAGES if engine.docker("image", "inspect", images[n], check=False).returncode != 0]
     if missing:
-        only = [arg for name in CPU_IMAGES for arg in ("--only", name)]
+        only = [arg for name in names for arg in ("--only", name)]
         started = time.monotonic()
         run(
             [
                 "bash",
                 str(REPO / "scripts" / "build_images.sh"),
                 "--variant",
-                "cpu",
+                variant,
                 "--registry",
                 "invfold-test",
                 "--tag",
                 images.tag,
                 *only,
             ],
-            timeout=1800,
+            timeout=2400,
             env={**engine.env(), "DOCKER": DOCKER},
             cwd=REPO,
         )
-        print(f"built {', '.join(CPU_IMAGES)} in {time.monotonic() - started:.0f} s")
+        print(f"built the {variant} variant of {', '.join(names)} in {time.monotonic() - started:.0f} s")
         _remove_stale_test_images(engine, images.tag)
     return images
 
@@ -165,7 +176,7 @@ def _remove_stale_test_images(engine: Engine, tag: str) -> None:
     the latest layers: it had grown to 18.7 GB when a CI run on this disk left the cluster's node
     under 1 GiB free."""
     listed = engine.docker("images", "--format", "{{.Repository}}:{{.Tag}}", "invfold-test/*").stdout.split()
-    stale = [ref for ref in listed if not ref.endswith(f":{tag}-cpu")]
+    stale = [ref for ref in listed if ref.rsplit(":", 1)[-1] not in (tag, f"{tag}-cpu")]
     if stale:
         engine.docker("rmi", *stale, check=False)
     engine.docker("builder", "prune", "--force", "--keep-storage", BUILD_CACHE_KEEP, check=False)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 TIERS = ("pipeline", "multiproc", "images", "cluster", "kfp", "slow")  # what each is for: pyproject.toml's markers
 SLOW_S = 20.0
 CLUSTER_FOLDER = "tests/cluster/"
-DOCKER_FIXTURES = frozenset({"docker_engine", "cpu_images"})
+DOCKER_FIXTURES = frozenset({"docker_engine", "cpu_images", "gpu_images"})
 KFP_FIXTURES = frozenset({"kfp_host"})  # the API server of KFP's own backend on the test cluster
 PIPELINE_ENTRY_POINTS = frozenset({"run_local", "run_design_local"})
 PIPELINE_MODULE = "invfold.pipelines.local"
