@@ -64,11 +64,7 @@ def test_torch_reports_cuda_13_and_loads_cudart_nccl_and_cudnn_from_the_image(gp
 
 
 def test_every_gpu_image_runs_as_the_unprivileged_user(gpu_images):
-    users = {
-        name: gpu_images.engine.docker("image", "inspect", "-f", "{{.Config.User}}", gpu_images[name]).stdout.strip()
-        for name in GPU_IMAGES
-    }
-    assert users == dict.fromkeys(GPU_IMAGES, "10001:10001")
+    assert {name: gpu_images.user(name) for name in GPU_IMAGES} == dict.fromkeys(GPU_IMAGES, "10001:10001")
 
 
 HOROVOD = """

@@ -124,6 +124,10 @@ class Images:
         suffix = "-cpu" if self.variant == "cpu" else ""  # scripts/build_images.sh's tags
         return f"invfold-test/invfold-{name}:{self.tag}{suffix}"
 
+    def user(self, name: str) -> str:
+        """The user the image runs as (its Config.User)."""
+        return self.engine.docker("image", "inspect", "--format", "{{.Config.User}}", self[name]).stdout.strip()
+
 
 def build_cpu_images(engine: Engine) -> Images:
     """INVFOLD_TEST_IMAGES_TAG=T tests images already built as invfold-test/invfold-NAME:T-cpu
