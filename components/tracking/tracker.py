@@ -2,8 +2,9 @@
 
 Layout of a pipeline run in MLflow: one parent run per pipeline run, found by its tag
 `kfp.pipeline_run_id` (created by the first step that records anything), with one nested run
-per step. Where KFP injects MLFLOW_RUN_ID (its MLflow integration creates a run per task under
-its own parent run), that run is the step's run and its parent is the pipeline's run.
+per step. Where KFP injects MLFLOW_RUN_ID (its MLflow plugin creates a run per task, nested under
+a run per DAG, under its own parent run), that run is the step's run and the top of its parents
+is the pipeline's run.
 
 Locally, tracking never stops a step: when the server is unreachable (checked once, fast) or a
 call fails, the item is skipped, and `Tracker.close()` logs one warning listing everything that
@@ -306,7 +307,7 @@ class Tracker:
         elif injected:
             run = self.client.get_run(injected)
             self.run_id = injected
-            self.parent_run_id = run.data.tags.get(PARENT_TAG, injected)
+            self.parent_run_id = _top_run(self.client, run)
             self.client.set_tag(self.parent_run_id, PIPELINE_RUN_TAG, self.ctx.pipeline_run_id)
             if self.parent_run_id != injected:  # findable as this step's run (step_run_id)
                 self.client.set_tag(injected, PIPELINE_RUN_TAG, self.ctx.pipeline_run_id)
@@ -461,13 +462,28 @@ class Tracker:
             try:
                 version = self.client.get_model_version_by_alias(model_name, CHAMPION)
             except MlflowException as err:
-                if "RESOURCE_DOES_NOT_EXIST" in str(err.error_code) or "not found" in str(err).lower():
+                if _not_found(err):
+                    return {}
+                # MLflow's basic-auth answers 403 for an alias of a model that does not exist
+                # (mlflow/server/auth: no model, no permission to find): a first run has none.
+                if "403" in str(err) and not self._registered(model_name):
                     return {}
                 raise
             return {"version": version.version, "tags": dict(version.tags), "run_id": version.run_id}
 
         found = self._record(f"champion of {model_name}", do)
         return found or None
+
+    def _registered(self, model_name: str) -> bool:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            self.client.get_registered_model(model_name)
+        except MlflowException as err:
+            if _not_found(err):
+                return False
+            raise
+        return True
 
     def download_artifact(self, run_id: str, artifact_path: str, dst: str) -> str | None:
         return self._record(
@@ -671,6 +687,16 @@ def _experiment_id(client, name: str) -> str:
     return experiment.experiment_id
 
 
+def _top_run(client, run) -> str:
+    """The run at the top of `run`'s parents: KFP's MLflow plugin nests each task's run under a
+    run per DAG it sits in (the exit handler, a condition), those under the pipeline's run."""
+    seen = {run.info.run_id}
+    while (parent := run.data.tags.get(PARENT_TAG)) and parent not in seen and len(seen) < 32:
+        seen.add(parent)
+        run = client.get_run(parent)
+    return run.info.run_id
+
+
 def _find_or_create_parent(client, experiment_id: str, ctx: RunContext) -> str:
     runs = client.search_runs([experiment_id], filter_string=f"tags.`{PIPELINE_RUN_TAG}` = '{ctx.pipeline_run_id}'")
     parents = [r for r in runs if PARENT_TAG not in r.data.tags]
@@ -705,6 +731,10 @@ def _finite(value: Any) -> bool:
         and value == value
         and value not in (float("inf"), float("-inf"))
     )
+
+
+def _not_found(err) -> bool:
+    return "RESOURCE_DOES_NOT_EXIST" in str(err.error_code) or "not found" in str(err).lower()
 
 
 def _is_connection_error(err: Exception) -> bool:

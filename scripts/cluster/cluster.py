@@ -922,6 +922,26 @@ MYSQL_ARGS = [
 ]
 MARIADB_ARGS = ["--datadir", "/var/lib/mysql", "--skip-log-bin"]
 VOLUMES = RUN / "volumes"
+# KFP 2.17's MLflow plugin (backend/src/apiserver/plugins/mlflow), configured only in the API
+# server's config.json. Upstream's turns it on for an OpenDataHub MLflow over TLS with workspaces,
+# which no cluster here has: every run would end with its plugin state PLUGIN_FAILED. Here it
+# points at the MLflow of the chart's release in `kubeflow` (the lane's; docs/deploy.md says how
+# to do the same): each KFP run gets a parent run in experiment `invfold` and each step a nested
+# run, which invfold's steps record into (MLFLOW_RUN_ID, injected). Basic-auth with the steps'
+# account, which KFP reads from the Secret `kfp-mlflow-credentials` (a fixed name) of the run's
+# namespace; workspaces off (a stock MLflow answers 500 to their header).
+KFP_MLFLOW_PLUGIN = {
+    "endpoint": "http://invfold-mlflow.kubeflow.svc.cluster.local:5000",
+    "timeout": "30s",
+    "settings": {
+        "authType": "basic-auth",
+        "workspacesEnabled": False,
+        "credentialSecretRef": {"usernameKey": "MLFLOW_TRACKING_USERNAME", "passwordKey": "MLFLOW_TRACKING_PASSWORD"},
+        "defaultExperimentName": "invfold",
+        "injectUserEnvVars": True,
+    },
+}
+KFP_SERVER_CONFIG = "ml-pipeline-config"  # the ConfigMap with that config.json, mounted over the image's
 
 
 def kfp_images() -> dict[str, tuple[str, str]]:
@@ -965,12 +985,17 @@ def kfp_overlay(rendered: str) -> dict:
         "V2_DRIVER_IMAGE": f"{prefix}/kfp-driver:{kfp}",
         "V2_LAUNCHER_IMAGE": f"{prefix}/kfp-launcher-v2:{kfp}",
     }
-    server = {"name": "ml-pipeline-api-server", "env": [{"name": k, "value": v} for k, v in run_images.items()]}
+    server = {
+        "name": "ml-pipeline-api-server",
+        "env": [{"name": k, "value": v} for k, v in run_images.items()],
+        "volumeMounts": [{"name": "config", "mountPath": "/config/config.json", "subPath": "config.json"}],
+    }
+    config = {"name": "config", "configMap": {"name": KFP_SERVER_CONFIG}}
     server_patch = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": "ml-pipeline"},
-        "spec": {"template": {"spec": {"containers": [server]}}},
+        "spec": {"template": {"spec": {"containers": [server], "volumes": [config]}}},
     }
     return {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
@@ -978,6 +1003,7 @@ def kfp_overlay(rendered: str) -> dict:
         # kustomize takes bases by relative path only.
         "resources": [os.path.relpath(part("CLUSTER_KFP_DIR") / "manifests" / KFP_ENV, RUN / "kfp")],
         "images": images,
+        "configMapGenerator": [{"name": KFP_SERVER_CONFIG, "namespace": KFP_NAMESPACE, "files": ["config.json"]}],
         "replicas": [{"name": name, "count": 0} for name in KFP_IDLE],
         "patches": [
             # a strategic merge: the entries of the same name are replaced in place
@@ -1006,6 +1032,14 @@ def kfp_overlay(rendered: str) -> dict:
             },
         ],
     }
+
+
+def kfp_server_config() -> dict:
+    """Upstream's config.json for the API server (its source tree's), with our MLflow plugin."""
+    path = part("CLUSTER_KFP_DIR") / "src" / "backend" / "src" / "apiserver" / "config" / "config.json"
+    config = json.loads(path.read_text())
+    config.setdefault("plugins", {})["mlflow"] = KFP_MLFLOW_PLUGIN
+    return config
 
 
 def not_built_here(rendered: str) -> list[str]:
@@ -1066,6 +1100,7 @@ def start_pipelines() -> None:
     overlay.mkdir(exist_ok=True)
     rendered = kubectl("kustomize", str(manifests / KFP_ENV)).stdout
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kfp_overlay(rendered), sort_keys=False))
+    (overlay / "config.json").write_text(json.dumps(kfp_server_config(), indent=2))
     foreign = not_built_here(kubectl("kustomize", str(overlay)).stdout)
     if foreign:
         sys.exit(f"cluster: KFP's manifests run images no part builds (nothing can be pulled here): {foreign}")

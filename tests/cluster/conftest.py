@@ -27,13 +27,17 @@ from tests.support.cluster import (
     KFP_BUCKET,
     KUBECONFIG,
     NODE_IMAGES,
+    POSTGRESQL_IMAGE,
     RELEASE,
     RUN,
     Cluster,
+    Release,
     ctr,
+    database_volume,
     install_args,
     kfp_api_address,
     kfp_store,
+    on_node,
     prerequisites,
     running,
     stale_node_images,
@@ -121,12 +125,42 @@ def _check_free_space(cpu_images, refs: list[str]) -> None:
 
 
 @pytest.fixture(scope="package")
-def release(cluster, cpu_images, node_images):
-    """The chart installed (or upgraded in place) into `kubeflow`, MLflow running."""
-    node_images("mlflow")
-    prerequisites(cluster, cluster.namespace(CHART_NAMESPACE))
-    cluster.helm("upgrade", "--install", RELEASE, str(CHART), *install_args(cpu_images))
-    return RELEASE
+def release(cluster, cpu_images, node_images) -> Release:
+    """The chart installed (or upgraded in place) into `kubeflow`, MLflow running: on the chart's
+    own PostgreSQL with basic-auth, as the chart's defaults run it, its data on a host volume that
+    goes with the cluster's state (`make cluster-down`). A cluster started without KFP's parts has
+    no PostgreSQL image (it is built with KFP's): MLflow on SQLite there, auth off."""
+    node_images("mlflow", "runtime")  # the runtime image: the hook that makes the chart's passwords
+    namespace = cluster.namespace(CHART_NAMESPACE)
+    prerequisites(cluster, namespace)
+    database = "postgresql" if on_node(POSTGRESQL_IMAGE) else "sqlite"
+    claim = cluster.kubectl("get", "pvc", f"data-{RELEASE}-postgresql-0", "-n", namespace, check=False)
+    if database == "postgresql" and claim.returncode != 0:
+        folder = RUN / "volumes" / f"{RELEASE}-postgresql"
+        folder.mkdir(parents=True, exist_ok=True)
+        database_volume(cluster, folder, namespace)
+    if database == "sqlite":
+        cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "mlflow-backend", "namespace": namespace},
+                "stringData": {"MLFLOW_BACKEND_STORE_URI": "sqlite:////tmp/mlflow.db"},
+            }
+        )
+    args = tuple(install_args(cpu_images, database=database))
+    cluster.helm("upgrade", "--install", RELEASE, str(CHART), *args)
+    if database == "postgresql":  # KFP's MLflow plugin signs in as the steps (docs/deploy.md)
+        steps = cluster.get("secret", "invfold-mlflow-auth", "-n", namespace)["data"]
+        cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "kfp-mlflow-credentials", "namespace": namespace},
+                "data": steps,
+            }
+        )
+    return Release(RELEASE, args, auth=database == "postgresql")
 
 
 @pytest.fixture(scope="package")

@@ -6,21 +6,21 @@ pods cannot run).
 What the lane's install leaves off (not stand-ins: they are not there):
 - `pipelineUpload.enabled=false` here: tests/cluster/test_pipeline_upload.py turns the hook on
   against KFP's API server.
-- `mlflow.backend.type=external` (SQLite in the pod's /tmp) and auth off: the chart's own
-  PostgreSQL (Debian's, built with KFP's images: the official image cannot be pulled here) and
-  basic-auth run in the further profile of tests/cluster/test_more_profiles.py.
+- Nothing of MLflow: it runs as the chart's defaults run it, on the chart's own PostgreSQL
+  (Debian's, built with KFP's images: the official image cannot be pulled here) with basic-auth.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import uuid
 
 import pytest
 import yaml
 
 from tests.support.cluster import CHART_NAMESPACE as NAMESPACE
-from tests.support.cluster import PROFILE_LABELS, RELEASE, install_args, no_provisioner_class
+from tests.support.cluster import PROFILE_LABELS, RELEASE, mlflow_as_admin, no_provisioner_class
 from tests.support.deploy_tools import CHART
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -72,7 +72,7 @@ def test_the_rendered_runtimes_pass_trainers_webhook_and_a_broken_one_is_refused
     Trainer's validating webhook answer (it validates cluster runtimes on update too). The same
     runtime without the container Trainer needs is refused, so the check can fail."""
     if values == "lane":
-        args = install_args(cpu_images)[:-3]  # without --wait and its timeout
+        args = list(release.args[:-3])  # without --wait and its timeout
     else:
         args = ["-f", str(CHART / "values-gpu.yaml"), "--set", "images.registry=invfold-test"]
     out = cluster.helm("template", RELEASE, str(CHART), *args, "--set", f"images.tag={cpu_images.tag}-cpu").stdout
@@ -86,9 +86,9 @@ def test_the_rendered_runtimes_pass_trainers_webhook_and_a_broken_one_is_refused
     assert "must contain the required container for the ancestor: trainer" in refused.stderr, refused.stderr
 
 
-def test_an_upgrade_rolls_mlflow_and_helm_test_passes_again(cluster, cpu_images, release):
+def test_an_upgrade_rolls_mlflow_and_helm_test_passes_again(cluster, release):
     before = helm_status(cluster)["version"]
-    cluster.helm("upgrade", RELEASE, str(CHART), *install_args(cpu_images), "--set", "mlflow.workers=1")
+    cluster.helm("upgrade", RELEASE, str(CHART), *release.args, "--set", "mlflow.workers=1")
     status = helm_status(cluster)
     assert status["version"] == before + 1 and status["info"]["status"] == "deployed"
     deployment = cluster.get("deployment", "invfold-mlflow", "-n", NAMESPACE)
@@ -97,7 +97,21 @@ def test_an_upgrade_rolls_mlflow_and_helm_test_passes_again(cluster, cpu_images,
     assert "Phase:          Succeeded" in out.stdout, out.stdout
 
 
-def test_uninstall_removes_everything_and_a_reinstall_works(cluster, cpu_images, release):
+# An experiment made (or found) by name, as MLflow's admin inside its pod: its id.
+KEPT_EXPERIMENT = """
+import sys
+from mlflow import MlflowClient
+client = MlflowClient()
+found = client.get_experiment_by_name(sys.argv[1])
+print(found.experiment_id if found else client.create_experiment(sys.argv[1]))
+"""
+
+
+def test_uninstall_removes_everything_and_a_reinstall_works(cluster, release):
+    """Uninstall leaves nothing of the release but its data: the reinstall's MLflow finds an
+    experiment made before (the database's claim and the generated passwords outlive the release)."""
+    name = f"lane-kept-{uuid.uuid4().hex[:8]}"
+    made = mlflow_as_admin(cluster, NAMESPACE, KEPT_EXPERIMENT, name) if release.auth else None
     try:
         cluster.helm("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "5m")
 
@@ -112,13 +126,15 @@ def test_uninstall_removes_everything_and_a_reinstall_works(cluster, cpu_images,
         # helm waits for the Deployment; its pods terminate after it (grace period).
         cluster.wait_for("nothing of the release left", lambda: left() == [], 180, explain=left)
         assert cluster.kubectl("get", "clustertrainingruntime", "invfold-ddp", check=False).returncode != 0
-        cluster.helm("install", RELEASE, str(CHART), *install_args(cpu_images))
+        cluster.helm("install", RELEASE, str(CHART), *release.args)
         assert helm_status(cluster)["version"] == 1
         out = cluster.helm("test", RELEASE, "-n", NAMESPACE, "--logs", "--timeout", "5m")
         assert "Phase:          Succeeded" in out.stdout, out.stdout
+        if release.auth:  # on SQLite (a cluster without KFP's parts) the runs live in the pod
+            assert mlflow_as_admin(cluster, NAMESPACE, KEPT_EXPERIMENT, name) == made
     finally:
         # The lane's other modules share the release: a failure here must not take it from them.
-        cluster.helm("upgrade", "--install", RELEASE, str(CHART), *install_args(cpu_images), check=False)
+        cluster.helm("upgrade", "--install", RELEASE, str(CHART), *release.args, check=False)
 
 
 WALKTHROUGH_M_CLASSES = {
@@ -161,11 +177,11 @@ def test_walkthrough_m_passes_the_servers_dry_run_as_a_further_profile(cluster, 
     assert sorted(c.get("storageClassName") for c in claims) == sorted(WALKTHROUGH_M_CLASSES.values()), claims
 
 
-def upload_defaults(cluster, cpu_images, *values: str) -> list[dict]:
+def upload_defaults(cluster, release, *values: str) -> list[dict]:
     """The uploaded pipelines' parameter defaults as a server-side dry run renders them (helm's
     lookup asks the real API server only there or at install)."""
     out = cluster.helm(
-        "template", RELEASE, str(CHART), *install_args(cpu_images)[:-3], "--dry-run=server",
+        "template", RELEASE, str(CHART), *release.args[:-3], "--dry-run=server",
         "--set", "pipelineUpload.enabled=true", *values,
     ).stdout  # fmt: skip
     hooks = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Job" and "upload" in d["metadata"]["name"]]
@@ -173,11 +189,11 @@ def upload_defaults(cluster, cpu_images, *values: str) -> list[dict]:
     return [json.loads(env["PIPELINE_DEFAULTS"]) for env in envs]
 
 
-def test_storage_endpoint_auto_finds_the_store_the_cluster_serves(cluster, cpu_images, release):
-    """22.4: `storage.endpoint: auto` names KFP 2.16+'s SeaweedFS where the cluster serves it (here:
+def test_storage_endpoint_auto_finds_the_store_the_cluster_serves(cluster, release):
+    """`storage.endpoint: auto` names KFP 2.16+'s SeaweedFS where the cluster serves it (here:
     the one `make cluster-up` installs in `kubeflow`), and KFP 2.15's minio-service where only that
     exists (a namespace holding just that Service stands for an older KFP install)."""
-    found = upload_defaults(cluster, cpu_images)
+    found = upload_defaults(cluster, release)
     assert {d["storage_endpoint"] for d in found} == {"http://seaweedfs.kubeflow:8333"}
     assert found[0]["storage_root"] == "s3://mlpipeline/private/kubeflow/invfold"
     old = cluster.namespace("kfp-215")
@@ -190,9 +206,7 @@ def test_storage_endpoint_auto_finds_the_store_the_cluster_serves(cluster, cpu_i
         }
     )
     try:
-        # (MLflow's auth is "auto": on outside KFP's namespace, which this value moves; off here.)
-        moved = ("--set", f"networkPolicies.kfpNamespace={old}", "--set", "mlflow.auth.enabled=false")
-        found = upload_defaults(cluster, cpu_images, *moved)
+        found = upload_defaults(cluster, release, "--set", f"networkPolicies.kfpNamespace={old}")
         assert {d["storage_endpoint"] for d in found} == {f"http://minio-service.{old}:9000"}
     finally:
         cluster.delete_namespace(old)

@@ -4,10 +4,9 @@ PriorityClasses; a further release is refused by helm (another release's ownersh
 and with `clusterScoped=false` installs its own MLflow, quota and policies, passes `helm test`, and
 its TrainJobs use the shared runtimes. Its uninstall leaves them to the first.
 
-The second profile keeps the chart's MLflow defaults that the lane's release in KFP's namespace
-leaves off: its own PostgreSQL (Debian's PostgreSQL 15 image built with KFP's, in place of the
-official image no registry here serves; its claim bound to a hostPath volume, as no provisioner
-runs here) and basic-auth."""
+The second profile's MLflow runs as the lane's: on its own PostgreSQL (Debian's PostgreSQL 15
+image built with KFP's, in place of the official image no registry here serves; its claim bound to a
+hostPath volume, as no provisioner runs here) with basic-auth."""
 
 from __future__ import annotations
 
@@ -18,9 +17,8 @@ import pytest
 from tests.support.cluster import (
     PROFILE_LABELS,
     RELEASE,
-    host_volume,
+    database_volume,
     install_args,
-    no_provisioner_class,
     prerequisites,
 )
 from tests.support.deploy_tools import CHART
@@ -29,8 +27,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 TEAM = "kubeflow-user-team-b"
 SHARED = [("clustertrainingruntime", "invfold-ddp"), ("priorityclass", "invfold-training")]
-VOLUME_CLASS = "invfold-lane-local"
-POSTGRESQL_IMAGE = ("invfold.test/postgresql", "15")  # scripts/cluster/build.sh, with KFP's images
 
 
 @pytest.fixture(scope="module")
@@ -38,28 +34,11 @@ def team(cluster, release, tmp_path_factory):
     """The profile's namespace with MLflow's store keys, and a volume for its PostgreSQL's claim."""
     ns = cluster.namespace(TEAM, PROFILE_LABELS)
     prerequisites(cluster, ns)
-    cluster.apply(no_provisioner_class(VOLUME_CLASS))
-    folder = tmp_path_factory.mktemp("team-b-postgresql")
-    claim = f"data-{RELEASE}-postgresql-0"
-    volume = host_volume(cluster, folder, ns, claim, "ReadWriteOnce", size="10Gi", storage_class=VOLUME_CLASS)
+    volume = database_volume(cluster, tmp_path_factory.mktemp("team-b-postgresql"), ns)
     yield ns
     cluster.helm("uninstall", RELEASE, "-n", ns, "--wait", "--timeout", "5m", check=False)
     cluster.delete_namespace(ns)
     cluster.kubectl("delete", "pv", volume, "--ignore-not-found", "--wait=false", check=False)
-    cluster.kubectl("delete", "storageclass", VOLUME_CLASS, "--ignore-not-found", check=False)
-
-
-def profile_args(images, ns: str) -> list[str]:
-    """The lane's values less the two it sets for KFP's namespace (MLflow on SQLite, auth off),
-    with KFP's build of PostgreSQL and the volume class above."""
-    args = install_args(images, ns)
-    dropped = {i for i, arg in enumerate(args) if arg.startswith(("mlflow.backend.", "mlflow.auth."))}
-    kept = [arg for i, arg in enumerate(args) if i not in dropped and i + 1 not in dropped]
-    return kept + [
-        "--set", f"postgresql.image.repository={POSTGRESQL_IMAGE[0]}",
-        "--set-string", f"postgresql.image.tag={POSTGRESQL_IMAGE[1]}",
-        "--set", f"postgresql.storage.storageClassName={VOLUME_CLASS}",
-    ]  # fmt: skip
 
 
 # A search of MLflow's experiments from inside its pod, without an account: the HTTP status.
@@ -78,7 +57,7 @@ def owner(cluster, kind: str, name: str) -> str:
 
 
 def test_a_further_profile_that_would_own_the_cluster_wide_objects_is_refused(cluster, cpu_images, team):
-    out = cluster.helm("install", RELEASE, str(CHART), *profile_args(cpu_images, team), "--dry-run=server", check=False)
+    out = cluster.helm("install", RELEASE, str(CHART), *install_args(cpu_images, team), "--dry-run=server", check=False)
     assert out.returncode != 0, out.stdout
     assert "exists and cannot be imported into the current release" in out.stderr, out.stderr
     assert f'must equal "{team}": current value is "kubeflow"' in out.stderr, out.stderr
@@ -101,7 +80,7 @@ def trainjob(ns: str, runtime: str) -> dict:
 
 @pytest.mark.kfp  # its PostgreSQL image comes onto the node with KFP's
 def test_a_further_profile_installs_with_cluster_scoped_off_and_uses_the_shared_objects(cluster, cpu_images, team):
-    cluster.helm("install", RELEASE, str(CHART), *profile_args(cpu_images, team), "--set", "clusterScoped=false")
+    cluster.helm("install", RELEASE, str(CHART), *install_args(cpu_images, team), "--set", "clusterScoped=false")
     releases = json.loads(cluster.helm("list", "-A", "-o", "json").stdout)
     assert {(r["namespace"], r["status"]) for r in releases if r["name"] == RELEASE} >= {
         ("kubeflow", "deployed"),

@@ -22,7 +22,6 @@ from tests.support.cluster import (
     CHART_TRACKING_URI,
     RELEASE,
     STORE_ENDPOINT,
-    install_args,
     step_pods,
     step_states,
     wait_for_run,
@@ -61,10 +60,10 @@ def uploaded(cluster, kfp_host, release, cpu_images, node_images):
             client._pipelines_api.pipeline_service_delete_pipeline(pipeline_id, cascade=True)
     before = datetime.now(UTC)
     values = ("--set", "pipelineUpload.enabled=true", "--set", f"images.pullSecrets[0].name={PULL_SECRET}")
-    cluster.helm("upgrade", RELEASE, str(CHART), *install_args(cpu_images), *values)
+    cluster.helm("upgrade", RELEASE, str(CHART), *release.args, *values)
     revision = json.loads(cluster.helm("status", RELEASE, "-n", CHART_NAMESPACE, "-o", "json").stdout)["version"]
     yield revision, before
-    cluster.helm("upgrade", RELEASE, str(CHART), *install_args(cpu_images))
+    cluster.helm("upgrade", RELEASE, str(CHART), *release.args)
     cluster.kubectl("delete", "secret", PULL_SECRET, "-n", CHART_NAMESPACE, "--ignore-not-found")
 
 

@@ -9,6 +9,7 @@ One training run is shared by the tests below (about four minutes on 2 cores); t
 run starts from the champion it registered. A registered-model name of their own keeps the run
 from competing with champions of earlier sessions in the same MLflow."""
 
+import base64
 import json
 import socket
 import subprocess
@@ -27,6 +28,7 @@ from tests.support.cluster import (
     CHART_STORAGE_ROOT,
     CHART_TRACKING_URI,
     DESIGN_STRUCTURES,
+    FINAL_STATES,
     KFP_BUCKET,
     KFP_NAMESPACE,
     STORE_ENDPOINT,
@@ -96,8 +98,14 @@ def training_run(cluster, kfp_host, release, node_images, cpu_images, lane_data)
 @pytest.fixture(scope="module")
 def mlflow_client(cluster, release):
     """The chart's MLflow as a user's browser reaches it, through `kubectl port-forward` to its
-    Service (MLflow answers 403 to a Host header it was not told of, such as the Service's IP)."""
+    Service (MLflow answers 403 to a Host header it was not told of, such as the Service's IP),
+    signed in as the steps' account (read-only but for what it made)."""
     from mlflow import MlflowClient
+
+    account = {}
+    if release.auth:
+        data = cluster.get("secret", "invfold-mlflow-auth", "-n", KFP_NAMESPACE)["data"]
+        account = {key: base64.b64decode(value).decode() for key, value in data.items()}
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -112,7 +120,10 @@ def mlflow_client(cluster, release):
     try:
         line = forward.stdout.readline()
         assert line.startswith("Forwarding from"), line
-        yield MlflowClient(tracking_uri=f"http://127.0.0.1:{port}")
+        with pytest.MonkeyPatch.context() as env:
+            for key, value in account.items():
+                env.setenv(key, value)
+            yield MlflowClient(tracking_uri=f"http://127.0.0.1:{port}")
     finally:
         forward.terminate()
         forward.wait(timeout=30)
@@ -205,7 +216,7 @@ def test_the_train_step_launches_its_trainjob_as_the_pipelines_service_account(c
     assert run_trainjobs(cluster, training_run.run_id), f"no TrainJob of run {training_run.run_id} in {KFP_NAMESPACE}"
 
 
-def test_the_run_registers_its_model_as_champion_in_the_charts_mlflow(cluster, training_run, mlflow_client):
+def test_the_run_registers_its_model_as_champion_in_the_charts_mlflow(cluster, kfp_host, training_run, mlflow_client):
     """Read back from the chart's MLflow: the champion alias on the version this run registered,
     and the links both ways (MLflow's run and version carry the KFP run's id; the KFP run's
     register step names the MLflow run)."""
@@ -222,6 +233,16 @@ def test_the_run_registers_its_model_as_champion_in_the_charts_mlflow(cluster, t
     assert len(parent) == 1, [r.info.run_id for r in parents]
     assert parent[0].data.tags["invfold.registered_version"] == champion.version
     assert parent[0].info.status == "FINISHED"
+    # KFP's MLflow plugin made that parent run (scripts/cluster/cluster.py configures it) and a
+    # run per step (nested under a run per DAG: the exit handler, the register condition), which
+    # the steps recorded into: every step's run leads up to that one parent.
+    plugin = kfp_run(kfp_host, training_run.run_id)["plugins_output"]["mlflow"]
+    assert plugin["state"] == "PLUGIN_SUCCEEDED", plugin
+    assert plugin["entries"]["root_run_id"]["value"] == parent[0].info.run_id, plugin
+    steps = {run.data.tags["invfold.step"]: run for run in parents if "invfold.step" in run.data.tags}
+    assert set(steps) >= {"fingerprint", "train", "evaluate", "compare", "register"}, sorted(steps)
+    assert {name: top_run(client, run) for name, run in steps.items()} == dict.fromkeys(steps, parent[0].info.run_id)
+    assert {run.info.status for run in steps.values()} == {"FINISHED"}
     # The KFP side, as the Kubeflow UI shows it (from ML Metadata): the register step's ONNX
     # model names the registered version and the MLflow run that logged it.
     artifacts = run_artifacts(cluster, training_run.run_id)
@@ -270,6 +291,19 @@ def test_a_bad_data_uri_fails_the_run_at_its_first_step_with_the_reason(cluster,
     assert all("Traceback" not in m and "\n" not in m for m in reasons.values()), reasons
 
 
+def top_run(client, run) -> str:
+    """The id of the run at the top of `run`'s `mlflow.parentRunId` chain."""
+    while parent := run.data.tags.get("mlflow.parentRunId"):
+        run = client.get_run(parent)
+    return run.info.run_id
+
+
+def kfp_run(kfp_host: str, run_id: str) -> dict:
+    """A KFP run as its v2beta1 API answers (the SDK's model drops `plugins_output`)."""
+    with urllib.request.urlopen(f"{kfp_host}/apis/v2beta1/runs/{run_id}", timeout=30) as response:
+        return json.load(response)
+
+
 def workflow_nodes(kfp_host: str, run_id: str) -> list[dict]:
     """The Argo nodes of a KFP run, from the workflow KFP keeps with the run (its v1beta1 run API;
     the v2beta1 run has no field for a step's message or its attempts)."""
@@ -282,6 +316,44 @@ def failed_step_messages(kfp_host: str, run_id: str) -> dict[str, str]:
     """The status message of each failed pod of a KFP run."""
     nodes = workflow_nodes(kfp_host, run_id)
     return {n["id"]: n.get("message", "") for n in nodes if n["type"] == "Pod" and n["phase"] in ("Failed", "Error")}
+
+
+# The train step's own process (KFP's executor, under its launcher) killed as the kernel's OOM
+# killer would: SIGKILL, no cleanup, so the TrainJob it launched keeps running.
+KILL_STEP = """
+import os, signal
+def command(pid):
+    return open(f"/proc/{pid}/cmdline", "rb").read()
+mine = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid() and b"executor_main" in command(p)]
+for pid in mine:
+    os.kill(pid, signal.SIGKILL)
+print(len(mine))
+"""
+
+
+def wait_for_first_checkpoint(cluster, kfp_host: str, run_id: str) -> None:
+    """Until the run's train step has written its first complete checkpoint (step 100) to the store."""
+    client, s3 = Client(host=kfp_host), kfp_store(cluster)
+    checkpoint = f"{CHART_PREFIX}/checkpoints/{run_id}/step-00000100/COMPLETE"
+
+    def checkpointed() -> bool:
+        if s3.list_objects_v2(Bucket=KFP_BUCKET, Prefix=checkpoint).get("KeyCount"):
+            return True
+        state = client.get_run(run_id).state
+        assert state not in FINAL_STATES, f"the run ended {state} before a checkpoint"
+        return False
+
+    cluster.wait_for("the run's first checkpoint", checkpointed, 1500, interval=1.0)
+
+
+def running_launcher(cluster, run_id: str) -> str:
+    """The train step's pod of a run while it runs (it carries the launcher role)."""
+    (pod,) = [
+        pod["metadata"]["name"]
+        for pod in step_pods(cluster, run_id)
+        if pod["metadata"]["labels"].get("invfold.dev/role") == "launcher" and pod["status"]["phase"] == "Running"
+    ]
+    return pod
 
 
 # TrainConfig checkpoints every 100 steps: the pod is deleted after the first, and the job it
@@ -300,24 +372,9 @@ def test_a_deleted_train_step_pod_is_retried_and_its_horovod_job_resumes_from_th
     (the shared run above is DDP)."""
     node_images("runtime", "horovod")
     run_id = submit(kfp_host, cpu_images, *training_options(lane_data, "horovod", RETRIED_STEPS, "lane-retried-train"))
-    client, s3 = Client(host=kfp_host), kfp_store(cluster)
-    checkpoint = f"{CHART_PREFIX}/checkpoints/{run_id}/step-00000100/COMPLETE"
-
-    def checkpointed_or_ended() -> bool:
-        if s3.list_objects_v2(Bucket=KFP_BUCKET, Prefix=checkpoint).get("KeyCount"):
-            return True
-        state = client.get_run(run_id).state
-        assert state not in ("SUCCEEDED", "FAILED", "CANCELED"), f"the run ended {state} before a checkpoint"
-        return False
-
-    cluster.wait_for("the run's first checkpoint", checkpointed_or_ended, 1500, interval=1.0)
+    wait_for_first_checkpoint(cluster, kfp_host, run_id)
     (first_job,) = run_trainjobs(cluster, run_id)
-    (step,) = [
-        pod["metadata"]["name"]
-        for pod in step_pods(cluster, run_id)
-        if pod["metadata"]["labels"].get("invfold.dev/role") == "launcher" and pod["status"]["phase"] == "Running"
-    ]
-    cluster.kubectl("delete", "pod", "-n", KFP_NAMESPACE, step, "--wait=false")
+    cluster.kubectl("delete", "pod", "-n", KFP_NAMESPACE, running_launcher(cluster, run_id), "--wait=false")
 
     run, seconds = watch(kfp_host, run_id, timeout=1800)
     print(f"retried training run {run_id}: {run['state']} in {seconds:.0f} s")
@@ -342,6 +399,57 @@ def test_a_deleted_train_step_pod_is_retried_and_its_horovod_job_resumes_from_th
     assert trained and trained[0] > 100, trained[:3]  # resumed from a checkpoint, not from step 0
     summary = job_summary(outputs)
     assert (summary["strategy"], summary["step"], summary["stop_reason"]) == ("horovod", RETRIED_STEPS, "finished")
+
+
+# DDP on one process trains the tiny preset at about 20 steps/s here: the job left running must
+# still be training when the user's retry starts (about a minute after the kill).
+USER_RETRY_STEPS = 3000
+
+
+def test_a_users_retry_of_a_run_whose_train_step_was_killed_resumes_and_succeeds(
+    cluster, kfp_host, cpu_images, release, node_images, lane_data, mlflow_client
+):
+    """The train step's process killed once its DDP job has checkpointed: the run ends Failed
+    (Argo retries only errors, not a step that exited non-zero: docs/deploy.md), and its TrainJob
+    is left running. The user's Retry (KFP's `runs/{id}:retry`, the UI's button) keeps the run's
+    id, so the new attempt deletes the job left behind, resumes from the run's checkpoints, and
+    the run Succeeds; KFP's MLflow plugin reopens the run's MLflow parent and closes it FINISHED."""
+    node_images("runtime")
+    run_id = submit(kfp_host, cpu_images, *training_options(lane_data, "ddp", USER_RETRY_STEPS, "lane-user-retry"))
+    wait_for_first_checkpoint(cluster, kfp_host, run_id)
+    (left,) = run_trainjobs(cluster, run_id)
+    pod = running_launcher(cluster, run_id)
+    killed = cluster.kubectl("exec", "-n", KFP_NAMESPACE, pod, "-c", "main", "--", "python3", "-c", KILL_STEP)
+    assert int(killed.stdout) >= 1, killed.stdout
+    failed, _ = watch(kfp_host, run_id, timeout=600)
+    assert failed["state"] == "FAILED" and step_states(failed).get("train-op") == "FAILED", step_states(failed)
+    assert left in run_trainjobs(cluster, run_id)  # nothing ran the step's cleanup
+
+    request = urllib.request.Request(f"{kfp_host}/apis/v2beta1/runs/{run_id}:retry", method="POST")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200
+    client = Client(host=kfp_host)
+    cluster.wait_for("the retried run to start", lambda: client.get_run(run_id).state != "FAILED", 300)
+    run, seconds = watch(kfp_host, run_id, timeout=1800)
+    print(f"user-retried training run {run_id}: {run['state']} in {seconds:.0f} s")
+    assert run["state"] == "SUCCEEDED", (run.get("error"), step_states(run))
+    (job,) = run_trainjobs(cluster, run_id)
+    assert job != left  # the one left behind was deleted by the new attempt
+    outputs = job_outputs(cluster, job)
+    trained = [
+        json.loads(line)["step"]
+        for key, body in outputs.items()
+        if key.endswith("/metrics.jsonl")
+        for line in body.splitlines()
+        if json.loads(line)["split"] == "train"
+    ]
+    assert trained and trained[0] > 100, trained[:3]  # resumed from a checkpoint, not from step 0
+    summary = job_summary(outputs)
+    assert (summary["strategy"], summary["step"], summary["stop_reason"]) == ("ddp", USER_RETRY_STEPS, "finished")
+    assert not job_outputs(cluster, left), "the job left behind ran to its end: it was not deleted"
+    plugin = kfp_run(kfp_host, run_id)["plugins_output"]["mlflow"]
+    parent = mlflow_client.get_run(plugin["entries"]["root_run_id"]["value"])
+    assert parent.data.tags["kfp.pipeline_run_id"] == run_id and parent.info.status == "FINISHED", parent.info
 
 
 def test_a_submitted_deepspeed_run_checkpoints_to_the_workspace_claim(

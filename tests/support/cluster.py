@@ -283,33 +283,88 @@ def step_pods(cluster: Cluster, run_id: str) -> list[dict]:
 
 
 def prerequisites(cluster, namespace: str = CHART_NAMESPACE) -> None:
-    """The Secrets docs/deploy.md has the user create before the install: MLflow's keys to the
+    """The Secret docs/deploy.md has the user create before the install: MLflow's keys to the
     store (here KFP's admin keys of the cluster's SeaweedFS; the chart's default destination lies in
     its `mlpipeline` bucket, the only one KFP creates)."""
     keys = store_keys(cluster)
-    for name, data in (
-        ("mlflow-s3-credentials", {"AWS_ACCESS_KEY_ID": keys["accesskey"], "AWS_SECRET_ACCESS_KEY": keys["secretkey"]}),
-        ("mlflow-backend", {"MLFLOW_BACKEND_STORE_URI": "sqlite:////tmp/mlflow.db"}),
-    ):
-        cluster.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "Secret",
-                "metadata": {"name": name, "namespace": namespace},
-                "stringData": data,
-            }
-        )
+    cluster.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "mlflow-s3-credentials", "namespace": namespace},
+            "stringData": {"AWS_ACCESS_KEY_ID": keys["accesskey"], "AWS_SECRET_ACCESS_KEY": keys["secretkey"]},
+        }
+    )
 
 
-def install_args(images, namespace: str = CHART_NAMESPACE) -> list[str]:
+# The chart's PostgreSQL on the node: Debian's PostgreSQL 15, built with KFP's images
+# (scripts/cluster/build.sh) in place of the official image, which no registry here serves.
+POSTGRESQL_IMAGE = ("invfold.test/postgresql", "15")
+DATABASE_CLASS = "invfold-lane-local"  # its claims' class: bound to host volumes, no provisioner here
+
+
+def database_volume(cluster: Cluster, folder: Path, namespace: str) -> str:
+    """A host volume on `folder` for the claim of a release's PostgreSQL in `namespace` (the
+    StatefulSet's `data-<release>-postgresql-0`), of the lane's volume class; its name."""
+    cluster.apply(no_provisioner_class(DATABASE_CLASS))
+    claim = f"data-{RELEASE}-postgresql-0"
+    return host_volume(cluster, folder, namespace, claim, "ReadWriteOnce", size="10Gi", storage_class=DATABASE_CLASS)
+
+
+@dataclass(frozen=True)
+class Release:
+    """The lane's release of the chart: its helm values (for upgrades back to them) and whether
+    its MLflow asks for an account (basic-auth, with the chart's own PostgreSQL)."""
+
+    name: str
+    args: tuple[str, ...]
+    auth: bool
+
+
+def on_node(image: tuple[str, str]) -> bool:
+    """Whether the node's containerd holds `image` (repository, tag)."""
+    listing = subprocess.run([*ctr(), "images", "ls", "-q"], capture_output=True, text=True, check=True).stdout
+    return ":".join(image) in listing.split()
+
+
+# MLflow's admin account, which only the MLflow server's pod holds (MLFLOW_AUTH_ADMIN_*), as a
+# client's variables for a script run in that pod.
+AS_ADMIN = (
+    'MLFLOW_TRACKING_USERNAME="$MLFLOW_AUTH_ADMIN_USERNAME" MLFLOW_TRACKING_PASSWORD="$MLFLOW_AUTH_ADMIN_PASSWORD" '
+    'MLFLOW_TRACKING_URI=http://127.0.0.1:5000 exec python3 -c "$0" "$@"'
+)
+
+
+def mlflow_as_admin(cluster: Cluster, namespace: str, script: str, *args: str) -> str:
+    """What `script` prints, run with `args` inside a release's MLflow pod as MLflow's admin."""
+    pod = f"deploy/{RELEASE}-mlflow"
+    return cluster.kubectl("exec", "-n", namespace, pod, "--", "sh", "-c", AS_ADMIN, script, *args).stdout.strip()
+
+
+def install_args(images, namespace: str = CHART_NAMESPACE, database: str = "postgresql") -> list[str]:
     """Single-user values (the chart's defaults) with the project's CPU images, sized for one
     2-core node: trainer pods ask for 500m/1Gi instead of the production 2 CPUs/8Gi. MLflow's
     artifacts go to the cluster's SeaweedFS, as docs/deploy.md's walk-through S sets them. The
     cluster's DNS answers on the node's address (no kube-dns pods): the NetworkPolicies, which
-    kube-router enforces here, let pods reach it as they do a NodeLocal DNSCache. MLflow's runs live
-    in SQLite inside its pod, where the chart's basic-auth has no user store: auth is off (the
-    chart refuses auth with an external backend and no mlflow.auth.existingSecret). The chart's
-    own PostgreSQL and basic-auth run in tests/cluster/test_more_profiles.py."""
+    kube-router enforces here, let pods reach it as they do a NodeLocal DNSCache.
+
+    `database="postgresql"`: MLflow as the chart's defaults run it, on its own PostgreSQL
+    (POSTGRESQL_IMAGE, its claim on a `database_volume`) with basic-auth. `"sqlite"`, only for a
+    cluster started without KFP's parts (where that image is not built): its runs in SQLite inside
+    its pod, auth off (the chart keeps basic-auth's users in its PostgreSQL)."""
+    assert database in ("postgresql", "sqlite"), database
+    if database == "postgresql":
+        mlflow = [
+            "--set", f"postgresql.image.repository={POSTGRESQL_IMAGE[0]}",
+            "--set-string", f"postgresql.image.tag={POSTGRESQL_IMAGE[1]}",
+            "--set", f"postgresql.storage.storageClassName={DATABASE_CLASS}",
+        ]  # fmt: skip
+    else:
+        mlflow = [
+            "--set", "mlflow.backend.type=external",
+            "--set", "mlflow.backend.external.existingSecret=mlflow-backend",
+            "--set", "mlflow.auth.enabled=false",
+        ]  # fmt: skip
     return [
         "--namespace",
         namespace,
@@ -319,12 +374,7 @@ def install_args(images, namespace: str = CHART_NAMESPACE) -> list[str]:
         f"images.tag={images.tag}-cpu",
         "--set",
         "pipelineUpload.enabled=false",
-        "--set",
-        "mlflow.backend.type=external",
-        "--set",
-        "mlflow.backend.external.existingSecret=mlflow-backend",
-        "--set",
-        "mlflow.auth.enabled=false",
+        *mlflow,
         "--set",
         f"mlflow.artifacts.s3EndpointUrl={STORE_ENDPOINT}",
         "--set",

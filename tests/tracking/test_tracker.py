@@ -90,10 +90,13 @@ def test_a_pipeline_that_succeeded_ends_finished(mlflow_server):
 
 
 def test_injected_run_id_is_used_as_the_step_run(mlflow_server, monkeypatch):
+    """KFP's MLflow plugin nests the task's run under a run per DAG (here the exit handler's):
+    the pipeline's run is the top one."""
     client = MlflowClient(mlflow_server)
     experiment = client.create_experiment(f"kfp-injected-{uuid.uuid4().hex[:6]}")
     kfp_parent = client.create_run(experiment).info.run_id
-    kfp_task = client.create_run(experiment, tags={PARENT_TAG: kfp_parent}).info.run_id
+    exit_handler = client.create_run(experiment, tags={PARENT_TAG: kfp_parent}).info.run_id
+    kfp_task = client.create_run(experiment, tags={PARENT_TAG: exit_handler}).info.run_id
     monkeypatch.setenv("MLFLOW_RUN_ID", kfp_task)
     with Tracker(context(mlflow_server), "train") as train:
         train.log_metrics({"x": 1.0})
