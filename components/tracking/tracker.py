@@ -35,6 +35,13 @@ from invfold.options import option
 
 log = logging.getLogger(__name__)
 
+# MLflow's client telemetry off unless asked for (before the first `import mlflow`, which starts it;
+# every import of mlflow is in this module): it reports usage to an outside server, and its thread
+# sets and unsets a variable of os.environ while a request's proxy lookup iterates os.environ,
+# which failed an evaluate step's log_batch on the test cluster with KeyError
+# '_MLFLOW_TELEMETRY_SESSION_ID' (mlflow 3.17.2, mlflow/telemetry/client.py).
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
 PIPELINE_RUN_TAG = "kfp.pipeline_run_id"
 PARENT_TAG = "mlflow.parentRunId"
 CHAMPION = "champion"

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -158,3 +161,20 @@ def test_a_registered_version_names_the_training_run_as_its_source_and_links_bot
     assert {m.key: m.value for m in logged.metrics} == {"test/recovery": 0.3}
     assert client.get_run(train.run_id).data.tags["invfold.registered_version"] == f"{name} v1"
     assert found.source == f"models:/{logged.model_id}"  # the version's files: the ONNX model logged by register
+
+
+def test_mlflows_client_telemetry_is_off_unless_asked_for():
+    """Its thread mutated os.environ under a step's request (KeyError '_MLFLOW_TELEMETRY_SESSION_ID').
+    (Read from MLflow's own setting: MLflow also turns telemetry off under pytest and CI.)"""
+    probe = (
+        "import invfold.components.tracking\n"
+        "from mlflow.environment_variables import MLFLOW_DISABLE_TELEMETRY\n"
+        "print(MLFLOW_DISABLE_TELEMETRY.get())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_DISABLE_TELEMETRY", "DO_NOT_TRACK")}
+    off = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    on = subprocess.run(
+        [sys.executable, "-c", probe], env={**env, "MLFLOW_DISABLE_TELEMETRY": "false"}, capture_output=True, text=True
+    )
+    assert off.stdout.split()[-1] == "True", off.stderr[-2000:]
+    assert on.stdout.split()[-1] == "False", on.stderr[-2000:]
