@@ -185,6 +185,13 @@ def job_outputs(cluster, job: str) -> dict[str, bytes]:
     return stored(cluster, f"{CHART_PREFIX}/runs/{job}/")
 
 
+def trained_steps(outputs: dict[str, bytes]) -> list[int]:
+    """The steps of a TrainJob's train metrics, in order (its metrics.jsonl)."""
+    lines = [line for key, body in outputs.items() if key.endswith("/metrics.jsonl") for line in body.splitlines()]
+    records = [json.loads(line) for line in lines]
+    return [record["step"] for record in records if record["split"] == "train"]
+
+
 def job_summary(outputs: dict[str, bytes]) -> dict:
     (summary,) = [json.loads(body) for key, body in outputs.items() if key.endswith("/summary.json")]
     return summary
@@ -389,13 +396,7 @@ def test_a_deleted_train_step_pod_is_retried_and_its_horovod_job_resumes_from_th
     (second_job,) = run_trainjobs(cluster, run_id)
     assert second_job != first_job
     outputs = job_outputs(cluster, second_job)
-    metrics = [
-        json.loads(line)
-        for key, body in outputs.items()
-        if key.endswith("/metrics.jsonl")
-        for line in body.splitlines()
-    ]
-    trained = [record["step"] for record in metrics if record["split"] == "train"]
+    trained = trained_steps(outputs)
     assert trained and trained[0] > 100, trained[:3]  # resumed from a checkpoint, not from step 0
     summary = job_summary(outputs)
     assert (summary["strategy"], summary["step"], summary["stop_reason"]) == ("horovod", RETRIED_STEPS, "finished")
@@ -436,13 +437,7 @@ def test_a_users_retry_of_a_run_whose_train_step_was_killed_resumes_and_succeeds
     (job,) = run_trainjobs(cluster, run_id)
     assert job != left  # the one left behind was deleted by the new attempt
     outputs = job_outputs(cluster, job)
-    trained = [
-        json.loads(line)["step"]
-        for key, body in outputs.items()
-        if key.endswith("/metrics.jsonl")
-        for line in body.splitlines()
-        if json.loads(line)["split"] == "train"
-    ]
+    trained = trained_steps(outputs)
     assert trained and trained[0] > 100, trained[:3]  # resumed from a checkpoint, not from step 0
     summary = job_summary(outputs)
     assert (summary["strategy"], summary["step"], summary["stop_reason"]) == ("ddp", USER_RETRY_STEPS, "finished")
