@@ -1,6 +1,6 @@
 # The two set-up commands of the README are `make run` and `make test`; each installs what it
 # needs on a fresh machine. The others assume `make test` (or `bash scripts/setup.sh test`) ran once.
-.PHONY: run test test-fast lint generate generate-sample-data images cluster-up cluster-down test-cluster test-kfp
+.PHONY: run test test-fast lint generate generate-sample-data images cluster-up cluster-down test-cluster test-kfp screenshots
 
 run:
 	bash scripts/setup.sh run
@@ -69,3 +69,9 @@ test-cluster:
 # built from upstream's source on first use and installed from its manifests by make cluster-up.
 test-kfp:
 	.venv/bin/python -m pytest -q -m kfp tests/cluster --durations=10
+
+# The pictures of KFP's UI and the cluster's MLflow in docs/deploy.md (docs/screenshots/), taken by
+# the lane's browser tests on a run they submit (a KFP cluster up: make cluster-up).
+screenshots:
+	INVFOLD_SCREENSHOTS=docs/screenshots .venv/bin/python -m pytest -q -m kfp tests/cluster/test_submitted_runs.py \
+	  -k "kubeflow_ui or mlflow_shows" --timeout=3600 --durations=5

@@ -8,7 +8,7 @@ parity gate, MLflow logging with signature and input example, registration, both
 tagged on the new version, and the `champion` alias moved to it."""
 
 from kfp import dsl
-from kfp.dsl import Artifact, Dataset, Input, Metrics, Model, Output
+from kfp.dsl import Artifact, Dataset, Input, Markdown, Metrics, Model, Output
 
 from invfold.runtime import runtime_image
 
@@ -79,6 +79,7 @@ def register_op(
     model_name: str,
     onnx_model: Output[Model],
     metrics: Output[Metrics],
+    summary: Output[Markdown],
 ):
     """Export ONNX (parity-gated), register it in MLflow and make it the champion.
 
@@ -92,6 +93,7 @@ def register_op(
         model_name: Registered model name.
         onnx_model: model.onnx and its parity report.
         metrics: Parity and size figures.
+        summary: The outcome and the link to the pipeline's MLflow run (Markdown, shown in the Kubeflow UI).
     """
     import json
 
@@ -112,3 +114,5 @@ def register_op(
     for key, value in out["metrics"].items():
         metrics.log_metric(key, value)
     onnx_model.metadata.update(artifact_metadata(out["metadata"]))
+    with open(summary.path, "w") as fh:
+        fh.write(out["summary"])

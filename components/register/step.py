@@ -183,6 +183,19 @@ def model_description(model_name: str, comparison: Comparison) -> str:
     )
 
 
+def summary_markdown(model_name: str, version: str | None, champion: bool, decision: str, run_page: str | None) -> str:
+    """What the Kubeflow UI shows for the register step: the outcome, and the link to the
+    pipeline's MLflow run (the way from a KFP run to its record)."""
+    if version and champion:
+        outcome = f"Registered `{model_name}` version {version}, now its `champion`."
+    elif version:
+        outcome = f"Registered `{model_name}` version {version}; another run's version holds `champion`."
+    else:
+        outcome = f"Nothing registered in `{model_name}`."
+    record = f"[MLflow run]({run_page})" if run_page else "MLflow run: not recorded on a tracking server with a UI"
+    return f"### Registration\n\n{outcome}\n\nDecision: {decision}\n\n{record}\n"
+
+
 def register_step(
     *,
     prepared_path: str,
@@ -258,6 +271,7 @@ def register_step(
         tracker.set_tags({"invfold.decision": comparison.decision})
     print(f"register: {comparison.decision}" + (f" (champion: v{version})" if champion else ""))
     return {
+        "summary": summary_markdown(model_name, version, champion, comparison.decision, tracker.pipeline_run_page()),
         "metrics": export_metrics,
         "metadata": {
             "compute_s": round(seconds, 3),

@@ -313,6 +313,7 @@ class Tracker:
             self.run_id = self.parent_run_id = run.info.run_id
         elif injected:
             run = self.client.get_run(injected)
+            _tag_experiment(self.client, self.client.get_experiment(run.info.experiment_id))
             self.run_id = injected
             self.parent_run_id = _top_run(self.client, run)
             self.client.set_tag(self.parent_run_id, PIPELINE_RUN_TAG, self.ctx.pipeline_run_id)
@@ -348,6 +349,19 @@ class Tracker:
             f"MLflow: run {self.run_id} in experiment {self.ctx.experiment!r} at "
             f"{storage.display_uri(self.ctx.tracking_uri)}"
         )
+
+    def pipeline_run_page(self) -> str | None:
+        """The address of the pipeline's MLflow run in the tracking server's UI, for links from
+        other UIs (the Kubeflow UI shows the register step's summary); None when the store has no
+        UI of its own (a file or database URI) or nothing was recorded."""
+        if self.parent_run_id is None or not self.ctx.tracking_uri.startswith(("http://", "https://")):
+            return None
+        experiment_id = self._record(
+            "the run's experiment", lambda: self.client.get_run(self.parent_run_id).info.experiment_id
+        )
+        if experiment_id is None:
+            return None
+        return f"{self.ctx.tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{self.parent_run_id}"
 
     # -- recording -------------------------------------------------------------------------
     def log_params(self, params: dict[str, Any], parent: bool = False) -> None:
@@ -688,10 +702,17 @@ def _experiment_id(client, name: str) -> str:
             experiment = client.get_experiment_by_name(name)
     if _moved(client.tracking_uri, experiment.artifact_location):
         relocate_artifacts(client.tracking_uri, experiment.artifact_location.rstrip("/"))
+    _tag_experiment(client, experiment)
+    return experiment.experiment_id
+
+
+def _tag_experiment(client, experiment) -> None:
+    """invfold's experiment tags on `experiment` where they are missing, whoever made it (KFP's
+    MLflow plugin makes the experiment of the runs it injects: without them MLflow's UI opens it
+    as a GenAI experiment, on a page without the run list)."""
     for key, value in experiment_tags().items():
         if experiment.tags.get(key) != value:
             client.set_experiment_tag(experiment.experiment_id, key, value)
-    return experiment.experiment_id
 
 
 def _top_run(client, run) -> str:

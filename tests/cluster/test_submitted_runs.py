@@ -23,6 +23,9 @@ import pytest
 from kfp.client import Client
 
 from invfold.components.launch.trainjob import RUN_LABEL, run_label
+from invfold.components.protein.alphabet import ALPHABET
+from invfold.components.tracking import experiment_page
+from tests.support.browser import run_list_cells
 from tests.support.cluster import (
     CHART_PREFIX,
     CHART_STORAGE_ROOT,
@@ -34,6 +37,7 @@ from tests.support.cluster import (
     STORE_ENDPOINT,
     WORKSPACE_CLAIM,
     kfp_store,
+    kfp_ui_address,
     step_pods,
     step_states,
     stored,
@@ -41,6 +45,7 @@ from tests.support.cluster import (
     workspace_claim,
 )
 from tests.support.deploy_tools import REPO, tool
+from tests.support.pages import KfpRunPage, browser_page, screenshot
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kfp, pytest.mark.slow]
 
@@ -95,13 +100,17 @@ def training_run(cluster, kfp_host, release, node_images, cpu_images, lane_data)
     return Submitted(run_id, run, seconds, model_name)
 
 
+@dataclass(frozen=True)
+class MlflowSite:
+    url: str  # on this machine
+    account: dict[str, str]  # MLFLOW_TRACKING_USERNAME / _PASSWORD, empty without auth
+
+
 @pytest.fixture(scope="module")
-def mlflow_client(cluster, release):
+def mlflow_site(cluster, release):
     """The chart's MLflow as a user's browser reaches it, through `kubectl port-forward` to its
     Service (MLflow answers 403 to a Host header it was not told of, such as the Service's IP),
-    signed in as the steps' account (read-only but for what it made)."""
-    from mlflow import MlflowClient
-
+    with the steps' account (read-only but for what it made)."""
     account = {}
     if release.auth:
         data = cluster.get("secret", "invfold-mlflow-auth", "-n", KFP_NAMESPACE)["data"]
@@ -120,13 +129,21 @@ def mlflow_client(cluster, release):
     try:
         line = forward.stdout.readline()
         assert line.startswith("Forwarding from"), line
-        with pytest.MonkeyPatch.context() as env:
-            for key, value in account.items():
-                env.setenv(key, value)
-            yield MlflowClient(tracking_uri=f"http://127.0.0.1:{port}")
+        yield MlflowSite(f"http://127.0.0.1:{port}", account)
     finally:
         forward.terminate()
         forward.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def mlflow_client(mlflow_site):
+    """MLflow's client on that site, signed in with that account."""
+    from mlflow import MlflowClient
+
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in mlflow_site.account.items():
+            env.setenv(key, value)
+        yield MlflowClient(tracking_uri=mlflow_site.url)
 
 
 # ML Metadata's own client (the wheel in its image) asked, inside its pod, for a run's artifacts
@@ -257,6 +274,134 @@ def test_the_run_registers_its_model_as_champion_in_the_charts_mlflow(cluster, k
     assert len(onnx) == 1, artifacts
     assert onnx[0]["version"] == champion.version and onnx[0]["registered_model"] == training_run.model_name
     assert client.get_run(onnx[0]["mlflow_run_id"]).data.tags["kfp.pipeline_run_id"] == training_run.run_id
+
+
+def recorded(artifacts: list[dict], task: str, name: str) -> dict:
+    """The custom properties ML Metadata holds for one output of one task of the run."""
+    found = [a for a in artifacts if a.get("display_name") == name and f"/{task}/" in a["uri"]]
+    assert len(found) == 1, (task, name, [(a.get("display_name"), a["uri"]) for a in artifacts])
+    return found[0]
+
+
+def figures(properties: dict) -> dict[str, float]:
+    return {k: v for k, v in properties.items() if k not in ("display_name", "uri")}
+
+
+@pytest.fixture(scope="module")
+def kfp_ui(cluster):
+    return kfp_ui_address(cluster)
+
+
+def test_the_kubeflow_ui_shows_the_run_its_steps_metrics_confusion_matrix_report_and_card(
+    cluster, kfp_host, kfp_ui, training_run
+):
+    """KFP's own UI (its frontend and server, built from upstream's source, on the cluster) opened
+    on the submitted run in headless Chromium, read from the page as a person reads it: the graph
+    with our steps and their states, layer by layer as the user expands them; the train and
+    evaluate steps' metrics tables, the confusion matrix, the HTML report inline and the dataset
+    card, each against what the steps recorded in ML Metadata; and the register step's summary
+    linking the MLflow run KFP's plugin made. A wrong artifact type leaves its viewer out, a
+    renamed metric leaves its row out, and either fails here. Screenshots go to runs/screenshots
+    (`make screenshots`: docs/screenshots)."""
+    assert training_run.run["state"] == "SUCCEEDED", step_states(training_run.run)
+    artifacts = run_artifacts(cluster, training_run.run_id)
+    with browser_page() as page:
+        run = KfpRunPage(page, kfp_ui, training_run.run_id).open()
+        assert run.title() == "lane-training"
+        assert run.task_states() == {"invfold-run": "succeeded", "finish-tracking": "succeeded"}
+        run.enter("exit-handler-1")
+        steps = ("fingerprint", "prep", "train", "evaluate", "compare-with-champion", "better-than-champion")
+        assert run.task_states() == dict.fromkeys(steps, "succeeded")
+        screenshot(page, "kfp-run-graph")
+
+        run.open_artifact("train-op", "metrics")
+        train = figures(recorded(artifacts, "train-op", "metrics"))
+        assert train and run.scalar_metrics("metrics") == pytest.approx(train)
+        run.open_artifact("evaluate-op", "metrics")
+        evaluation = figures(recorded(artifacts, "evaluate-op", "metrics"))
+        shown = run.scalar_metrics("metrics")
+        assert shown == pytest.approx(evaluation)
+        # the figures the README and the MLflow columns name
+        assert {"test_recovery", "test_perplexity", "test_constant_recovery", "validation_recovery"} <= set(shown)
+
+        run.open_artifact("evaluate-op", "confusion")
+        matrix = recorded(artifacts, "evaluate-op", "confusion")["confusionMatrix"]
+        labels, counts = run.confusion_matrix("confusion")
+        assert labels == [spec["displayName"] for spec in matrix["annotationSpecs"]] == list(ALPHABET)
+        assert counts == [[int(n) for n in row["row"]] for row in matrix["rows"]] and sum(map(sum, counts)) > 0
+        screenshot(page, "kfp-confusion-matrix")
+
+        run.open_artifact("evaluate-op", "report")
+        report = run.html_frame()
+        report.get_by_role("heading", name="Evaluation report").wait_for()
+        plots = report.locator("img").evaluate_all("imgs => imgs.map(i => i.complete && i.naturalWidth > 0)")
+        assert plots and all(plots), plots  # the plots are inline data, drawn in the page
+        screenshot(page, "kfp-evaluation-report")
+
+        run.open_artifact("prep-op", "card")
+        card = run.markdown()
+        card.get_by_role("heading", name="Dataset card").wait_for()
+        for heading in ("Datasets", "Records", "Kept chains", "Options"):
+            card.get_by_role("heading", name=heading).wait_for()
+        assert all(split in card.inner_text() for split in ("train", "validation", "test"))
+
+        run.enter("condition-2")
+        assert run.task_states() == {"export-and-register": "succeeded"}
+        run.open_artifact("register-op", "summary")
+        link = run.markdown().get_by_role("link", name="MLflow run")
+        plugin = kfp_run(kfp_host, training_run.run_id)["plugins_output"]["mlflow"]["entries"]
+        experiment, root = plugin["experiment_id"]["value"], plugin["root_run_id"]["value"]
+        assert link.get_attribute("href").endswith(f"/#/experiments/{experiment}/runs/{root}")
+        assert "now its `champion`" not in run.markdown().inner_text()  # Markdown rendered, not shown raw
+        assert "champion" in run.markdown().inner_text()
+
+
+def test_mlflow_shows_the_runs_figures_parameters_children_and_the_champion_version(
+    kfp_host, training_run, mlflow_site, mlflow_client
+):
+    """The chart's MLflow (behind its basic-auth, signed in as a person is) in headless Chromium:
+    the experiment's run list shows the run's recovery and perplexity, the run's page its
+    hyperparameters and its child runs, the registered version's page its `champion` alias, the
+    decision and the KFP run it came from; each read from the page against MLflow's API."""
+    client = mlflow_client
+    root = kfp_run(kfp_host, training_run.run_id)["plugins_output"]["mlflow"]["entries"]["root_run_id"]["value"]
+    parent = client.get_run(root)
+    experiment = parent.info.experiment_id
+    account = mlflow_site.account
+    credentials = None
+    if account:
+        credentials = {"username": account["MLFLOW_TRACKING_USERNAME"], "password": account["MLFLOW_TRACKING_PASSWORD"]}
+    with browser_page(credentials, width=2200) as page:
+        page.goto(f"{mlflow_site.url}/{experiment_page(experiment)}")
+        page.locator(f'[row-id="{root}"]').first.wait_for()
+        cells = run_list_cells(page.content(), root)
+        for name in ("test/recovery", "test/perplexity", "validation/recovery"):
+            shown = cells.get(f"metrics.`{name}`", "")
+            assert shown and float(shown) == pytest.approx(parent.data.metrics[name], rel=1e-6), (name, cells)
+        screenshot(page, "mlflow-experiment")
+
+    children = client.search_runs([experiment], filter_string=f"tags.`mlflow.parentRunId` = '{root}'")
+    with browser_page(credentials, height=2600) as page:
+        page.goto(f"{mlflow_site.url}/#/experiments/{experiment}/runs/{root}")
+        page.get_by_text("Child runs", exact=True).wait_for()
+        overview = page.inner_text("body")
+        assert children and all(child.info.run_name in overview for child in children), [
+            child.info.run_name for child in children
+        ]
+        screenshot(page, "mlflow-run")
+        search = page.get_by_placeholder("Search parameters")
+        for name in ("max_steps", "lr", "preset", "strategy", "data_digest"):
+            search.fill(name)  # as a person finds one among the run's parameters
+            row = page.locator('tr, [role="row"]', has=page.get_by_text(name, exact=True)).first
+            assert parent.data.params[name] in row.inner_text(), (name, row.inner_text())
+
+    version = client.get_model_version_by_alias(training_run.model_name, "champion")
+    with browser_page(credentials, height=1400) as page:
+        page.goto(f"{mlflow_site.url}/#/models/{training_run.model_name}/versions/{version.version}")
+        page.get_by_text("@ champion", exact=True).first.wait_for()  # the version's alias
+        text = page.inner_text("body")
+        assert version.tags["invfold.decision"] in text and training_run.run_id in text, text[:3000]
+        screenshot(page, "mlflow-model-version")
 
 
 def test_the_design_pipeline_designs_from_that_champion(

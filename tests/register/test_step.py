@@ -115,6 +115,14 @@ def test_the_champion_is_scored_and_chosen_on_validation_data(mlflow_server, pre
     assert float(version.tags["invfold.validation_recovery"]) == pytest.approx(a_val)
     assert float(version.tags["invfold.test_recovery"]) == pytest.approx(a_test)  # for the record
     assert "validation median recovery (chosen on)" in client.get_registered_model(names["model"]).description
+    # the register step's Markdown (the Kubeflow UI shows it) links the pipeline's MLflow run
+    parent = client.search_runs(
+        [client.get_experiment_by_name(names["experiment"]).experiment_id],
+        filter_string="tags.`kfp.pipeline_run_id` = 'register-a'",
+    )
+    (parent,) = [r for r in parent if "mlflow.parentRunId" not in r.data.tags]
+    page = f"{mlflow_server}/#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id}"
+    assert "version 1, now its `champion`" in out["summary"] and f"[MLflow run]({page})" in out["summary"]
 
     # other data: the champion's model.pt is evaluated again on the candidate's VALIDATION split
     again = _compare(prepared, b["evaluation"], mlflow_server, names)
@@ -195,6 +203,7 @@ def test_two_interleaved_runs_the_later_register_decides_again_against_the_new_c
     a = _register(prepared, worse, a_decision, mlflow_server, names, tmp_path, "race-a")
     assert client.get_model_version_by_alias(names["model"], "champion").version == "1"  # B keeps it
     assert not a["metadata"]["champion"] and a["metadata"]["version"] == ""  # nothing registered
+    assert a["summary"].startswith("### Registration\n\nNothing registered in") and "does not beat" in a["summary"]
     assert a["metadata"]["decision"].startswith("the champion moved since compare (none -> v1)")
     assert "does not beat champion v1" in a["metadata"]["decision"]
     assert [v.version for v in client.search_model_versions(f"name = '{names['model']}'")] == ["1"]

@@ -159,6 +159,12 @@ def kfp_api_address(cluster: Cluster) -> str:
     return f"http://{json.loads(found.stdout)['spec']['clusterIP']}:8888"
 
 
+def kfp_ui_address(cluster: Cluster) -> str:
+    """The address of KFP's UI (its Service ml-pipeline-ui, port 80, as upstream's manifests
+    name it), which this machine reaches through kube-proxy's rules."""
+    return f"http://{cluster.get('service', 'ml-pipeline-ui', '-n', KFP_NAMESPACE)['spec']['clusterIP']}"
+
+
 def stored(cluster: Cluster, prefix: str) -> dict[str, bytes]:
     """The objects under `prefix` in KFP's bucket, read with the store's admin keys."""
     s3 = kfp_store(cluster)

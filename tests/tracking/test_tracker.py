@@ -14,7 +14,7 @@ import pytest
 from mlflow import MlflowClient
 
 from invfold.components.tracking import RunContext, Tracker, finish_pipeline
-from invfold.components.tracking.tracker import PARENT_TAG, PIPELINE_RUN_TAG
+from invfold.components.tracking.tracker import PARENT_TAG, PIPELINE_RUN_TAG, experiment_tags
 from tests.support.onnx_files import identity_onnx
 
 
@@ -94,7 +94,8 @@ def test_a_pipeline_that_succeeded_ends_finished(mlflow_server):
 
 def test_injected_run_id_is_used_as_the_step_run(mlflow_server, monkeypatch):
     """KFP's MLflow plugin nests the task's run under a run per DAG (here the exit handler's):
-    the pipeline's run is the top one."""
+    the pipeline's run is the top one. The plugin makes the experiment too: it gets invfold's
+    tags, so MLflow's UI opens it on the run list, not as a GenAI experiment."""
     client = MlflowClient(mlflow_server)
     experiment = client.create_experiment(f"kfp-injected-{uuid.uuid4().hex[:6]}")
     kfp_parent = client.create_run(experiment).info.run_id
@@ -105,6 +106,8 @@ def test_injected_run_id_is_used_as_the_step_run(mlflow_server, monkeypatch):
         train.log_metrics({"x": 1.0})
     assert (train.run_id, train.parent_run_id) == (kfp_task, kfp_parent)
     assert client.get_run(kfp_task).data.metrics["x"] == 1.0
+    tags = client.get_experiment(experiment).tags
+    assert {key: tags.get(key) for key in experiment_tags()} == experiment_tags()
 
 
 def test_unreachable_server_skips_recording_and_says_what(unreachable_uri, tmp_path, caplog):
@@ -178,3 +181,18 @@ def test_mlflows_client_telemetry_is_off_unless_asked_for():
     )
     assert off.stdout.split()[-1] == "True", off.stderr[-2000:]
     assert on.stdout.split()[-1] == "False", on.stderr[-2000:]
+
+
+def test_the_pipeline_runs_page_is_linked_for_other_uis(mlflow_server, tmp_path):
+    """The address other UIs link to (the Kubeflow UI's register summary): the pipeline's run in
+    MLflow's UI; none for a store without a UI of its own."""
+    ctx = RunContext(
+        pipeline_run_id=f"kfp-{uuid.uuid4().hex[:8]}", tracking_uri=mlflow_server + "/", experiment="links"
+    )
+    with Tracker(ctx, "register") as tracker:
+        page = tracker.pipeline_run_page()
+    parent = MlflowClient(mlflow_server).get_run(tracker.parent_run_id)
+    assert page == f"{mlflow_server}/#/experiments/{parent.info.experiment_id}/runs/{parent.info.run_id}"
+    local = RunContext(pipeline_run_id="kfp-local", tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    with Tracker(local, "register") as tracker:
+        assert tracker.pipeline_run_page() is None
