@@ -21,6 +21,9 @@ STATE_ICONS = {
     "StopCircleIcon": "canceled",
 }
 TIMEOUT_MS = 90_000
+MAX_PAGES = 20
+CLICKS, PANEL_MS = 3, 15_000
+FIT_MS = 1_000
 
 
 @contextmanager
@@ -78,6 +81,11 @@ class KfpRunPage:
         self.page.locator(f'[data-testid="rf__node-task.{sub_dag}"]').wait_for(state="detached")
         self._wait_for_states()
 
+    def fit(self) -> None:
+        """The graph fitted to its pane, by React Flow's own control (as after a person's click)."""
+        self.page.locator(".react-flow__controls-fitview").click()
+        self.page.wait_for_timeout(FIT_MS)  # its zoom is animated
+
     def task_states(self) -> dict[str, str]:
         """Label -> state of every task and sub-DAG node of the layer shown."""
         states = {}
@@ -89,9 +97,20 @@ class KfpRunPage:
 
     def open_artifact(self, task: str, output: str, tab: str = "Visualization"):
         """The side panel of a task's output artifact, on `tab` ("Artifact Info" or "Visualization")."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
         self.close_panel()
-        self.page.get_by_test_id(f"rf__node-artifact.{task}.{output}").click()
-        self.page.get_by_role("button", name=tab, exact=True).click()
+        node, button = self.page.get_by_test_id(f"rf__node-artifact.{task}.{output}"), None
+        for _ in range(CLICKS):  # a click while the graph still fits itself to the view can miss
+            node.click()
+            try:
+                button = self.page.get_by_role("button", name=tab, exact=True)
+                button.wait_for(timeout=PANEL_MS)
+                break
+            except PlaywrightTimeout:
+                button = None
+        assert button is not None, f"no side panel for {task}'s {output} after {CLICKS} clicks"
+        button.click()
         return self.page
 
     def close_panel(self) -> None:
@@ -103,14 +122,22 @@ class KfpRunPage:
 
     def scalar_metrics(self, name: str) -> dict[str, object]:
         """The table under "Scalar Metrics: <name>" (components/viewers/MetricsVisualizations.tsx):
-        metric name -> value as the page shows it (JSON)."""
+        metric name -> value as the page shows it (JSON), every page of it (components/viewers/
+        PagedTable.tsx shows 10 rows at a time) turned as a person turns them."""
         heading = self.page.get_by_text(f"Scalar Metrics: {name}", exact=True)
         heading.wait_for()
         table = self.page.locator("table", has=self.page.get_by_text("value", exact=True)).first
-        rows = table.locator("tbody tr").evaluate_all(
-            "rows => rows.map(r => Array.from(r.querySelectorAll('td')).map(c => c.innerText.trim()))"
-        )
-        return {row[0]: json.loads(row[1]) for row in rows if len(row) >= 2}
+        turn = self.page.get_by_role("button", name="Go to next page")
+        shown: dict[str, object] = {}
+        for _ in range(MAX_PAGES):
+            rows = table.locator("tbody tr").evaluate_all(
+                "rows => rows.map(r => Array.from(r.querySelectorAll('td')).map(c => c.innerText.trim()))"
+            )
+            shown |= {row[0]: json.loads(row[1]) for row in rows if len(row) >= 2 and row[0]}
+            if not turn.count() or turn.first.is_disabled():
+                return shown
+            turn.first.click()
+        raise AssertionError(f"Scalar Metrics: {name}: more than {MAX_PAGES} pages")
 
     def confusion_matrix(self, name: str) -> tuple[list[str], list[list[int]]]:
         """The table under "Confusion Matrix: <name>" (components/viewers/ConfusionMatrix.tsx)
