@@ -30,7 +30,15 @@ from invfold.components.launch.trainjob import (
     job_name,
     run_label,
 )
-from tests.support.cluster import NODE_IMAGES, PROFILE_LABELS, STORE_ENDPOINT, WORKSPACE_CLAIM, store_keys
+from tests.support.cluster import (
+    NODE_IMAGES,
+    PROFILE_LABELS,
+    STORE_ENDPOINT,
+    TRAINER_CPU,
+    WORKSPACE_CLAIM,
+    cpu_requests,
+    store_keys,
+)
 from tests.support.cluster import workspace_claim as cluster_workspace_claim
 from tests.support.training import read_metrics, summary, tiny_config
 
@@ -70,8 +78,27 @@ def train_namespace(cluster, release):
             "stringData": store_keys(cluster),
         }
     )
+    room_for_two_trainers(cluster)
     yield ns
     cluster.delete_namespace(ns)
+
+
+def room_for_two_trainers(cluster) -> None:
+    """A 2-node job's pods must fit beside what the cluster already runs: otherwise each 2-node
+    test would wait out the launcher's unschedulable timeout and fail on `Insufficient cpu`."""
+    from kubernetes.utils import parse_quantity
+
+    needed = 2 * parse_quantity(TRAINER_CPU)
+
+    def free():
+        allocatable, requested, _ = cpu_requests(cluster)
+        return allocatable - requested >= needed
+
+    def explain():
+        allocatable, requested, lines = cpu_requests(cluster)
+        return f"the node has {allocatable} CPU, {requested} requested; needed {needed} more:\n" + "\n".join(lines)
+
+    cluster.wait_for("room on the node for a 2-node TrainJob", free, 120, interval=5, explain=explain)
 
 
 @pytest.mark.parametrize("nodes", [1, 2])

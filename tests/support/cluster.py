@@ -12,6 +12,7 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass
+from decimal import Decimal
 from glob import glob
 from pathlib import Path
 
@@ -27,6 +28,7 @@ CONTAINERD_SOCKET = RUN / "containerd" / "containerd.sock"
 # The CPU images the lane runs on the node: the chart's trainer runtimes and MLflow.
 NODE_IMAGES = ("runtime", "deepspeed", "horovod", "mlflow")
 GATEWAY = "10.244.0.1"  # the pod bridge's address: the API server, CoreDNS and host services pods reach
+TRAINER_CPU = "250m"  # what the lane's trainer pods request (install_args)
 
 
 @dataclass(frozen=True)
@@ -349,8 +351,10 @@ def mlflow_as_admin(cluster: Cluster, namespace: str, script: str, *args: str) -
 
 def install_args(images, namespace: str = CHART_NAMESPACE, database: str = "postgresql") -> list[str]:
     """Single-user values (the chart's defaults) with the project's CPU images, sized for one
-    2-core node: trainer pods ask for 500m/1Gi instead of the production 2 CPUs/8Gi. MLflow's
-    artifacts go to the cluster's SeaweedFS, as docs/deploy.md's walk-through S sets them. The
+    2-core node: trainer pods ask for 250m/1Gi instead of the production 2 CPUs/8Gi, so that a
+    2-node job's pods fit beside KFP's serving pods and the chart's MLflow and PostgreSQL (1,144m
+    requested between them, cpu_requests; the node has 2,000m). MLflow's artifacts go to the
+    cluster's SeaweedFS, as docs/deploy.md's walk-through S sets them. The
     cluster's DNS answers on the node's address (no kube-dns pods): the NetworkPolicies, which
     kube-router enforces here, let pods reach it as they do a NodeLocal DNSCache.
 
@@ -386,7 +390,7 @@ def install_args(images, namespace: str = CHART_NAMESPACE, database: str = "post
         "--set",
         f"networkPolicies.nodeLocalDnsAddresses={{{GATEWAY}}}",
         "--set",
-        "runtimes.resources.requests.cpu=500m",
+        f"runtimes.resources.requests.cpu={TRAINER_CPU}",
         "--set",
         "runtimes.resources.requests.memory=1Gi",
         "--set",
@@ -397,6 +401,21 @@ def install_args(images, namespace: str = CHART_NAMESPACE, database: str = "post
         "--timeout",
         "10m",
     ]
+
+
+def cpu_requests(cluster: Cluster) -> tuple[Decimal, Decimal, list[str]]:
+    """The node's allocatable CPU, what its live pods request of it, and one line per requesting pod."""
+    from kubernetes.utils import parse_quantity
+
+    allocatable = parse_quantity(cluster.get("nodes")["items"][0]["status"]["allocatable"]["cpu"])
+    lines, requested = [], Decimal(0)
+    for pod in cluster.get("pods", "-A", "--field-selector=status.phase!=Succeeded,status.phase!=Failed")["items"]:
+        requests = [c.get("resources", {}).get("requests", {}) for c in pod["spec"]["containers"]]
+        cpu = sum(parse_quantity(r.get("cpu", "0")) for r in requests)
+        if cpu:
+            requested += cpu
+            lines.append(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}: {cpu}")
+    return allocatable, requested, lines
 
 
 def stale_node_images(listing: str, keep: set[str]) -> list[str]:
