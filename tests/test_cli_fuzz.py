@@ -186,7 +186,9 @@ def options(sub: argparse.ArgumentParser) -> list[argparse.Action]:
     return [a for a in sub._actions if a.dest not in SWITCHES_ONLY]
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize(
+    "command", [pytest.param(c, marks=pytest.mark.slow) if c == "submit" else c for c in sorted(COMMANDS)]
+)
 def test_every_option_with_hostile_values(command, world, stopped):
     sub = COMMANDS[command]
     base = base_argv(command, world, stopped)

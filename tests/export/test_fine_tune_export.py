@@ -35,6 +35,7 @@ def fine_tuned(sample_prepared, tmp_path_factory):
     return out / "run" / "model.pt"
 
 
+@pytest.mark.slow
 def test_two_real_fine_tuning_steps_export_to_upstream_exactly(fine_tuned, tmp_path):
     start, _ = published.load_published("proteinmpnn:v_48_020")
     tuned = load_model(fine_tuned).eval()

@@ -170,6 +170,7 @@ def test_a_signal_to_a_design_run_stops_its_shards(registered, sig, status):
         assert all(r.info.status != "RUNNING" for r in client.search_runs([experiment.experiment_id]))
 
 
+@pytest.mark.slow
 def test_sigterm_to_a_training_run_stops_its_ranks_and_ends_its_mlflow_runs_killed(tmp_path):
     runs, uri = tmp_path / "runs", default_tracking_uri(tmp_path / "runs")
     proc = _invfold_run(

@@ -109,6 +109,7 @@ def _one_line_error(done: subprocess.CompletedProcess) -> str:
     return errors[0]
 
 
+@pytest.mark.slow
 def test_a_resume_with_another_process_count_is_refused_naming_both(two_process_run, synthetic_prepared, tmp_path):
     out = tmp_path / "run"
     shutil.copytree(two_process_run, out)
