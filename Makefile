@@ -10,8 +10,8 @@ run:
 # cache (`make cluster-up` or `make test-cluster` once: a cold Go build of Kubernetes is too long for
 # CI's budget); otherwise this run deselects it and says so.
 # One worker per core, at most PYTEST_WORKERS (pytest-xdist), each taking a whole module at a time,
-# longest first; the image tests and the cluster lane are a unit each, sharing the Docker engine
-# (tests/conftest.py). One torch thread per process, so the workers do not fight over the cores.
+# longest first; the image and cluster tests stay on one worker (tests/conftest.py). One torch
+# thread per process, so the workers do not fight over the cores.
 PYTEST_WORKERS ?= 4
 PARALLEL = OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python -m pytest -n auto --maxprocesses=$(PYTEST_WORKERS)
 test:

@@ -19,11 +19,9 @@ against the `slow` marks.
 
 Under pytest-xdist with `--dist loadscope --no-loadscope-reorder` (`make test`), a worker takes a
 whole module at a time (ModuleUnits), so a module's fixtures run once; the modules that drive the
-one Kubernetes node (tests/cluster/) are one unit, and so are the image modules, which two workers
-would otherwise build twice. The image tests and the lane run side by side on two workers, sharing
-the Docker engine (tests/support/docker_engine.py: the last to finish stops it, one build at a
-time). Every worker orders the units longest first by the recorded durations, so the last one to
-finish is a short one.
+one Docker engine and the one Kubernetes node (SHARED_ENGINE_MODULES) are one unit, which two
+workers would otherwise start twice and fight over. Every worker orders the units longest first by
+the recorded durations, so the last one to finish is a short one.
 """
 
 from __future__ import annotations
@@ -43,26 +41,26 @@ import pytest
 from tests.support.mlflow_server import mlflow_server, unreachable_uri  # noqa: F401 - fixtures
 from tests.support.tiers import DOCKER_FIXTURES, check_tiers
 
-UNITS = {  # the units of more than one module; every Docker engine test is in one
-    "tests/cluster/": "cluster",
-    "tests/deploy/test_images.py": "images",
-    "tests/deploy/test_gpu_images.py": "images",
-}
+SHARED_ENGINE_MODULES = (
+    "tests/cluster/",
+    "tests/deploy/test_images.py",
+    "tests/deploy/test_gpu_images.py",
+)  # every Docker engine test is in one
 RECORDED = Path(__file__).with_name("durations.json")  # a clean-clone CI run's INVFOLD_TEST_DURATIONS
 
 
 def unit_of(nodeid: str) -> str:
-    """The module of a test, or its unit of UNITS."""
+    """The module of a test, or "shared-engine" for the modules of SHARED_ENGINE_MODULES."""
     module = nodeid.split("::")[0]
-    return next((unit for prefix, unit in UNITS.items() if module.startswith(prefix)), module)
+    return "shared-engine" if module.startswith(SHARED_ENGINE_MODULES) else module
 
 
 def pytest_collection_modifyitems(config, items):
     recorded = json.loads(RECORDED.read_text()) if RECORDED.exists() else {}
     tests = check_tiers(items, recorded)
     for test in tests:
-        if DOCKER_FIXTURES & test.fixtures and unit_of(test.nodeid) not in UNITS.values():
-            raise pytest.UsageError(f"{test.nodeid} uses the Docker engine: add its module to UNITS")
+        if DOCKER_FIXTURES & test.fixtures and unit_of(test.nodeid) != "shared-engine":
+            raise pytest.UsageError(f"{test.nodeid} uses the Docker engine: add its module to SHARED_ENGINE_MODULES")
     if hasattr(config, "workerinput"):  # an xdist worker: longest unit first (stable: a module keeps its order)
         units = {item.nodeid: unit_of(item.nodeid) for item in items}
         seconds: dict[str, float] = {}

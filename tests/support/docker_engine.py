@@ -8,12 +8,9 @@ builds nothing."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -59,84 +56,45 @@ def _alive(host: str) -> bool:
     return proc.returncode == 0
 
 
-@contextlib.contextmanager
-def _locked(name: str, mode: int = fcntl.LOCK_EX):
-    """A lock file of the engine's state folder, held across processes (xdist workers, other clones)."""
-    with open(STATE / name, "a") as handle:
-        fcntl.flock(handle, mode)
-        yield handle
-
-
 def start_engine():
-    """Yield an Engine: an engine already listening on our socket, or one started here.
-
-    Two xdist workers use the engine at once (the image tests and the cluster lane): each holds a
-    shared lock on `users.lock` while it does, and the last to let go stops the engine, if a test
-    session started it (its pid in `started-by-tests`); an engine someone started by hand stays."""
+    """Yield an Engine: an engine already listening on our socket, or one started (and stopped) here."""
     if not (Path(DOCKER).exists() and shutil.which("dockerd")):
         pytest.fail(f"the Docker engine (dockerd, {DOCKER}) is not installed: {SETUP_HINT}")
     STATE.mkdir(parents=True, exist_ok=True)
     host = f"unix://{STATE / 'docker.sock'}"
-    with _locked("start.lock"):
-        if not _alive(host):
-            _start_dockerd(host)
-        users = open(STATE / "users.lock", "a")
-        fcntl.flock(users, fcntl.LOCK_SH)
+    if _alive(host):
+        yield Engine(host)
+        return
+    log = open(STATE / "dockerd.log", "ab")
+    proc = subprocess.Popen(
+        [
+            "dockerd",
+            "--data-root",
+            str(STATE / "data"),
+            "--exec-root",
+            str(STATE / "exec"),
+            "--pidfile",
+            str(STATE / "docker.pid"),
+            "-H",
+            host,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
+        deadline = time.monotonic() + 60
+        while not _alive(host):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"dockerd did not start (see {STATE / 'dockerd.log'}); it needs root: {SETUP_HINT}")
+            time.sleep(0.3)
         yield Engine(host)
     finally:
-        with _locked("start.lock"):
-            fcntl.flock(users, fcntl.LOCK_UN)
-            try:
-                fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no other session uses it
-            except BlockingIOError:
-                pass
-            else:
-                _stop_dockerd()
-            users.close()
-
-
-def _start_dockerd(host: str) -> None:
-    with open(STATE / "dockerd.log", "ab") as log:
-        proc = subprocess.Popen(
-            [
-                "dockerd",
-                "--data-root",
-                str(STATE / "data"),
-                "--exec-root",
-                str(STATE / "exec"),
-                "--pidfile",
-                str(STATE / "docker.pid"),
-                "-H",
-                host,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    (STATE / "started-by-tests").write_text(str(proc.pid))
-    deadline = time.monotonic() + 60
-    while not _alive(host):
-        if proc.poll() is not None or time.monotonic() > deadline:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
             proc.kill()
-            pytest.fail(f"dockerd did not start (see {STATE / 'dockerd.log'}); it needs root: {SETUP_HINT}")
-        time.sleep(0.3)
-
-
-def _stop_dockerd() -> None:
-    marker = STATE / "started-by-tests"
-    if not marker.exists():
-        return
-    pid = int(marker.read_text())
-    marker.unlink()
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)  # our child: reap it, or kill(pid, 0) sees a zombie
-            os.kill(pid, 0)
-            time.sleep(0.3)
-        os.kill(pid, signal.SIGKILL)
+        log.close()
 
 
 def inputs_digest() -> str:
@@ -183,13 +141,6 @@ def build_gpu_images(engine: Engine) -> Images:
 
 
 def build_images(engine: Engine, variant: str, names: tuple[str, ...], given: str | None = None) -> Images:
-    """One build at a time: the image tests and the cluster lane, on two workers, both want the CPU
-    variant; the second finds it built."""
-    with _locked("build.lock"):
-        return _build_images(engine, variant, names, given)
-
-
-def _build_images(engine: Engine, variant: str, names: tuple[str, ...], given: str | None) -> Images:
     images = Images(engine, given or inputs_digest(), variant)
     missing = [n for n in names if engine.docker("image", "inspect", images[n], check=False).returncode != 0]
     if given:
