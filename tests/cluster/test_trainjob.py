@@ -80,7 +80,7 @@ def train_namespace(cluster, release):
     )
     room_for_two_trainers(cluster)
     yield ns
-    cluster.delete_namespace(ns, wait=False)  # the next session's fixture waits for it (above)
+    cluster.delete_namespace(ns)
 
 
 def room_for_two_trainers(cluster) -> None:

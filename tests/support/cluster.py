@@ -70,18 +70,8 @@ class Cluster:
         self.apply(doc, "--field-manager=invfold-lane")
         return name
 
-    def delete_namespace(self, name: str, wait: bool = True) -> None:
-        """`wait=False` where nothing later in the session uses the name (deleting a namespace that
-        held TrainJobs took over two minutes)."""
-        self.kubectl(
-            "delete",
-            "namespace",
-            name,
-            "--ignore-not-found",
-            f"--wait={str(wait).lower()}",
-            "--timeout=180s",
-            check=False,
-        )
+    def delete_namespace(self, name: str) -> None:
+        self.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=true", "--timeout=180s", check=False)
 
     def wait_for_runtimes_gone(self, label: str) -> None:
         """Runtimes an earlier session labelled `label` stay until their TrainJobs go (Trainer's
