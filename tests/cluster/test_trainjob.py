@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from kubernetes.utils import parse_quantity
 
 from invfold import storage
 from invfold.components.launch import Resources
@@ -86,8 +87,6 @@ def train_namespace(cluster, release):
 def room_for_two_trainers(cluster) -> None:
     """A 2-node job's pods must fit beside what the cluster already runs: otherwise each 2-node
     test would wait out the launcher's unschedulable timeout and fail on `Insufficient cpu`."""
-    from kubernetes.utils import parse_quantity
-
     needed = 2 * parse_quantity(TRAINER_CPU)
 
     def free():
