@@ -6,6 +6,7 @@ across runs (its key includes the data fingerprint); everything else runs each t
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import logging
@@ -114,7 +115,8 @@ def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool, experime
     """Set up KFP's local runner under `runs_dir` (the one place a local run's stores are chosen:
     see ARCHITECTURE.md's table) and restore the environment it changes when the run ends: TMPDIR
     (the runner leaves a temp folder per task there, removed here), the step-timings file and the
-    allocator the steps' processes run under (jemalloc when the machine has it). SIGTERM/SIGINT
+    allocator the steps' processes run under (jemalloc when the machine has it) and `print`
+    (KFP swaps it; see below). SIGTERM/SIGINT
     meanwhile stop every process the run started (pipelines/stopping.py) and mark its MLflow runs
     in `experiment` KILLED: PipelineStopped."""
     from kfp import local
@@ -130,6 +132,11 @@ def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool, experime
         set((runs / "pipeline_root").iterdir()),
     )
     allocator = allocator_env()  # every step's process on jemalloc (invfold/allocator.py)
+    # KFP's runner indents a task's output by swapping builtins.print in and out around the task;
+    # a ParallelFor's tasks run on threads, and when two overlap the swap can leave an indenting
+    # print behind for the rest of the process (every later print, to stderr too, then wrote
+    # spaces to stdout): the print of before the run is put back when the run ends
+    print_before = builtins.print
     try:
         with restored_environ(TIMINGS_ENV, "TMPDIR", *allocator):
             os.environ[TIMINGS_ENV] = str(session.timings_file)
@@ -153,6 +160,7 @@ def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool, experime
             f"stopped by {name}: every process of the run ended; {recorded}; artifacts so far in {where}", stop.signum
         ) from None
     finally:
+        builtins.print = print_before
         _remove_task_temp_folders(runs / "tmp", session.start)
 
 

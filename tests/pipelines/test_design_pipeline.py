@@ -5,6 +5,7 @@ MLflow run with the artifacts, and the skipped record counted."""
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import gzip
 import io
@@ -82,9 +83,10 @@ def design_run(setup):
         calls.append((args, kwargs, run_design_local(*args, **kwargs)))
         return calls[-1][2]
 
-    printed = io.StringIO()
+    printed, print_before = io.StringIO(), builtins.print
     with mock.patch("invfold.pipelines.local.run_design_local", runner), contextlib.redirect_stdout(printed):
         assert main(argv) == 0
+    assert builtins.print is print_before  # not KFP's indenting one, left by the shards' threads
     ((args, kwargs, run),) = calls
     assert args == (params,) and kwargs.pop("console") is not None and kwargs.pop("verbose") is False
     assert kwargs == {"runs_dir": setup["runs"], "tracking_uri": setup["uri"]}
