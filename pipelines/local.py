@@ -110,13 +110,40 @@ class _Session:
         return str(max(new, key=lambda p: p.stat().st_mtime)) if new else None
 
 
+@dataclass
+class _KfpSwaps:
+    """What KFP's runner swaps around each task and puts back after it: builtins.print (an
+    indenting one) and the root logger's level and handlers (INFO, to stdout). A ParallelFor's
+    tasks run on threads, and when two overlap (entered A, B; left A, B) A's swap stays for the
+    rest of the process: every later print wrote spaces to stdout, to stderr too, and every
+    library's INFO records went to stdout. What was there before the run is put back after it."""
+
+    print: object
+    level: int
+    handlers: list
+
+    @classmethod
+    def save(cls) -> _KfpSwaps:
+        root = logging.getLogger()
+        return cls(builtins.print, root.level, root.handlers[:])
+
+    def restore(self) -> None:
+        builtins.print = self.print
+        root = logging.getLogger()
+        root.setLevel(self.level)
+        for handler in root.handlers[:]:
+            root.removeHandler(handler)
+        for handler in self.handlers:
+            root.addHandler(handler)
+
+
 @contextlib.contextmanager
 def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool, experiment: str = defaults.EXPERIMENT):
     """Set up KFP's local runner under `runs_dir` (the one place a local run's stores are chosen:
     see ARCHITECTURE.md's table) and restore the environment it changes when the run ends: TMPDIR
     (the runner leaves a temp folder per task there, removed here), the step-timings file and the
-    allocator the steps' processes run under (jemalloc when the machine has it) and `print`
-    (KFP swaps it; see below). SIGTERM/SIGINT
+    allocator the steps' processes run under (jemalloc when the machine has it), and what KFP's
+    runner can leave swapped (_KfpSwaps). SIGTERM/SIGINT
     meanwhile stop every process the run started (pipelines/stopping.py) and mark its MLflow runs
     in `experiment` KILLED: PipelineStopped."""
     from kfp import local
@@ -132,11 +159,7 @@ def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool, experime
         set((runs / "pipeline_root").iterdir()),
     )
     allocator = allocator_env()  # every step's process on jemalloc (invfold/allocator.py)
-    # KFP's runner indents a task's output by swapping builtins.print in and out around the task;
-    # a ParallelFor's tasks run on threads, and when two overlap the swap can leave an indenting
-    # print behind for the rest of the process (every later print, to stderr too, then wrote
-    # spaces to stdout): the print of before the run is put back when the run ends
-    print_before = builtins.print
+    kfp_swaps = _KfpSwaps.save()
     try:
         with restored_environ(TIMINGS_ENV, "TMPDIR", *allocator):
             os.environ[TIMINGS_ENV] = str(session.timings_file)
@@ -160,7 +183,7 @@ def _local_runner(runs_dir: str, tracking_uri: str | None, cache: bool, experime
             f"stopped by {name}: every process of the run ended; {recorded}; artifacts so far in {where}", stop.signum
         ) from None
     finally:
-        builtins.print = print_before
+        kfp_swaps.restore()
         _remove_task_temp_folders(runs / "tmp", session.start)
 
 

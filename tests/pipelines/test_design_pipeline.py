@@ -10,6 +10,7 @@ import contextlib
 import gzip
 import io
 import json
+import logging
 from pathlib import Path
 from unittest import mock
 
@@ -83,10 +84,11 @@ def design_run(setup):
         calls.append((args, kwargs, run_design_local(*args, **kwargs)))
         return calls[-1][2]
 
-    printed, print_before = io.StringIO(), builtins.print
+    root = logging.getLogger()
+    printed, before = io.StringIO(), (builtins.print, root.level, root.handlers[:])
     with mock.patch("invfold.pipelines.local.run_design_local", runner), contextlib.redirect_stdout(printed):
         assert main(argv) == 0
-    assert builtins.print is print_before  # not KFP's indenting one, left by the shards' threads
+    assert (builtins.print, root.level, root.handlers) == before  # not what the shards' threads left swapped
     ((args, kwargs, run),) = calls
     assert args == (params,) and kwargs.pop("console") is not None and kwargs.pop("verbose") is False
     assert kwargs == {"runs_dir": setup["runs"], "tracking_uri": setup["uri"]}
