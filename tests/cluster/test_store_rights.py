@@ -118,29 +118,31 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """SeaweedFS set up as KFP's init does it (kubeflow/pipelines 2.16.0 / 2.17.0
-    manifests/kustomize/third-party/seaweedfs/base/seaweedfs/seaweedfs-deployment.yaml: `weed shell`
-    `s3.bucket.create --name mlpipeline` and `s3.configure -user kubeflow-admin ... -actions Admin
-    -apply`); yields (s3 url, iam url, admin keys)."""
+WEED_STARTS = 3  # a fresh set of ports each time: another process may take one between free_ports and weed
 
-    weed = weed_binary()
-    root = tmp_path_factory.mktemp("seaweedfs")
-    (root / "data").mkdir()
-    admin = {"accessKey": "kubeflow-admin-" + os.urandom(4).hex(), "secretKey": os.urandom(20).hex()}
+
+class WeedExited(Exception):
+    """weed stopped before it served S3 (a port taken meanwhile makes it exit at once)."""
+
+
+def start_weed(weed: Path, root: Path, admin: dict) -> tuple[subprocess.Popen, str, str]:
+    """`weed server -s3 -iam` on fresh loopback ports, with KFP's bucket and admin user, serving S3
+    with the admin keys; returns (process, s3 url, iam url). The Iceberg and Lance servers that
+    `-s3` also starts are off: they would listen on fixed ports (8181, 9101) nothing here uses."""
+
+    (root / "data").mkdir(parents=True)
     master, volume, filer, s3, iam = free_ports(5)
-    log = open(root / "weed.log", "w")  # noqa: SIM115 - the server's lifetime
-    proc = subprocess.Popen(
-        [str(weed), "server", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
-        + [f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", "-s3", f"-s3.port={s3}"]
-        + ["-iam", f"-iam.port={iam}", "-master.volumeSizeLimitMB=64"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with open(root / "weed.log", "w") as log:
+        proc = subprocess.Popen(
+            [str(weed), "server", f"-dir={root / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1"]
+            + [f"-master.port={master}", f"-volume.port={volume}", f"-filer.port={filer}", "-s3", f"-s3.port={s3}"]
+            + ["-s3.port.iceberg=0", "-s3.port.lance=0", "-iam", f"-iam.port={iam}", "-master.volumeSizeLimitMB=64"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     s3_url, iam_url = f"http://127.0.0.1:{s3}", f"http://127.0.0.1:{iam}"
-    client = store_client("s3", s3_url, admin["accessKey"], admin["secretKey"])
+    client = store_client("s3", s3_url, admin["accessKey"], admin["secretKey"], quick=True)
     shell = [str(weed), "shell", f"-master=127.0.0.1:{master}", f"-filer=127.0.0.1:{filer}"]
     commands = (
         "s3.bucket.create --name mlpipeline\n"
@@ -149,20 +151,56 @@ def store(tmp_path_factory):
     )
     deadline = time.monotonic() + 180
     while True:
-        subprocess.run(shell, input=commands, capture_output=True, text=True, timeout=120)
+        if proc.poll() is not None:
+            raise WeedExited(f"weed exited ({proc.returncode}); the end of {root / 'weed.log'}:\n{log_tail(root)}")
+        if time.monotonic() > deadline:
+            stop_weed(proc)
+            pytest.fail(f"weed did not serve S3 with the admin keys in 180 s; the end of its log:\n{log_tail(root)}")
         try:
-            client.head_bucket(Bucket="mlpipeline")
-            break
+            subprocess.run(shell, input=commands, capture_output=True, text=True, timeout=120)
+            if proc.poll() is None:
+                client.head_bucket(Bucket="mlpipeline")
+                return proc, s3_url, iam_url
         except Exception:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                os.killpg(proc.pid, 9)
-                pytest.fail(f"weed did not serve S3 with the admin keys: {(root / 'weed.log').read_text()[-3000:]}")
             time.sleep(2)
+
+
+def log_tail(root: Path) -> str:
+    return (root / "weed.log").read_text(errors="replace")[-3000:]
+
+
+def stop_weed(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """SeaweedFS set up as KFP's init does it (kubeflow/pipelines 2.16.0 / 2.17.0
+    manifests/kustomize/third-party/seaweedfs/base/seaweedfs/seaweedfs-deployment.yaml: `weed shell`
+    `s3.bucket.create --name mlpipeline` and `s3.configure -user kubeflow-admin ... -actions Admin
+    -apply`); yields (s3 url, iam url, admin keys)."""
+
+    weed = weed_binary()
+    admin = {"accessKey": "kubeflow-admin-" + os.urandom(4).hex(), "secretKey": os.urandom(20).hex()}
+    exits = []
+    for _ in range(WEED_STARTS):
+        try:
+            proc, s3_url, iam_url = start_weed(weed, tmp_path_factory.mktemp("seaweedfs"), admin)
+            break
+        except WeedExited as exited:
+            exits.append(str(exited))
+    else:
+        pytest.fail(f"weed exited before serving S3, {WEED_STARTS} times:\n\n" + "\n\n".join(exits))
+    client = store_client("s3", s3_url, admin["accessKey"], admin["secretKey"])
     client.put_bucket_policy(Bucket="mlpipeline", Policy=json.dumps(bucket_list_policy()))
     yield s3_url, iam_url, admin
-    os.killpg(proc.pid, 15)
-    proc.wait(timeout=30)
-    log.close()
+    stop_weed(proc)
 
 
 def profile_keys(store, namespace: str, actions: list[str]) -> dict[str, str]:

@@ -140,12 +140,20 @@ def store_keys(cluster: Cluster) -> dict[str, str]:
     return {key: base64.b64decode(data[key]).decode() for key in ("accesskey", "secretkey")}
 
 
-def store_client(service: str, url: str, access_key: str, secret_key: str):
-    """A boto3 client (`s3` or `iam`) of a SeaweedFS at `url` with the given keys."""
+def store_client(service: str, url: str, access_key: str, secret_key: str, quick: bool = False):
+    """A boto3 client (`s3` or `iam`) of a SeaweedFS at `url` with the given keys; `quick` for
+    probing a store that may not be up: one try, 5 s timeouts (boto3's default is 5 tries of 60 s)."""
     import boto3
+    from botocore.config import Config
 
+    config = Config(connect_timeout=5, read_timeout=5, retries={"max_attempts": 1}) if quick else None
     return boto3.client(
-        service, endpoint_url=url, aws_access_key_id=access_key, aws_secret_access_key=secret_key, region_name="foobar"
+        service,
+        endpoint_url=url,
+        aws_access_key_id=access_key,
+        aws_secret_access_key=secret_key,
+        region_name="foobar",
+        config=config,
     )
 
 
