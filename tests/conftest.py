@@ -46,13 +46,14 @@ SHARED_ENGINE_MODULES = (
     "tests/deploy/test_images.py",
     "tests/deploy/test_gpu_images.py",
 )  # every Docker engine test is in one
+ENGINE_FREE_MODULES = ("tests/cluster/test_store_rights.py",)  # the lane's weed build, on loopback: no engine, no node
 RECORDED = Path(__file__).with_name("durations.json")  # a clean-clone CI run's INVFOLD_TEST_DURATIONS
 
 
 def unit_of(nodeid: str) -> str:
     """The module of a test, or "shared-engine" for the modules of SHARED_ENGINE_MODULES."""
     module = nodeid.split("::")[0]
-    return "shared-engine" if module.startswith(SHARED_ENGINE_MODULES) else module
+    return "shared-engine" if module.startswith(SHARED_ENGINE_MODULES) and module not in ENGINE_FREE_MODULES else module
 
 
 def pytest_collection_modifyitems(config, items):

@@ -360,8 +360,13 @@ class KubernetesLauncher(Launcher):
             self.sleep(self.options.poll_s)
 
     def _delete(self, name: str) -> None:
+        """In the background: the TrainJob goes at once and the garbage collector takes its JobSet
+        and pods after it. Deleted in the foreground, an unfinished TrainJob waits for its JobSet,
+        which the Trainer re-applies on every reconcile of a job not yet finished (v2.3.0
+        pkg/controller/trainjob_controller.go: Reconcile never looks at the deletion timestamp):
+        the job stayed deleting with its pods made and killed every few seconds."""
         try:
-            self._call("delete_namespaced_custom_object", name=name, propagation_policy="Foreground")
+            self._call("delete_namespaced_custom_object", name=name, propagation_policy="Background")
             log.info("deleted TrainJob %s", name)
         except Exception as err:  # the owner reference still removes it with the step's pod
             log.warning("could not delete TrainJob %s: %s", name, err)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import math
+import re
 import uuid
 from pathlib import Path
 
@@ -273,11 +274,13 @@ def test_a_trainjob_whose_pods_cannot_be_placed_fails_with_the_schedulers_reason
     assert "could not be scheduled" in message and "node affinity/selector" in message, message
     labelled = f"{RUN_LABEL}={run_label(run)}"
     assert f"TrainJob {train_namespace}/invfold-ddp-" in message
-    cluster.wait_for(  # gone, or going: the launcher deletes in the foreground (pods first)
-        "the job deleted",
-        lambda: all(
-            j["metadata"].get("deletionTimestamp")
-            for j in cluster.get("trainjobs", "-n", train_namespace, "-l", labelled)["items"]
+    (job,) = re.findall(rf"TrainJob {train_namespace}/(invfold-ddp-[a-z0-9-]+)", message)
+    # gone, with its JobSet: not left deleting while the Trainer makes the JobSet again (KubernetesLauncher._delete)
+    cluster.wait_for(
+        "the job and its JobSet gone",
+        lambda: (
+            not cluster.get("trainjobs", "-n", train_namespace, "-l", labelled)["items"]
+            and job not in {j["metadata"]["name"] for j in cluster.get("jobsets", "-n", train_namespace)["items"]}
         ),
         120,
     )

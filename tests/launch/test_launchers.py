@@ -55,6 +55,7 @@ def test_cancelled_step_deletes_its_job(tmp_path):
     with pytest.raises(Cancelled, match="cancelled by signal"):
         k8s.run(tiny("s3://b/prepared", tmp_path / "out"), Resources())
     assert api.deleted == [api.created[0]["metadata"]["name"]]
+    assert api.propagation == ["Background"]  # the foreground would never end: KubernetesLauncher._delete
     assert signal.getsignal(signal.SIGTERM) is previous
 
 

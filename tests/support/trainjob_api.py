@@ -60,6 +60,7 @@ class TrainJobApi:
         self.jobs: dict[tuple[str, str], dict] = {}
         self.created: list[dict] = []
         self.deleted: list[str] = []
+        self.propagation: list[str | None] = []  # each delete's propagation_policy
         self.gets = 0
 
     def _check(self, group, version, plural):
@@ -130,6 +131,7 @@ class TrainJobApi:
         if self.jobs.pop((namespace, name), None) is None:
             raise ApiException(404, f"trainjobs {name} not found")
         self.deleted.append(name)
+        self.propagation.append(kwargs.get("propagation_policy"))
         return {"status": "Success"}
 
 
