@@ -51,7 +51,8 @@ RECORDED = Path(__file__).with_name("durations.json")  # a clean-clone CI run's 
 
 
 def unit_of(nodeid: str) -> str:
-    """The module of a test, or "shared-engine" for the modules of SHARED_ENGINE_MODULES."""
+    """The module of a test, or "shared-engine" for the modules of SHARED_ENGINE_MODULES (less
+    ENGINE_FREE_MODULES)."""
     module = nodeid.split("::")[0]
     return "shared-engine" if module.startswith(SHARED_ENGINE_MODULES) and module not in ENGINE_FREE_MODULES else module
 
