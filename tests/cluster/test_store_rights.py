@@ -30,6 +30,7 @@ import pytest
 
 from tests.support.cluster import store_client
 from tests.support.paths import REPO
+from tests.support.processes import stop_group
 from tests.support.training import summary
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -154,7 +155,7 @@ def start_weed(weed: Path, root: Path, admin: dict) -> tuple[subprocess.Popen, s
         if proc.poll() is not None:
             raise WeedExited(f"weed exited ({proc.returncode}); the end of {root / 'weed.log'}:\n{log_tail(root)}")
         if time.monotonic() > deadline:
-            stop_weed(proc)
+            stop_group(proc, timeout=30)
             pytest.fail(f"weed did not serve S3 with the admin keys in 180 s; the end of its log:\n{log_tail(root)}")
         try:
             subprocess.run(shell, input=commands, capture_output=True, text=True, timeout=120)
@@ -167,16 +168,6 @@ def start_weed(weed: Path, root: Path, admin: dict) -> tuple[subprocess.Popen, s
 
 def log_tail(root: Path) -> str:
     return (root / "weed.log").read_text(errors="replace")[-3000:]
-
-
-def stop_weed(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -200,7 +191,7 @@ def store(tmp_path_factory):
     client = store_client("s3", s3_url, admin["accessKey"], admin["secretKey"])
     client.put_bucket_policy(Bucket="mlpipeline", Policy=json.dumps(bucket_list_policy()))
     yield s3_url, iam_url, admin
-    stop_weed(proc)
+    stop_group(proc, timeout=30)
 
 
 def profile_keys(store, namespace: str, actions: list[str]) -> dict[str, str]:

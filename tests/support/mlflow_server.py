@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import stop_group
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -75,14 +77,8 @@ class MlflowServer:
         self.proc.wait()
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        if self.proc is not None:
+            stop_group(self.proc, timeout=15)
 
 
 @pytest.fixture(scope="session")
